@@ -1,0 +1,97 @@
+// Package endreason is the closed set of reasons a request ends (DESIGN §3)
+// and the one function that decides it from observed facts. It never looks
+// at error text. It imports only the standard library.
+package endreason
+
+// Reason is why a request ended.
+type Reason uint8
+
+// The reasons. The zero value is not a reason: every finished record has one.
+const (
+	Stop               Reason = iota + 1 // natural end: finish_reason stop or tool_calls
+	Length                               // the token budget ran out
+	PolicyBlock                          // our auth or quota, upstream 401/403/429, content_filter
+	InvalidRequest                       // our parameter validation, upstream 4xx
+	ClientCancel                         // the client went away
+	Deadline                             // a first-token or total deadline fired
+	WorkerFailure                        // upstream 5xx, error event, engine error/abort, no upstream
+	UpstreamDisconnect                   // upstream closed or reset without a finish
+	numReasons
+)
+
+var reasonNames = [numReasons]string{
+	"", "stop", "length", "policy_block", "invalid_request", "client_cancel", "deadline",
+	"worker_failure", "upstream_disconnect",
+}
+
+func (r Reason) String() string {
+	if r > 0 && r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// All returns every reason, for pre-creating metric series.
+func All() []Reason {
+	out := make([]Reason, 0, numReasons-1)
+	for r := Stop; r < numReasons; r++ {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Phase is where a request was when the client left.
+type Phase uint8
+
+// The phases. PhaseNone is used for every reason but ClientCancel.
+const (
+	PhaseNone     Phase = iota
+	PhaseQueued         // before our admission (gateway, route, our queue)
+	PhasePrefill        // admitted, no token yet: engine queue, preparation, prefill
+	PhaseDecoding       // after the first token
+	numPhases
+)
+
+var phaseNames = [numPhases]string{"", "queued", "prefill", "decoding"}
+
+func (p Phase) String() string {
+	if p < numPhases {
+		return phaseNames[p]
+	}
+	return "phase?"
+}
+
+// Detail is a short machine-readable refinement of a Reason.
+type Detail string
+
+// The details. Each belongs to one reason; the README's table lists them.
+const (
+	DetailStop             Detail = "finish_stop"
+	DetailToolCalls        Detail = "finish_tool_calls"
+	DetailDoneOnly         Detail = "done_without_finish_reason"
+	DetailComplete         Detail = "response_complete"
+	DetailNoDoneMarker     Detail = "finish_without_done"
+	DetailLength           Detail = "finish_length"
+	DetailContentFilter    Detail = "content_filter"
+	DetailUpstreamAuth     Detail = "upstream_unauthorized"
+	DetailUpstreamLimited  Detail = "upstream_rate_limited"
+	DetailUpstreamRejected Detail = "upstream_rejected_request"
+	DetailClientClosed     Detail = "client_closed"
+	DetailTTFTDeadline     Detail = "ttft_deadline"
+	DetailTotalDeadline    Detail = "total_deadline"
+	DetailIdleDeadline     Detail = "idle_deadline"
+	DetailConnectFailed    Detail = "connect_failed"
+	DetailUpstream5xx      Detail = "upstream_5xx"
+	DetailErrorEvent       Detail = "error_event"
+	DetailEngineError      Detail = "engine_error"
+	DetailEngineAbort      Detail = "engine_abort"
+	DetailEventTooLarge    Detail = "event_too_large"
+	DetailMalformedEvent   Detail = "malformed_event"
+	DetailBadContentType   Detail = "unexpected_content_type"
+	DetailBodyTooLarge     Detail = "upstream_body_too_large"
+	DetailResetMidStream   Detail = "reset_mid_stream"
+	DetailTruncatedBody    Detail = "truncated_body"
+	DetailEOFWithoutDone   Detail = "eof_without_done"
+	DetailReadFailed       Detail = "upstream_read_failed"
+	DetailClosedBeforeResp Detail = "closed_before_response"
+)

@@ -1,0 +1,108 @@
+// Package record is the one record every request produces (DESIGN §4): what
+// the request was, its clock, why it ended. The proxy fills it and hands it
+// to sinks (exporters) exactly once, when the request is over.
+package record
+
+import (
+	"encoding/hex"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// TraceID is a W3C trace id.
+type TraceID [16]byte
+
+// SpanID is a W3C span (parent) id.
+type SpanID [8]byte
+
+// String returns the lowercase hex form.
+func (t TraceID) String() string { return hex.EncodeToString(t[:]) }
+
+// String returns the lowercase hex form.
+func (s SpanID) String() string { return hex.EncodeToString(s[:]) }
+
+// IsZero reports whether s is all zeros (no parent).
+func (s SpanID) IsZero() bool { return s == SpanID{} }
+
+// Record is one finished request. The proxy reuses Records: a sink must copy
+// what it keeps before Emit returns.
+type Record struct {
+	RequestID string
+	TraceID   TraceID
+	SpanID    SpanID // our span: the one sent upstream as parent
+	ParentID  SpanID // the caller's span, zero when we started the trace
+
+	Method   string
+	Path     string
+	Model    string
+	Upstream string // upstream name ("" when none was chosen)
+	Key      string // API key name, never the key ("" when unauthenticated)
+	// Streaming reports that the client asked for a stream.
+	Streaming bool
+	// Status is the HTTP status sent to the client (0 when none could be sent).
+	Status int
+
+	Reason endreason.Reason
+	Detail endreason.Detail
+	Phase  endreason.Phase // for ClientCancel only
+	// Error is a human-readable account of a failure, for logs ("" when none).
+	Error string
+
+	Timeline stages.Timeline
+	Stream   stages.Stream
+
+	// TokensOut is the generated tokens: the upstream's usage count when it
+	// reported one, otherwise the content events seen.
+	TokensOut int
+	// TokensIn is the prompt tokens from the upstream's usage (0 = unknown).
+	TokensIn int
+	// UsageReported says TokensOut came from the upstream's usage.
+	UsageReported bool
+	BytesIn       int64 // request body bytes from the client
+	BytesOut      int64 // response body bytes to the client
+
+	// EngineSource names where the engine durations came from ("" = none):
+	// "server-timing", "vllm", "llamacpp", ...
+	EngineSource string
+
+	// Cancellation cost, for ClientCancel: from noticing the client left to
+	// closing the upstream connection, and content events the upstream still
+	// sent in that time.
+	CancelToClose     time.Duration
+	TokensAfterCancel int
+}
+
+// Reset clears r for reuse, keeping buffers.
+func (r *Record) Reset() {
+	stream := r.Stream
+	stream.Reset()
+	*r = Record{Stream: stream}
+}
+
+// Breakdown derives r's stages.
+func (r *Record) Breakdown() stages.Breakdown { return r.Timeline.Breakdown() }
+
+// E2E is the time from receipt to the end of the response.
+func (r *Record) E2E() time.Duration {
+	d, _ := r.Timeline.At(stages.Done)
+	return d
+}
+
+// Sink receives finished records. Emit is called once per request from the
+// request's goroutine: it must not block (queue or drop, and count drops)
+// and must not keep r after returning.
+type Sink interface {
+	Emit(r *Record)
+}
+
+// Sinks fans a record out to several sinks in order.
+type Sinks []Sink
+
+// Emit hands r to every sink.
+func (s Sinks) Emit(r *Record) {
+	for _, k := range s {
+		k.Emit(r)
+	}
+}

@@ -1,0 +1,109 @@
+package stages
+
+import "time"
+
+// Stage is one part of time to first token (DESIGN §2).
+type Stage uint8
+
+// The stages, in the order they happen. They add up exactly to the
+// proxy-observed TTFT (FirstTokenFlushed - Received).
+const (
+	Gateway      Stage = iota // GatewayDone - Received
+	Route                     // Routed - GatewayDone
+	Queue                     // (Admitted - Routed) + engine queue
+	Preparation               // engine tokenize + engine media
+	Prefill                   // engine prefill
+	FirstDecode               // engine first decode
+	Unattributed              // (FirstToken - Admitted) minus the engine-reported parts
+	Transport                 // FirstTokenFlushed - FirstToken
+	NumStages
+)
+
+var stageNames = [NumStages]string{
+	"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport",
+}
+
+func (s Stage) String() string {
+	if s < NumStages {
+		return stageNames[s]
+	}
+	return "stage?"
+}
+
+// Breakdown is TTFT split into stages.
+type Breakdown struct {
+	Stages [NumStages]time.Duration
+	// TTFT is FirstTokenFlushed - Received; zero when OK is false.
+	TTFT time.Duration
+	// OK reports that a first token reached the client, so the stages exist.
+	OK bool
+	// Unsplit reports that the engine reported nothing: the whole upstream
+	// window (Admitted to FirstToken) is in Unattributed.
+	Unsplit bool
+	// Inconsistent reports that engine durations did not fit the window the
+	// proxy observed and were clamped (raw values stay in the Timeline).
+	Inconsistent bool
+}
+
+// Breakdown derives the stages. It never yields a negative stage, and the
+// stages always sum to TTFT exactly.
+func (t *Timeline) Breakdown() Breakdown {
+	var b Breakdown
+	if !t.Has(FirstTokenFlushed) {
+		return b
+	}
+	b.OK = true
+	b.TTFT = t.marks[FirstTokenFlushed]
+
+	// Proxy marks: take each as at least the previous one, so clock oddities
+	// (a mark recorded out of order) cannot produce a negative stage.
+	prev := time.Duration(0)
+	seq := func(m Mark) time.Duration {
+		v := t.at(m)
+		if v < prev {
+			v = prev
+		}
+		if v > b.TTFT {
+			v = b.TTFT
+		}
+		prev = v
+		return v
+	}
+	gatewayDone, routed, admitted := seq(GatewayDone), seq(Routed), seq(Admitted)
+	firstToken := seq(FirstToken)
+	b.Stages[Gateway] = gatewayDone
+	b.Stages[Route] = routed - gatewayDone
+	b.Stages[Queue] = admitted - routed
+	b.Stages[Transport] = b.TTFT - firstToken
+
+	// Engine parts are carved out of the upstream window in order; a part that
+	// does not fit is clamped and the breakdown flagged.
+	window := firstToken - admitted
+	b.Unsplit = !t.EngineReported()
+	take := func(d EngineDur) time.Duration {
+		v, ok := t.Engine(d)
+		if !ok {
+			return 0
+		}
+		if v < 0 {
+			b.Inconsistent = true
+			v = 0
+		}
+		if v > window {
+			b.Inconsistent = true
+			v = window
+		}
+		window -= v
+		return v
+	}
+	b.Stages[Queue] += take(EngineQueue)
+	b.Stages[Preparation] = take(EngineTokenize)
+	b.Stages[Preparation] += take(EngineMedia)
+	b.Stages[Prefill] = take(EnginePrefill)
+	b.Stages[FirstDecode] = take(EngineFirstDecode)
+	b.Stages[Unattributed] = window
+	if s, ok := t.Engine(EngineSync); ok && (s < 0 || s > b.Stages[Prefill]) {
+		b.Inconsistent = true
+	}
+	return b
+}

@@ -1,0 +1,90 @@
+package stages
+
+import (
+	"slices"
+	"time"
+)
+
+// maxGaps bounds the inter-token gaps kept per request. Beyond it, gaps still
+// count towards Max and stalls but not towards the percentiles.
+const maxGaps = 1 << 16
+
+// Stream accumulates what happens after the first token: content events,
+// inter-token gaps, stalls and time blocked on the client. The zero value is
+// ready; Reset keeps the gap buffer for reuse. Not safe for concurrent use.
+type Stream struct {
+	// Events counts all SSE events parsed (content or not).
+	Events int
+	// ContentEvents counts events that carried generated content.
+	ContentEvents int
+	// Stalls counts gaps longer than the stall threshold.
+	Stalls int
+	// Blocked is the time spent waiting for the client to take bytes
+	// (transport backpressure after the first token).
+	Blocked time.Duration
+	// MaxResidency is the longest time an event spent inside the proxy,
+	// parsed to flushed.
+	MaxResidency time.Duration
+
+	gaps    []time.Duration
+	maxGap  time.Duration
+	last    time.Duration
+	hasLast bool
+}
+
+// Reset empties s, keeping its buffer.
+func (s *Stream) Reset() {
+	gaps := s.gaps[:0]
+	*s = Stream{gaps: gaps}
+}
+
+// Content records a content event parsed at offset at. stall is the gap
+// above which the wait counts as a stall (0 = never).
+func (s *Stream) Content(at, stall time.Duration) {
+	s.ContentEvents++
+	if s.hasLast {
+		g := at - s.last
+		if len(s.gaps) < maxGaps {
+			s.gaps = append(s.gaps, g)
+		}
+		s.maxGap = max(s.maxGap, g)
+		if stall > 0 && g > stall {
+			s.Stalls++
+		}
+	}
+	s.last, s.hasLast = at, true
+}
+
+// Gaps summarises the inter-token gaps.
+type Gaps struct {
+	N             int
+	P50, P99, Max time.Duration
+}
+
+// Gaps returns the gap percentiles (nearest rank). It sorts the kept gaps in
+// place, so call it once, when the request is over.
+func (s *Stream) Gaps() Gaps {
+	n := len(s.gaps)
+	if n == 0 {
+		return Gaps{}
+	}
+	slices.Sort(s.gaps)
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(n)+0.999999) - 1
+		return s.gaps[min(max(i, 0), n-1)]
+	}
+	return Gaps{N: n, P50: rank(0.50), P99: rank(0.99), Max: s.maxGap}
+}
+
+// GapValues returns the kept gaps (order unspecified). The slice is owned by
+// s: read it, do not keep it.
+func (s *Stream) GapValues() []time.Duration { return s.gaps }
+
+// Release drops a gap buffer grown unusually large, so pooled Streams do not
+// pin memory after one very long generation.
+func (s *Stream) Release() {
+	if cap(s.gaps) > 4096 {
+		s.gaps = nil
+	}
+	s.Reset()
+}

@@ -1,0 +1,139 @@
+// Package stages keeps one request's clock: monotonic marks observed by the
+// proxy, durations reported by the engine, and the stages of time to first
+// token derived from both (DESIGN §2). It imports only the standard library.
+package stages
+
+import "time"
+
+// Mark is a moment of a request observed by the proxy.
+type Mark uint8
+
+// The marks, in the order a successful request passes them.
+const (
+	Received          Mark = iota // handler entry (t = 0)
+	GatewayDone                   // auth, quota and parameter validation passed
+	Routed                        // upstream chosen
+	Admitted                      // left our own admission queue
+	UpstreamSent                  // request written to the upstream connection
+	UpstreamHeaders               // upstream status line and headers read
+	FirstEvent                    // first SSE event parsed
+	FirstToken                    // first event carrying generated content parsed
+	FirstTokenFlushed             // that event handed to the client socket
+	LastToken                     // last content event parsed
+	Done                          // the response is over
+	NumMarks
+)
+
+var markNames = [NumMarks]string{
+	"received", "gateway_done", "routed", "admitted", "upstream_sent", "upstream_headers",
+	"first_event", "first_token", "first_token_flushed", "last_token", "done",
+}
+
+func (m Mark) String() string {
+	if m < NumMarks {
+		return markNames[m]
+	}
+	return "mark?"
+}
+
+// EngineDur is a duration the engine reports about the request.
+type EngineDur uint8
+
+// The engine durations (DESIGN §5). Sync is part of Prefill, not added to it.
+const (
+	EngineQueue EngineDur = iota
+	EngineTokenize
+	EngineMedia
+	EnginePrefill
+	EngineSync
+	EngineFirstDecode
+	NumEngineDurs
+)
+
+var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode"}
+
+func (d EngineDur) String() string {
+	if d < NumEngineDurs {
+		return engineNames[d]
+	}
+	return "engine?"
+}
+
+// Clock returns a monotonic reading in nanoseconds. Only differences matter.
+type Clock func() int64
+
+var processStart = time.Now()
+
+// Monotonic is the real clock: nanoseconds on the process's monotonic clock.
+func Monotonic() int64 { return int64(time.Since(processStart)) }
+
+// Timeline is one request's clock. The zero value is unusable until Start.
+// It allocates nothing; a Timeline may be reused after Start is called again.
+// Not safe for concurrent use: the request's serving goroutine owns it.
+type Timeline struct {
+	clock     Clock
+	start     int64
+	wall      time.Time
+	marks     [NumMarks]time.Duration
+	set       uint16
+	engine    [NumEngineDurs]time.Duration
+	engineSet uint8
+}
+
+// Start resets t and marks Received now. wall is the wall-clock time of
+// receipt, kept only for export (logs, spans); all arithmetic uses clock.
+func (t *Timeline) Start(clock Clock, wall time.Time) {
+	*t = Timeline{clock: clock, start: clock(), wall: wall, set: 1 << Received}
+}
+
+// Wall returns the wall-clock time at Received.
+func (t *Timeline) Wall() time.Time { return t.wall }
+
+// Now returns the current offset from Received.
+func (t *Timeline) Now() time.Duration { return time.Duration(t.clock() - t.start) }
+
+// Mark records m now unless it is already set (the first observation wins).
+func (t *Timeline) Mark(m Mark) {
+	if t.set&(1<<m) == 0 {
+		t.marks[m] = t.Now()
+		t.set |= 1 << m
+	}
+}
+
+// MarkAt records m at offset d, replacing any earlier value.
+func (t *Timeline) MarkAt(m Mark, d time.Duration) {
+	t.marks[m] = d
+	t.set |= 1 << m
+}
+
+// Has reports whether m was recorded.
+func (t *Timeline) Has(m Mark) bool { return t.set&(1<<m) != 0 }
+
+// At returns the offset of m from Received, and whether m was recorded.
+func (t *Timeline) At(m Mark) (time.Duration, bool) { return t.marks[m], t.Has(m) }
+
+// SetEngine records an engine-reported duration. Negative values are kept
+// raw; the derivation clamps them.
+func (t *Timeline) SetEngine(d EngineDur, v time.Duration) {
+	t.engine[d] = v
+	t.engineSet |= 1 << d
+}
+
+// Engine returns an engine-reported duration and whether it was reported.
+func (t *Timeline) Engine(d EngineDur) (time.Duration, bool) {
+	return t.engine[d], t.engineSet&(1<<d) != 0
+}
+
+// EngineReported reports whether the engine reported any duration.
+func (t *Timeline) EngineReported() bool { return t.engineSet != 0 }
+
+// at returns the offset of m, or of the latest recorded mark before it when m
+// is missing, so a stage between two marks is zero rather than undefined.
+func (t *Timeline) at(m Mark) time.Duration {
+	for ; m > Received; m-- {
+		if t.Has(m) {
+			return t.marks[m]
+		}
+	}
+	return 0
+}
