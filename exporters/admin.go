@@ -1,0 +1,69 @@
+package exporters
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors, ready for NewMetrics and AdminHandler.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// AdminHandler serves the admin listener:
+//
+//   - GET /metrics: the registry's series, negotiated between the Prometheus
+//     text format, OpenMetrics (needed for exemplars; served when the
+//     scraper's Accept header asks for it) and protobuf (which carries native
+//     histograms), through promhttp.HandlerFor and fasthttpadaptor.
+//   - GET /health: 200 "ok".
+//   - any path in extra: that handler (it may replace the two above).
+//
+// Other paths get 404. Gathering errors are logged nowhere and counted in
+// promhttp_metric_handler_errors_total on reg; the series that could be
+// gathered are still served.
+func AdminHandler(reg *prometheus.Registry, extra map[string]fasthttp.RequestHandler) fasthttp.RequestHandler {
+	metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		ErrorHandling:     promhttp.ContinueOnError,
+		Registry:          reg,
+	}))
+	routes := make(map[string]fasthttp.RequestHandler, len(extra)+2)
+	routes["/metrics"] = getOnly(metrics)
+	routes["/health"] = getOnly(health)
+	for path, h := range extra {
+		routes[path] = h
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		if h, ok := routes[string(ctx.Path())]; ok { // no allocation for the lookup
+			h(ctx)
+			return
+		}
+		ctx.Error("not found\n", fasthttp.StatusNotFound)
+	}
+}
+
+func health(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString("ok\n")
+}
+
+func getOnly(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if !ctx.IsGet() && !ctx.IsHead() {
+			ctx.Response.Header.Set("Allow", "GET, HEAD")
+			ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed)
+			return
+		}
+		h(ctx)
+	}
+}

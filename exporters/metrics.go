@@ -1,0 +1,491 @@
+package exporters
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Label values that stand for "not in the configured set" and "none".
+const (
+	// LabelOther is the model or upstream label of anything not configured
+	// in MetricOptions (so a client cannot mint series).
+	LabelOther = "other"
+	// LabelNone is the upstream label of a request that never got one
+	// (rejected by the gateway, no healthy upstream).
+	LabelNone = "none"
+)
+
+// Histogram buckets, in seconds. Classic buckets are what dashboards and
+// alert rules query today; every histogram also has native buckets
+// (factor 1.1, about 7% resolution) for scrapers that ask for them.
+var (
+	// LatencyBuckets cover TTFT and end-to-end time: from a cached, short
+	// prompt on a local engine (sub-millisecond through the proxy) to long
+	// generations and queueing under overload (minutes).
+	LatencyBuckets = []float64{
+		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10, 20, 30, 60, 120, 300,
+	}
+	// StageBuckets cover one TTFT stage: proxy stages (gateway, route,
+	// transport) live in the tens of microseconds, engine stages up to the
+	// TTFT range.
+	StageBuckets = []float64{
+		0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+	}
+	// TokenBuckets cover inter-token latency and time per output token:
+	// a fast decode is 1-20 ms per token, a stall seconds.
+	TokenBuckets = []float64{
+		0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
+		0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10,
+	}
+	// ResidencyBuckets cover the time an event spends inside the proxy
+	// (parsed to flushed), which must stay in microseconds (DESIGN §7).
+	ResidencyBuckets = []float64{
+		0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
+		0.00025, 0.0005, 0.001, 0.01, 0.1, 1,
+	}
+	// CancelBuckets cover the time from noticing a client left to closing
+	// the upstream connection (the budget is 300 ms).
+	CancelBuckets = []float64{
+		0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+		0.1, 0.25, 0.3, 0.5, 1, 2.5, 10,
+	}
+)
+
+// MetricOptions configures Metrics. Model and upstream labels take only
+// the values listed here, LabelOther and LabelNone, so cardinality is
+// bounded by configuration, never by clients.
+type MetricOptions struct {
+	// Models is the allowlist of model label values; any other model
+	// (including an empty one) is counted as LabelOther.
+	Models []string
+	// Upstreams is the configured upstream names; any other is LabelOther,
+	// an empty one LabelNone.
+	Upstreams []string
+	// Version and Revision label ttftlens_build_info.
+	Version, Revision string
+}
+
+// histOpts returns histogram options with classic buckets and native
+// histograms (bounded to 160 buckets, reset at most hourly).
+func histOpts(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{
+		Namespace:                       "ttftlens",
+		Name:                            name,
+		Help:                            help,
+		Buckets:                         buckets,
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  160,
+		NativeHistogramMinResetDuration: time.Hour,
+	}
+}
+
+// series is the children of one (model, upstream) label pair, resolved
+// once so Emit does no label lookups.
+type series struct {
+	ttft   prometheus.ExemplarObserver
+	e2e    prometheus.ExemplarObserver
+	stage  [stages.NumStages]prometheus.Observer
+	itl    prometheus.Observer
+	tpot   prometheus.Observer
+	tokens prometheus.Counter
+}
+
+type reqKey struct {
+	reason endreason.Reason
+	detail endreason.Detail
+}
+
+// Metrics is the Prometheus sink: it turns each record into observations
+// of the ttftlens_* series and keeps the in-flight gauge. It is safe for
+// concurrent use. Emit does no label hashing and allocates only for
+// exemplars (TTFT and end-to-end, when the record has a trace id).
+type Metrics struct {
+	models    map[string]int // model → index; LabelOther is len(Models)
+	upstreams map[string]int // upstream → index; other, none follow
+	nUp       int
+
+	ttftVec, e2eVec, itlVec, tpotVec *prometheus.HistogramVec
+	stageVec                         *prometheus.HistogramVec
+	tokensVec                        *prometheus.CounterVec
+	tuples                           []atomic.Pointer[series]
+	modelNames, upNames              []string
+
+	requestsVec *prometheus.CounterVec
+	requests    map[reqKey]prometheus.Counter // read-only after NewMetrics
+	reqMu       sync.Mutex
+	reqExtra    sync.Map // reqKey → prometheus.Counter, pairs outside the table
+
+	inFlight          prometheus.Gauge
+	unsplit           []prometheus.Counter // by upstream index
+	inconsistent      []prometheus.Counter // by upstream index
+	cancelPhase       [4]prometheus.Counter
+	cancelToClose     prometheus.Observer
+	tokensAfterCancel prometheus.Counter
+	residency         prometheus.Observer
+	drops             *dropCollector
+}
+
+// NewMetrics creates the ttftlens_* series, registers them on reg (it
+// panics if they are already registered there) and pre-creates the series
+// known in advance at zero: every end_reason with each of its details,
+// every stage (and TTFT, e2e, ITL, TPOT, tokens) for each configured model
+// plus LabelOther on each configured upstream, each cancel phase.
+//
+// Series: the histograms ttftlens_time_to_first_token_seconds,
+// _stage_duration_seconds{stage}, _inter_token_latency_seconds,
+// _time_per_output_token_seconds and _e2e_request_duration_seconds and the
+// counter ttftlens_output_tokens_total, all labelled {model, upstream};
+// ttftlens_requests_total{end_reason, detail};
+// ttftlens_requests_in_flight; ttftlens_upstream_unsplit_total{upstream};
+// ttftlens_engine_report_inconsistent_total{upstream};
+// ttftlens_records_dropped_total{sink}; ttftlens_client_cancel_phase_total{phase};
+// ttftlens_cancel_to_close_seconds; ttftlens_tokens_after_cancel_total;
+// ttftlens_event_residency_seconds; ttftlens_build_info{version, revision, goversion}.
+func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
+	m := &Metrics{
+		models:    make(map[string]int, len(opts.Models)),
+		upstreams: make(map[string]int, len(opts.Upstreams)),
+	}
+	for _, v := range opts.Models {
+		if _, dup := m.models[v]; !dup && v != LabelOther {
+			m.models[v] = len(m.modelNames)
+			m.modelNames = append(m.modelNames, v)
+		}
+	}
+	m.modelNames = append(m.modelNames, LabelOther)
+	for _, v := range opts.Upstreams {
+		if _, dup := m.upstreams[v]; !dup && v != LabelOther && v != LabelNone && v != "" {
+			m.upstreams[v] = len(m.upNames)
+			m.upNames = append(m.upNames, v)
+		}
+	}
+	configured := len(m.upNames)
+	m.upNames = append(m.upNames, LabelOther, LabelNone)
+	m.nUp = len(m.upNames)
+	m.tuples = make([]atomic.Pointer[series], len(m.modelNames)*m.nUp)
+
+	mu := []string{"model", "upstream"}
+	m.ttftVec = prometheus.NewHistogramVec(histOpts("time_to_first_token_seconds",
+		"Proxy-observed time to first token: receipt to the first content event flushed to the client.",
+		LatencyBuckets), mu)
+	m.e2eVec = prometheus.NewHistogramVec(histOpts("e2e_request_duration_seconds",
+		"Time from receipt to the end of the response, for every request.", LatencyBuckets), mu)
+	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
+		"Time to first token split into stages (DESIGN §2); per request the stages add up to its TTFT.",
+		StageBuckets), []string{"stage", "model", "upstream"})
+	m.itlVec = prometheus.NewHistogramVec(histOpts("inter_token_latency_seconds",
+		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets), mu)
+	m.tpotVec = prometheus.NewHistogramVec(histOpts("time_per_output_token_seconds",
+		"Decode time per output token after the first: (last token - first token) / (tokens - 1).",
+		TokenBuckets), mu)
+	m.tokensVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "output_tokens_total", Help: "Generated tokens (upstream usage when reported, else content events)."}, mu)
+	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "requests_total", Help: "Finished requests by end reason and detail (DESIGN §3)."},
+		[]string{"end_reason", "detail"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens",
+		Name: "requests_in_flight", Help: "Requests received and not yet finished."})
+	unsplitVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "upstream_unsplit_total",
+		Help: "Requests with a first token whose upstream reported no engine timings, so the upstream window is unattributed."},
+		[]string{"upstream"})
+	inconsistentVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "engine_report_inconsistent_total",
+		Help: "Requests whose engine-reported durations did not fit the window the proxy observed and were clamped."},
+		[]string{"upstream"})
+	phaseVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "client_cancel_phase_total", Help: "Client cancellations by the phase the request was in."},
+		[]string{"phase"})
+	cancelToClose := prometheus.NewHistogram(histOpts("cancel_to_close_seconds",
+		"Time from noticing a client left to closing the upstream connection.", CancelBuckets))
+	m.tokensAfterCancel = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "tokens_after_cancel_total", Help: "Content events the upstream still sent after the client left (wasted work)."})
+	residency := prometheus.NewHistogram(histOpts("event_residency_seconds",
+		"Per request, the longest time an event spent inside the proxy, parsed to flushed.", ResidencyBuckets))
+	m.drops = &dropCollector{desc: prometheus.NewDesc("ttftlens_records_dropped_total",
+		"Records a sink dropped instead of blocking the request (full queue, closed sink, write error, panic).",
+		[]string{"sink"}, nil)}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens", Name: "build_info",
+		Help: "Always 1; labels say which ttftlens is running.",
+		ConstLabels: prometheus.Labels{"version": orUnknown(opts.Version),
+			"revision": orUnknown(opts.Revision), "goversion": runtime.Version()}})
+	buildInfo.Set(1)
+
+	reg.MustRegister(m.ttftVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec,
+		m.requestsVec, m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
+		m.tokensAfterCancel, residency, m.drops, buildInfo)
+
+	m.cancelToClose = cancelToClose
+	m.residency = residency
+	for _, name := range m.upNames {
+		m.unsplit = append(m.unsplit, unsplitVec.WithLabelValues(name))
+		m.inconsistent = append(m.inconsistent, inconsistentVec.WithLabelValues(name))
+	}
+	for p := endreason.PhaseQueued; p <= endreason.PhaseDecoding; p++ {
+		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
+	}
+	m.requests = make(map[reqKey]prometheus.Counter, len(detailReasons))
+	for _, r := range endreason.All() {
+		for _, d := range detailsOf(r) {
+			m.requests[reqKey{r, d}] = m.requestsVec.WithLabelValues(r.String(), string(d))
+		}
+	}
+	// Pre-create the label pairs an operator will look at from the start.
+	// With no upstream configured, every upstream is LabelOther.
+	ups := []int{m.nUp - 2}
+	if configured > 0 {
+		ups = ups[:0]
+		for ui := range configured {
+			ups = append(ups, ui)
+		}
+	}
+	for mi := range m.modelNames {
+		for _, ui := range ups {
+			m.tuple(mi, ui)
+		}
+	}
+	return m
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// tuple returns the children for (model index, upstream index), creating
+// them on first use. Concurrent first uses may both build; both get the
+// same children from the vectors, so the race is harmless.
+func (m *Metrics) tuple(mi, ui int) *series {
+	p := &m.tuples[mi*m.nUp+ui]
+	if s := p.Load(); s != nil {
+		return s
+	}
+	model, up := m.modelNames[mi], m.upNames[ui]
+	s := &series{
+		ttft:   m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		e2e:    m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		itl:    m.itlVec.WithLabelValues(model, up),
+		tpot:   m.tpotVec.WithLabelValues(model, up),
+		tokens: m.tokensVec.WithLabelValues(model, up),
+	}
+	for i := range stages.NumStages {
+		s.stage[i] = m.stageVec.WithLabelValues(stages.Stage(i).String(), model, up)
+	}
+	p.Store(s)
+	return s
+}
+
+func (m *Metrics) modelIndex(model string) int {
+	if i, ok := m.models[model]; ok {
+		return i
+	}
+	return len(m.modelNames) - 1
+}
+
+func (m *Metrics) upstreamIndex(up string) int {
+	if up == "" {
+		return m.nUp - 1
+	}
+	if i, ok := m.upstreams[up]; ok {
+		return i
+	}
+	return m.nUp - 2
+}
+
+// RequestStarted increments ttftlens_requests_in_flight. The proxy calls it
+// once at handler entry and RequestEnded once when the record is emitted.
+func (m *Metrics) RequestStarted() { m.inFlight.Inc() }
+
+// RequestEnded decrements ttftlens_requests_in_flight.
+func (m *Metrics) RequestEnded() { m.inFlight.Dec() }
+
+// InFlight returns the in-flight gauge, for callers that prefer to drive it
+// themselves.
+func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
+
+// requestCounter returns the requests_total child for (reason, detail). A
+// detail outside the known set is counted as LabelOther, so the label stays
+// bounded even if a new detail is added without updating this package.
+func (m *Metrics) requestCounter(r endreason.Reason, d endreason.Detail) prometheus.Counter {
+	if c, ok := m.requests[reqKey{r, d}]; ok {
+		return c
+	}
+	if _, known := detailReasons[d]; !known {
+		d = LabelOther
+	}
+	k := reqKey{r, d}
+	if c, ok := m.reqExtra.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.requestsVec.WithLabelValues(r.String(), string(d))
+	m.reqExtra.Store(k, c)
+	return c
+}
+
+// Emit records r. It does not keep r and never blocks beyond the atomic
+// updates of the series. The record's trace id (when set) becomes an
+// exemplar on the TTFT and end-to-end histograms.
+func (m *Metrics) Emit(r *record.Record) {
+	ui := m.upstreamIndex(r.Upstream)
+	s := m.tuple(m.modelIndex(r.Model), ui)
+	m.requestCounter(r.Reason, r.Detail).Inc()
+
+	var ex prometheus.Labels
+	if r.TraceID != (record.TraceID{}) {
+		ex = prometheus.Labels{"trace_id": r.TraceID.String()}
+	}
+	bd := r.Breakdown()
+	if bd.OK {
+		observe(s.ttft, bd.TTFT.Seconds(), ex)
+		for i, d := range bd.Stages {
+			s.stage[i].Observe(d.Seconds())
+		}
+		if bd.Unsplit {
+			m.unsplit[ui].Inc()
+		}
+		if bd.Inconsistent {
+			m.inconsistent[ui].Inc()
+		}
+	}
+	if r.Timeline.Has(stages.Done) {
+		observe(s.e2e, r.E2E().Seconds(), ex)
+	}
+	for _, g := range r.Stream.GapValues() {
+		s.itl.Observe(g.Seconds())
+	}
+	if r.TokensOut > 1 {
+		ft, ok1 := r.Timeline.At(stages.FirstToken)
+		lt, ok2 := r.Timeline.At(stages.LastToken)
+		if ok1 && ok2 && lt >= ft {
+			s.tpot.Observe((lt - ft).Seconds() / float64(r.TokensOut-1))
+		}
+	}
+	if r.TokensOut > 0 {
+		s.tokens.Add(float64(r.TokensOut))
+	}
+	if r.Reason == endreason.ClientCancel {
+		if r.Phase >= endreason.PhaseQueued && r.Phase <= endreason.PhaseDecoding {
+			m.cancelPhase[r.Phase].Inc()
+		}
+		m.cancelToClose.Observe(r.CancelToClose.Seconds())
+		if r.TokensAfterCancel > 0 {
+			m.tokensAfterCancel.Add(float64(r.TokensAfterCancel))
+		}
+	}
+	if r.Stream.Events > 0 {
+		m.residency.Observe(r.Stream.MaxResidency.Seconds())
+	}
+}
+
+func observe(o prometheus.ExemplarObserver, v float64, ex prometheus.Labels) {
+	if ex != nil {
+		o.ObserveWithExemplar(v, ex)
+		return
+	}
+	o.(prometheus.Observer).Observe(v)
+}
+
+// Dropper is a sink that counts the records it dropped.
+type Dropper interface {
+	Dropped() uint64
+}
+
+// TrackDrops exports d's drop count as ttftlens_records_dropped_total{sink}.
+// The series appears at zero from this call on. Tracking the same name
+// twice replaces the earlier source.
+func (m *Metrics) TrackDrops(sink string, d Dropper) { m.drops.add(sink, d) }
+
+// dropCollector reads the drop counts of the tracked sinks at scrape time,
+// so sinks need not know about Prometheus.
+type dropCollector struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	srcs []dropSource
+}
+
+type dropSource struct {
+	name string
+	d    Dropper
+}
+
+func (c *dropCollector) add(name string, d Dropper) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.srcs {
+		if c.srcs[i].name == name {
+			c.srcs[i].d = d
+			return
+		}
+	}
+	c.srcs = append(c.srcs, dropSource{name, d})
+}
+
+func (c *dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.srcs {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.d.Dropped()), s.name)
+	}
+}
+
+// detailReasons maps each known detail to the reason it belongs to. It
+// mirrors endreason.Classify (and the gateway's own rejection details,
+// once they exist); endreason does not export this table, so it lives here
+// and TestDetailTable checks it against Classify's outputs.
+var detailReasons = map[endreason.Detail]endreason.Reason{
+	endreason.DetailStop:             endreason.Stop,
+	endreason.DetailToolCalls:        endreason.Stop,
+	endreason.DetailDoneOnly:         endreason.Stop,
+	endreason.DetailComplete:         endreason.Stop,
+	endreason.DetailNoDoneMarker:     endreason.Stop,
+	endreason.DetailLength:           endreason.Length,
+	endreason.DetailContentFilter:    endreason.PolicyBlock,
+	endreason.DetailUpstreamAuth:     endreason.PolicyBlock,
+	endreason.DetailUpstreamLimited:  endreason.PolicyBlock,
+	endreason.DetailUpstreamRejected: endreason.InvalidRequest,
+	endreason.DetailClientClosed:     endreason.ClientCancel,
+	endreason.DetailTTFTDeadline:     endreason.Deadline,
+	endreason.DetailTotalDeadline:    endreason.Deadline,
+	endreason.DetailIdleDeadline:     endreason.Deadline,
+	endreason.DetailConnectFailed:    endreason.WorkerFailure,
+	endreason.DetailUpstream5xx:      endreason.WorkerFailure,
+	endreason.DetailErrorEvent:       endreason.WorkerFailure,
+	endreason.DetailEngineError:      endreason.WorkerFailure,
+	endreason.DetailEngineAbort:      endreason.WorkerFailure,
+	endreason.DetailEventTooLarge:    endreason.WorkerFailure,
+	endreason.DetailMalformedEvent:   endreason.WorkerFailure,
+	endreason.DetailBadContentType:   endreason.WorkerFailure,
+	endreason.DetailBodyTooLarge:     endreason.WorkerFailure,
+	endreason.DetailResetMidStream:   endreason.UpstreamDisconnect,
+	endreason.DetailTruncatedBody:    endreason.UpstreamDisconnect,
+	endreason.DetailEOFWithoutDone:   endreason.UpstreamDisconnect,
+	endreason.DetailReadFailed:       endreason.UpstreamDisconnect,
+	endreason.DetailClosedBeforeResp: endreason.UpstreamDisconnect,
+}
+
+// detailsOf returns r's known details in a stable order (sorted).
+func detailsOf(r endreason.Reason) []endreason.Detail {
+	var out []endreason.Detail
+	for d, dr := range detailReasons {
+		if dr == r {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
