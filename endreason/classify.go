@@ -48,7 +48,8 @@ const (
 	ReadTruncated         // EOF inside a chunked or fixed-length body, or inside an event
 	ReadFailed            // any other read error
 	ReadTooLarge          // an event or body over our limit
-	ReadMalformed         // bytes that are not the protocol (invalid JSON in a data event, bad UTF-8)
+	ReadMalformed         // bytes that are not the protocol (data that is not JSON)
+	ReadBadUTF8           // data that is not valid UTF-8
 )
 
 // Facts are what the proxy observed about one request. The zero value is a
@@ -119,6 +120,8 @@ func Classify(f Facts) (Reason, Detail) {
 		return WorkerFailure, DetailEventTooLarge
 	case f.Read == ReadMalformed:
 		return WorkerFailure, DetailMalformedEvent
+	case f.Read == ReadBadUTF8:
+		return WorkerFailure, DetailInvalidUTF8
 	case f.Read == ReadReset:
 		return UpstreamDisconnect, DetailResetMidStream
 	case f.Read == ReadTruncated:

@@ -87,6 +87,7 @@ const (
 	DetailEngineAbort      Detail = "engine_abort"
 	DetailEventTooLarge    Detail = "event_too_large"
 	DetailMalformedEvent   Detail = "malformed_event"
+	DetailInvalidUTF8      Detail = "invalid_utf8"
 	DetailBadContentType   Detail = "unexpected_content_type"
 	DetailBodyTooLarge     Detail = "upstream_body_too_large"
 	DetailResetMidStream   Detail = "reset_mid_stream"
@@ -94,4 +95,6 @@ const (
 	DetailEOFWithoutDone   Detail = "eof_without_done"
 	DetailReadFailed       Detail = "upstream_read_failed"
 	DetailClosedBeforeResp Detail = "closed_before_response"
+	DetailMalformedRequest Detail = "malformed_request_body"
+	DetailProxyPanic       Detail = "proxy_panic"
 )

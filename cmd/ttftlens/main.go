@@ -1,0 +1,66 @@
+// Command ttftlens is a streaming-aware reverse proxy for LLM servers that
+// splits each request's time to first token into stages.
+//
+//	ttftlens [serve] [flags]   run the proxy (the default)
+//	ttftlens engine [flags]    run the reference CPU engine alone
+//
+// Every flag can also be given as an environment variable: TTFTLENS_ and the
+// flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN).
+// A flag on the command line wins over the environment.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	args := os.Args[1:]
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = runServe(args)
+	case "help":
+		fmt.Fprint(os.Stdout, usage)
+		return
+	default:
+		err = fmt.Errorf("unknown command %q\n\n%s", cmd, usage)
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "ttftlens:", err)
+		os.Exit(2)
+	}
+}
+
+const usage = `usage: ttftlens [command] [flags]
+
+commands:
+  serve    run the proxy (default)
+  help     show this text
+
+Run "ttftlens serve -h" for the flags of a command.
+`
+
+// parseFlags applies TTFTLENS_* environment variables, then the command line.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "TTFTLENS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	return fs.Parse(args)
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/proxy"
+)
+
+// serveFlags are the flags of "ttftlens serve".
+type serveFlags struct {
+	listen, adminListen string
+	logLevel            string
+	grace               time.Duration
+	cfg                 proxy.Config
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
+	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for /metrics and /health")
+	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000")
+	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
+	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", -1, "deadline for the whole request (negative: none)")
+	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
+	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
+	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
+	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
+	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
+	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr (debug, info, warn, error)")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+}
+
+func runServe(args []string) error {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	level, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
+	if f.cfg.Upstream == "" {
+		return errors.New("no upstream: give --upstream URL (the embedded reference engine is not built yet)")
+	}
+
+	reg := exporters.NewRegistry()
+	records := exporters.NewLogSink(os.Stdout, exporters.LogOptions{})
+	defer records.Close()
+	up, err := proxy.NewUpstream(f.cfg.Upstream, nil)
+	if err != nil {
+		return err
+	}
+	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: []string{up.Name}, Version: version()})
+	sinks := exporters.NewFanout(exporters.Named{Name: "log", Sink: records}, exporters.Named{Name: "metrics", Sink: metrics})
+	sinks.Track(metrics)
+	f.cfg.Tracker = metrics
+
+	p, err := proxy.New(f.cfg, sinks, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	adminLn, err := net.Listen("tcp", f.adminListen)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, nil), Name: "ttftlens-admin"}
+	errc := make(chan error, 2)
+	go func() { errc <- p.Serve(ln) }()
+	go func() { errc <- admin.Serve(adminLn) }()
+	log.Info().Str("listen", ln.Addr().String()).Str("admin", adminLn.Addr().String()).
+		Str("upstream", f.cfg.Upstream).Msg("ttftlens serving")
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case err = <-errc:
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("shutting down")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.grace)
+	defer cancel()
+	if e := p.Shutdown(ctx); e != nil && err == nil {
+		err = e
+	}
+	_ = admin.ShutdownWithContext(ctx)
+	return err
+}

@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+)
+
+// Abort causes. The request's goroutine turns them into end-reason facts.
+var (
+	errClientGone    = errors.New("client disconnected")
+	errTTFTDeadline  = &deadlineError{endreason.DetailTTFTDeadline, "no first token within the first-token deadline"}
+	errTotalDeadline = &deadlineError{endreason.DetailTotalDeadline, "request exceeded its total deadline"}
+	errIdleDeadline  = &deadlineError{endreason.DetailIdleDeadline, "upstream sent nothing within the idle deadline"}
+)
+
+type deadlineError struct {
+	detail endreason.Detail
+	msg    string
+}
+
+func (e *deadlineError) Error() string { return e.msg }
+
+// control is the part of a request that other goroutines touch: the client
+// watcher and the deadline timer abort it; the request's goroutine attaches
+// and detaches the upstream connection. A generation number keeps a late
+// callback from acting on the next request that reuses the exchange.
+type control struct {
+	mu        sync.Mutex
+	gen       uint64
+	active    bool
+	clock     func() time.Duration // offset on the request's clock
+	conn      net.Conn             // upstream connection abort closes
+	cause     error
+	abortedAt time.Duration // when the abort was requested
+	closedAt  time.Duration // when the upstream connection was closed for it (0: none was open)
+	timer     *time.Timer
+}
+
+// begin readies c for a new request and returns its generation.
+func (c *control) begin(clock func() time.Duration) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.active = true
+	c.clock = clock
+	c.conn, c.cause, c.abortedAt, c.closedAt = nil, nil, 0, 0
+	return c.gen
+}
+
+// end makes every later callback for this generation a no-op and stops the
+// timer. It returns the abort cause and its times.
+func (c *control) end() (cause error, abortedAt, closedAt time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active = false
+	c.conn = nil
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	return c.cause, c.abortedAt, c.closedAt
+}
+
+// abort records cause (the first one wins) and closes the attached upstream
+// connection, so a blocked upstream read or header wait returns at once and
+// the upstream sees the request go away. Callable from any goroutine.
+func (c *control) abort(gen uint64, cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen || !c.active || c.cause != nil {
+		return
+	}
+	c.cause = cause
+	c.abortedAt = c.clock()
+	if c.conn != nil {
+		_ = c.conn.Close()
+		c.closedAt = c.clock()
+	}
+}
+
+// attach makes conn the one abort closes. When the request was aborted
+// already it closes conn and returns false.
+func (c *control) attach(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cause != nil {
+		_ = conn.Close()
+		if c.closedAt == 0 {
+			c.closedAt = c.clock()
+		}
+		return false
+	}
+	c.conn = conn
+	return true
+}
+
+// detach forgets the upstream connection before it goes back to the pool, so
+// a late abort cannot close a connection another request is using.
+func (c *control) detach() {
+	c.mu.Lock()
+	c.conn = nil
+	c.mu.Unlock()
+}
+
+// aborted returns the abort cause, nil when there was none.
+func (c *control) aborted() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// deadlines are a request's time limits as offsets from receipt (0 = none).
+type deadlines struct {
+	ttft, total, idle time.Duration
+}
+
+// arm starts the deadline timer. check runs on the timer's goroutine and
+// returns the abort cause, or the delay until it should look again.
+func (c *control) arm(gen uint64, first time.Duration, check func() (error, time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(first, func() {
+		cause, again := check()
+		if cause != nil {
+			c.abort(gen, cause)
+			return
+		}
+		c.mu.Lock()
+		if gen == c.gen && c.active && c.cause == nil {
+			t.Reset(again)
+		}
+		c.mu.Unlock()
+	})
+	c.timer = t
+}

@@ -1,0 +1,388 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/sse"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// exchange is one request from handler entry to its record. For a streamed
+// response it is also the body fasthttp writes to the client: each Read
+// returns (part of) one upstream event, which fasthttp sends as one chunk and
+// flushes, so entering the next Read means the previous bytes reached the
+// client socket. fasthttp calls CloseWithError once when the response is
+// over; that, or the handler for responses that are not streamed, emits the
+// record. Exchanges are pooled; one goroutine at a time owns one, except for
+// ctl, which the watcher and the deadline timer also touch.
+type exchange struct {
+	p   *Proxy
+	gen uint64
+	ctl control
+
+	rec   record.Record
+	facts endreason.Facts
+	tc    traceContext
+
+	req     fasthttp.Request
+	resp    fasthttp.Response
+	body    upstreamBody
+	scan    *sse.Scanner
+	oai     signals.OpenAI
+	reqJSON fastjson.Parser
+	watch   watchToken
+	scratch []byte
+
+	// The event being handed to fasthttp.
+	out        []byte        // its bytes not yet returned by Read
+	outParsed  time.Duration // when it was parsed
+	outContent bool          // it carries generated content
+	handedOut  bool          // the last Read returned bytes
+	lastReturn time.Duration // when the last Read returned
+	readErr    error         // the error Read returned, if any
+	done       bool          // the record was emitted
+
+	// Read by the deadline timer.
+	firstToken atomic.Bool
+	lastEvent  atomic.Int64 // offset of the last parsed event, ns
+}
+
+func newExchange(p *Proxy) *exchange {
+	return &exchange{p: p, scan: sse.NewScanner(nil, p.cfg.MaxEventBytes)}
+}
+
+// begin starts a request: the clock runs from here.
+func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
+	x.rec.Timeline.Start(x.p.clock, time.Now())
+	x.gen = x.ctl.begin(x.rec.Timeline.Now)
+	x.rec.Method = string(ctx.Method())
+	x.rec.Path = string(ctx.Path())
+	x.rec.BytesIn = int64(len(ctx.Request.Body()))
+	if id := ctx.Request.Header.Peek("X-Request-Id"); saneRequestID(id) {
+		x.rec.RequestID = string(id)
+	} else {
+		x.rec.RequestID = newRequestID()
+	}
+	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
+	x.rec.TraceID, x.rec.SpanID, x.rec.ParentID = x.tc.trace, x.tc.span, x.tc.parent
+	x.p.inflight.Add(1)
+	if t := x.p.cfg.Tracker; t != nil {
+		t.RequestStarted()
+	}
+}
+
+// clientGone is the watcher's callback.
+func (x *exchange) onClientGone(gen uint64) func() {
+	return func() { x.ctl.abort(gen, errClientGone) }
+}
+
+// armDeadlines starts the deadline timer for this request.
+func (x *exchange) armDeadlines(d deadlines) {
+	if d.ttft <= 0 && d.total <= 0 && d.idle <= 0 {
+		return
+	}
+	now := x.rec.Timeline.Now()
+	first := nextDeadline(d, now, false, 0)
+	if first < 0 {
+		return
+	}
+	x.ctl.arm(x.gen, first, func() (error, time.Duration) {
+		now := x.rec.Timeline.Now()
+		sawFirst := x.firstToken.Load()
+		last := time.Duration(x.lastEvent.Load())
+		switch {
+		case d.total > 0 && now >= d.total:
+			return errTotalDeadline, 0
+		case !sawFirst && d.ttft > 0 && now >= d.ttft:
+			return errTTFTDeadline, 0
+		case sawFirst && d.idle > 0 && now-last >= d.idle:
+			return errIdleDeadline, 0
+		}
+		next := nextDeadline(d, now, sawFirst, last)
+		if next < 0 {
+			next = time.Hour // nothing left to enforce: look again much later
+		}
+		return nil, next
+	})
+}
+
+// nextDeadline returns the delay from now until the earliest deadline that
+// still applies, or -1 when none does.
+func nextDeadline(d deadlines, now time.Duration, sawFirst bool, last time.Duration) time.Duration {
+	next := time.Duration(-1)
+	consider := func(at time.Duration) {
+		if wait := max(at-now, time.Millisecond); next < 0 || wait < next {
+			next = wait
+		}
+	}
+	if d.total > 0 {
+		consider(d.total)
+	}
+	if !sawFirst && d.ttft > 0 {
+		consider(d.ttft)
+	}
+	if sawFirst && d.idle > 0 {
+		consider(last + d.idle)
+	}
+	return next
+}
+
+// Read hands fasthttp the next bytes of the stream. See the type comment.
+func (x *exchange) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			n, err = 0, x.panicked(v)
+		}
+		if err != nil && err != io.EOF {
+			x.readErr = err
+		}
+	}()
+	now := x.rec.Timeline.Now()
+	if x.handedOut {
+		x.handedOut = false
+		if x.firstToken.Load() {
+			x.rec.Stream.Blocked += now - x.lastReturn
+		}
+		if len(x.out) == 0 {
+			x.flushed(now)
+		}
+	}
+	if len(x.out) == 0 {
+		if err := x.nextEvent(); err != nil {
+			return 0, err
+		}
+	}
+	n = copy(p, x.out)
+	x.out = x.out[n:]
+	x.handedOut = true
+	x.rec.BytesOut += int64(n)
+	x.lastReturn = x.rec.Timeline.Now()
+	return n, nil
+}
+
+// flushed records that the event handed out last reached the client socket.
+func (x *exchange) flushed(now time.Duration) {
+	x.rec.Stream.MaxResidency = max(x.rec.Stream.MaxResidency, now-x.outParsed)
+	if x.outContent {
+		x.rec.Timeline.Mark(stages.FirstTokenFlushed)
+	}
+}
+
+// nextEvent parses upstream events until one is to be forwarded, and makes
+// it the current output. Engine timing comments are consumed, not forwarded,
+// unless configured otherwise.
+func (x *exchange) nextEvent() error {
+	tl := &x.rec.Timeline
+	for {
+		ev, err := x.scan.Next()
+		if err != nil {
+			return x.streamEnd(err)
+		}
+		now := tl.Now()
+		tl.Mark(stages.FirstEvent)
+		x.rec.Stream.Events++
+		x.lastEvent.Store(int64(now))
+		content := false
+		if ev.Comments > 0 && bytes.HasPrefix(ev.Comment, signals.ServerTimingPrefix) {
+			if signals.ParseServerTiming(ev.Comment[len(signals.ServerTimingPrefix):], tl) > 0 {
+				x.rec.EngineSource = "server-timing"
+			}
+			if !ev.HasData && !x.p.cfg.PassEngineTiming {
+				continue
+			}
+		}
+		if ev.HasData {
+			s := x.oai.Inspect(ev.Data)
+			if s.BadUTF8 {
+				x.facts.Read = endreason.ReadBadUTF8
+				return x.failStream(errInvalidUTF8)
+			}
+			if s.Malformed {
+				x.facts.Read = endreason.ReadMalformed
+				return x.failStream(errMalformedEvent)
+			}
+			x.observe(s, now)
+			content = s.Content
+		}
+		x.out, x.outParsed, x.outContent = ev.Raw, now, content
+		if len(x.out) > 0 {
+			return nil
+		}
+	}
+}
+
+// observe folds what an event said into the request's facts and clock.
+func (x *exchange) observe(s signals.Event, now time.Duration) {
+	if s.Error {
+		x.facts.ErrorEvent = true
+	}
+	if s.Finish != endreason.FinishNone {
+		x.facts.Finish = s.Finish
+	}
+	if s.Done {
+		x.facts.Done = true
+	}
+	if s.Usage {
+		x.rec.UsageReported = true
+		x.rec.TokensOut, x.rec.TokensIn = s.CompletionTokens, s.PromptTokens
+	}
+	if s.Content {
+		tl := &x.rec.Timeline
+		tl.Mark(stages.FirstToken)
+		tl.MarkAt(stages.LastToken, now)
+		x.firstToken.Store(true)
+		x.rec.Stream.Content(now, x.p.cfg.StallThreshold)
+	}
+}
+
+var (
+	errMalformedEvent = errors.New("upstream sent an event whose data is not JSON")
+	errInvalidUTF8    = errors.New("upstream sent an event that is not valid UTF-8")
+	errNoDone         = errors.New("upstream ended the stream without a finish reason or [DONE]")
+)
+
+// streamEnd turns the end of the upstream stream into facts and the error
+// Read returns: io.EOF only for a stream that really finished, so fasthttp
+// writes the final chunk; anything else cuts the client's stream.
+func (x *exchange) streamEnd(err error) error {
+	if cause := x.ctl.aborted(); cause != nil {
+		return cause
+	}
+	if err == io.EOF {
+		x.facts.Read = endreason.ReadClean
+		if !x.facts.Done && x.facts.Finish == endreason.FinishNone {
+			return x.failStream(errNoDone)
+		}
+		return io.EOF
+	}
+	x.facts.Read = readEnd(err)
+	return x.failStream(err)
+}
+
+// readEnd classifies an upstream read error from its type, never its text.
+func readEnd(err error) endreason.ReadEnd {
+	switch {
+	case errors.Is(err, sse.ErrEventTooLarge):
+		return endreason.ReadTooLarge
+	case errors.Is(err, syscall.ECONNRESET):
+		return endreason.ReadReset
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return endreason.ReadTruncated
+	}
+	return endreason.ReadFailed
+}
+
+// failStream records err as the request's error and returns it.
+func (x *exchange) failStream(err error) error {
+	if x.rec.Error == "" {
+		x.rec.Error = err.Error()
+	}
+	return err
+}
+
+// CloseWithError is called by fasthttp once, when the streamed response is
+// over: err is nil after a clean end, the error our Read returned, or the
+// error writing to the client.
+func (x *exchange) CloseWithError(err error) error {
+	if err != nil && x.readErr == nil {
+		// A write to the client failed: the client is gone.
+		x.ctl.abort(x.gen, errClientGone)
+	}
+	x.finish()
+	return nil
+}
+
+// panicked turns a panic on the request path into an error and a record
+// entry; the process keeps serving.
+func (x *exchange) panicked(v any) error {
+	err := fmt.Errorf("proxy panic: %v", v)
+	x.p.log.Error().Str("request_id", x.rec.RequestID).Err(err).Msg("recovered")
+	x.facts.Rejected, x.facts.RejectedDetail = endreason.WorkerFailure, endreason.DetailProxyPanic
+	x.rec.Error = err.Error()
+	return err
+}
+
+// finish is the one finalizer: it releases the upstream, decides the end
+// reason, emits the record and returns the exchange to the pool.
+func (x *exchange) finish() {
+	if x.done {
+		return
+	}
+	x.done = true
+	x.p.watcher.unwatch(x.watch)
+	tl := &x.rec.Timeline
+	cause, abortedAt, closedAt := x.ctl.end()
+	if x.body.open {
+		x.body.close(cause != nil || x.facts.Read != endreason.ReadClean)
+		if cause != nil && closedAt == 0 {
+			closedAt = tl.Now()
+		}
+	}
+	tl.Mark(stages.Done)
+
+	// The body is read: trailers have arrived.
+	if x.rec.EngineSource == "" && signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
+		x.rec.EngineSource = "server-timing"
+	}
+	x.applyCause(cause, abortedAt, closedAt)
+	x.rec.Reason, x.rec.Detail = endreason.Classify(x.facts)
+	if x.rec.Reason == endreason.ClientCancel {
+		x.rec.Phase = endreason.PhaseOf(tl.Has(stages.Admitted), tl.Has(stages.FirstToken))
+	}
+	if !x.rec.UsageReported {
+		x.rec.TokensOut = x.rec.Stream.ContentEvents
+	}
+	x.p.sink.Emit(&x.rec)
+	x.p.inflight.Add(-1)
+	if t := x.p.cfg.Tracker; t != nil {
+		t.RequestEnded()
+	}
+	x.p.release(x)
+}
+
+// applyCause turns an abort cause into facts and the cancellation cost.
+func (x *exchange) applyCause(cause error, abortedAt, closedAt time.Duration) {
+	if cause == nil {
+		return
+	}
+	var de *deadlineError
+	switch {
+	case cause == errClientGone:
+		x.facts.ClientGone = true
+		if closedAt > 0 {
+			x.rec.CancelToClose = max(closedAt-abortedAt, 0)
+		}
+	case errors.As(cause, &de):
+		x.facts.Deadline = de.detail
+		if x.rec.Error == "" {
+			x.rec.Error = de.msg
+		}
+	}
+}
+
+// reset readies a released exchange for the pool.
+func (x *exchange) reset() {
+	x.rec.Stream.Release()
+	x.rec.Reset()
+	x.facts = endreason.Facts{}
+	x.req.Reset()
+	x.resp.Reset()
+	x.body = upstreamBody{}
+	x.scan.Reset(nil)
+	x.watch = watchToken{}
+	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done = nil, 0, false, false, 0, nil, false
+	x.firstToken.Store(false)
+	x.lastEvent.Store(0)
+}

@@ -1,0 +1,362 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Handler returns the client-facing request handler.
+func (p *Proxy) Handler() fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/health" {
+			// Probes are not requests to the model: no record.
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"status":"ok"}`)
+			return
+		}
+		x := p.acquire()
+		x.begin(ctx)
+		defer func() {
+			if v := recover(); v != nil {
+				err := x.panicked(v)
+				if !x.done {
+					x.respondError(ctx, fasthttp.StatusInternalServerError, "internal_error", err.Error())
+					x.finish()
+				}
+			}
+		}()
+		x.serve(ctx)
+	}
+}
+
+var (
+	pathChat        = []byte("/v1/chat/completions")
+	pathCompletions = []byte("/v1/completions")
+)
+
+// serve runs the request up to the point where the response is streaming
+// (fasthttp then owns x until CloseWithError) or finished.
+func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
+	p, tl := x.p, &x.rec.Timeline
+	path := ctx.Path()
+	completion := ctx.IsPost() && (bytes.Equal(path, pathChat) || bytes.Equal(path, pathCompletions))
+	if completion {
+		if err := x.readCompletionRequest(ctx.PostBody()); err != nil {
+			x.reject(ctx, fasthttp.StatusBadRequest, endreason.InvalidRequest, endreason.DetailMalformedRequest, err.Error())
+			return
+		}
+	}
+	tl.Mark(stages.GatewayDone)
+	up := p.up
+	x.rec.Upstream = up.Name
+	tl.Mark(stages.Routed)
+	tl.Mark(stages.Admitted)
+
+	x.watch = p.watcher.watch(ctx.Conn(), x.onClientGone(x.gen))
+	x.armDeadlines(p.deadlines())
+	x.buildUpstreamRequest(ctx, up)
+	if err := up.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body); err != nil {
+		x.failBeforeResponse(ctx, err)
+		return
+	}
+	tl.Mark(stages.UpstreamHeaders)
+	if signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
+		x.rec.EngineSource = "server-timing"
+	}
+	status := x.resp.StatusCode()
+	x.facts.Status = status
+	if status < 300 && isEventStream(x.resp.Header.ContentType()) {
+		x.startStream(ctx, status)
+		return
+	}
+	x.relayWhole(ctx, status, completion)
+}
+
+// readCompletionRequest reads what the proxy needs from a completion request.
+func (x *exchange) readCompletionRequest(body []byte) error {
+	v, err := x.reqJSON.ParseBytes(body)
+	if err != nil {
+		return errors.New("request body is not valid JSON: " + err.Error())
+	}
+	if v.Type() != fastjson.TypeObject {
+		return errors.New("request body must be a JSON object")
+	}
+	x.rec.Model = string(v.GetStringBytes("model"))
+	x.rec.Streaming = v.GetBool("stream")
+	return nil
+}
+
+// hopByHop are the headers that describe one connection, not the message
+// (RFC 9110 §7.6.1), plus ones the proxy sets itself.
+var hopByHop = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// buildUpstreamRequest copies the client's request for the upstream, with
+// the trace and request-id headers and without hop-by-hop headers.
+func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *Upstream) {
+	req := &x.req
+	ctx.Request.Header.CopyTo(&req.Header)
+	for _, k := range connectionTokens(&ctx.Request.Header) {
+		req.Header.DelBytes(k)
+	}
+	for _, h := range hopByHop {
+		req.Header.Del(h)
+	}
+	req.Header.ResetConnectionClose()
+	req.SetRequestURIBytes(ctx.Request.Header.RequestURI())
+	req.URI().SetScheme("http")
+	if up.hc.IsTLS {
+		req.URI().SetScheme("https")
+	}
+	req.URI().SetHost(up.Addr)
+	req.Header.SetHost(up.Addr)
+	req.SetBodyRaw(ctx.Request.Body())
+	// The relay parses events: ask for them uncompressed.
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("X-Request-Id", x.rec.RequestID)
+	x.scratch = x.tc.appendTraceparent(x.scratch[:0])
+	req.Header.SetBytesV("traceparent", x.scratch)
+}
+
+// connectionTokens returns the header names listed in Connection, which are
+// hop-by-hop too.
+func connectionTokens(h *fasthttp.RequestHeader) [][]byte {
+	v := h.Peek("Connection")
+	if len(v) == 0 {
+		return nil
+	}
+	var out [][]byte
+	for _, t := range bytes.Split(v, []byte(",")) {
+		if t = bytes.TrimSpace(t); len(t) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func isEventStream(ct []byte) bool {
+	mt, _, _ := bytes.Cut(ct, []byte(";"))
+	return bytes.EqualFold(bytes.TrimSpace(mt), []byte("text/event-stream"))
+}
+
+// startStream waits for the first event, then hands the response to fasthttp
+// as a stream. Until the first event nothing has been sent, so a failure
+// still gets a proper error response.
+func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
+	x.facts.Stream = true
+	x.scan.Reset(&x.body)
+	if err := x.nextEvent(); err != nil {
+		x.failBeforeFirstEvent(ctx, err)
+		return
+	}
+	x.copyResponseHeaders(ctx)
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	x.rec.Status = status
+	ctx.SetBodyStream(x, -1) // fasthttp now owns x until CloseWithError
+}
+
+// relayWhole forwards a response that is not an event stream: an upstream
+// error, a non-streamed completion, or any other path.
+func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int, completion bool) {
+	tl := &x.rec.Timeline
+	body, err := x.readWhole()
+	if err != nil {
+		x.failBeforeFirstEvent(ctx, err)
+		return
+	}
+	ct := x.resp.Header.ContentType()
+	isJSON := bytes.Contains(ct, []byte("json"))
+	switch {
+	case status >= 400 && !isJSON:
+		// Keep the status, give the client the error shape it expects.
+		x.respondError(ctx, status, "upstream_error", "upstream answered "+fasthttp.StatusMessage(status)+": "+string(truncate(body, 512)))
+		x.finish()
+		return
+	case x.rec.Streaming && status < 300 && !isJSON:
+		x.facts.BadContentType = true
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream answered a stream request with content type "+string(ct))
+		x.finish()
+		return
+	}
+	if completion && status < 300 {
+		s := x.oai.Inspect(body)
+		x.observe(s, tl.Now())
+		if s.Content {
+			tl.Mark(stages.FirstTokenFlushed) // written with the whole body
+		}
+	}
+	x.copyResponseHeaders(ctx)
+	ctx.SetStatusCode(status)
+	ctx.SetBody(body)
+	x.rec.Status = status
+	x.rec.BytesOut = int64(len(body))
+	x.finish()
+}
+
+// readWhole reads a non-streamed upstream body, bounded by MaxBodyBytes.
+// The result aliases x.scratch.
+func (x *exchange) readWhole() ([]byte, error) {
+	limit := x.p.cfg.MaxBodyBytes
+	buf := x.scratch[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := x.body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		x.scratch = buf
+		if len(buf) > limit {
+			x.facts.Read = endreason.ReadTooLarge
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			if cause := x.ctl.aborted(); cause != nil {
+				return nil, cause
+			}
+			x.facts.Read = readEnd(err)
+			return nil, err
+		}
+	}
+}
+
+var errBodyTooLarge = errors.New("upstream response body larger than the limit")
+
+// copyResponseHeaders copies the upstream's end-to-end headers to the client.
+func (x *exchange) copyResponseHeaders(ctx *fasthttp.RequestCtx) {
+	dst := &ctx.Response.Header
+	for k, v := range x.resp.Header.All() {
+		switch {
+		case skipResponseHeader(k):
+		case !x.p.cfg.PassEngineTiming && bytes.EqualFold(k, []byte("Server-Timing")):
+		default:
+			dst.AddBytesKV(k, v)
+		}
+	}
+	dst.SetContentTypeBytes(x.resp.Header.ContentType())
+	dst.Set("X-Request-Id", x.rec.RequestID)
+}
+
+func skipResponseHeader(k []byte) bool {
+	for _, h := range hopByHop {
+		if bytes.EqualFold(k, []byte(h)) {
+			return true
+		}
+	}
+	return bytes.EqualFold(k, []byte("Content-Length")) || bytes.EqualFold(k, []byte("Content-Type")) ||
+		bytes.EqualFold(k, []byte("Date")) || bytes.EqualFold(k, []byte("Server"))
+}
+
+// failBeforeResponse handles an upstream exchange that produced no response.
+func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
+	var xe *exchangeError
+	switch {
+	case x.ctl.aborted() != nil:
+		x.failAborted(ctx, x.ctl.aborted())
+		return
+	case errors.As(err, &xe) && xe.connect:
+		x.facts.ConnectFailed = true
+		x.rec.Error = "upstream " + x.p.up.Name + " unreachable: " + err.Error()
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", x.rec.Error)
+	default:
+		x.facts.ClosedBeforeResponse = true
+		x.rec.Error = "upstream " + x.p.up.Name + " closed the connection before responding: " + err.Error()
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.rec.Error)
+	}
+	x.finish()
+}
+
+// failBeforeFirstEvent handles a response that failed before anything was
+// sent to the client.
+func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) {
+	if cause := x.ctl.aborted(); cause != nil {
+		x.failAborted(ctx, cause)
+		return
+	}
+	if x.rec.Error == "" {
+		x.rec.Error = err.Error()
+	}
+	x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.rec.Error)
+	x.finish()
+}
+
+// failAborted answers a request that the client or a deadline aborted
+// before its response started.
+func (x *exchange) failAborted(ctx *fasthttp.RequestCtx, cause error) {
+	var de *deadlineError
+	if errors.As(cause, &de) {
+		x.respondError(ctx, fasthttp.StatusGatewayTimeout, "timeout", de.msg)
+	} else {
+		// Nobody is listening: record 499 as nginx does, send nothing.
+		ctx.SetConnectionClose()
+		x.rec.Status = 499
+	}
+	x.finish()
+}
+
+// reject answers a request the gateway refused.
+func (x *exchange) reject(ctx *fasthttp.RequestCtx, status int, r endreason.Reason, d endreason.Detail, msg string) {
+	x.facts.Rejected, x.facts.RejectedDetail = r, d
+	x.rec.Error = msg
+	x.respondError(ctx, status, "invalid_request_error", msg)
+	x.finish()
+}
+
+// respondError writes an OpenAI-style error body.
+func (x *exchange) respondError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	body, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: msg, Type: typ, Code: string(x.detailGuess())}})
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.Header.Set("X-Request-Id", x.rec.RequestID)
+	ctx.SetBody(body)
+	x.rec.Status = status
+	x.rec.BytesOut = int64(len(body))
+}
+
+// detailGuess gives the error body a machine-readable code: the end detail
+// the record will carry.
+func (x *exchange) detailGuess() endreason.Detail {
+	f := x.facts
+	if c := x.ctl.aborted(); c != nil {
+		var de *deadlineError
+		if errors.As(c, &de) {
+			f.Deadline = de.detail
+		}
+	}
+	_, d := endreason.Classify(f)
+	return d
+}
+
+type openAIError struct {
+	Error openAIErrorBody `json:"error"`
+}
+
+type openAIErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

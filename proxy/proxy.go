@@ -1,0 +1,166 @@
+// Package proxy is the streaming reverse proxy: the fasthttp server, the
+// upstream client, and the relay that times every event on the request's
+// clock and records why each request ended.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/sse"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Config is the proxy's configuration. Zero values take the documented
+// defaults (see Normalize).
+type Config struct {
+	// Upstream is the base URL of the model server, e.g. http://127.0.0.1:8000.
+	Upstream string
+	// FirstTokenTimeout bounds the time from receipt to the first token
+	// (default 120s; negative = none).
+	FirstTokenTimeout time.Duration
+	// TotalTimeout bounds the whole request (default none; negative = none).
+	TotalTimeout time.Duration
+	// IdleTimeout bounds the silence between events after the first token
+	// (default 60s; negative = none).
+	IdleTimeout time.Duration
+	// StallThreshold is the inter-token gap counted as a stall (default 1s).
+	StallThreshold time.Duration
+	// MaxEventBytes bounds one upstream SSE event (default 1 MiB).
+	MaxEventBytes int
+	// MaxBodyBytes bounds a request body and a non-streamed upstream
+	// response body (default 16 MiB).
+	MaxBodyBytes int
+	// PassEngineTiming forwards the engine's Server-Timing header and in-band
+	// timing comments to the client instead of consuming them.
+	PassEngineTiming bool
+	// Clock is the request clock (default stages.Monotonic); tests inject one.
+	Clock stages.Clock
+	// Dial overrides how upstream connections are made (tests).
+	Dial fasthttp.DialFunc
+	// Tracker, when set, is told when each request starts and ends (the
+	// in-flight gauge).
+	Tracker Tracker
+}
+
+// Tracker follows requests in flight.
+type Tracker interface {
+	RequestStarted()
+	RequestEnded()
+}
+
+// Normalize fills defaults and rejects contradictions.
+func (c *Config) Normalize() error {
+	if c.Upstream == "" {
+		return errors.New("no upstream: give --upstream URL")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		switch {
+		case *d == 0:
+			*d = v
+		case *d < 0:
+			*d = 0
+		}
+	}
+	def(&c.FirstTokenTimeout, 120*time.Second)
+	def(&c.TotalTimeout, 0)
+	def(&c.IdleTimeout, 60*time.Second)
+	def(&c.StallThreshold, time.Second)
+	if c.MaxEventBytes <= 0 {
+		c.MaxEventBytes = sse.DefaultLimit
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.Clock == nil {
+		c.Clock = stages.Monotonic
+	}
+	return nil
+}
+
+// Proxy serves clients and forwards to the upstream.
+type Proxy struct {
+	cfg      Config
+	up       *Upstream
+	sink     record.Sink
+	log      zerolog.Logger
+	clock    stages.Clock
+	watcher  *watcher
+	pool     sync.Pool
+	inflight atomic.Int64
+	server   *fasthttp.Server
+}
+
+// New builds a proxy that hands every finished request's record to sink.
+// log receives operational messages (not request records).
+func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
+	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	up, err := NewUpstream(cfg.Upstream, cfg.Dial)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("client disconnect watcher: %w", err)
+	}
+	p := &Proxy{cfg: cfg, up: up, sink: sink, log: log, clock: cfg.Clock, watcher: w}
+	p.pool.New = func() any { return newExchange(p) }
+	p.server = &fasthttp.Server{
+		Handler:            p.Handler(),
+		Name:               "ttftlens",
+		MaxRequestBodySize: cfg.MaxBodyBytes,
+		ReadTimeout:        60 * time.Second, // reading a request, not writing the stream
+		IdleTimeout:        120 * time.Second,
+		TCPKeepalive:       true, // half-open clients are found eventually
+		CloseOnShutdown:    true,
+		Logger:             fasthttpLogger{log},
+	}
+	return p, nil
+}
+
+// Serve accepts clients on ln until Shutdown.
+func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
+
+// Shutdown stops accepting, waits for in-flight requests until ctx ends,
+// and stops the watcher.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	err := p.server.ShutdownWithContext(ctx)
+	p.watcher.close()
+	return err
+}
+
+// InFlight returns the requests between receipt and their record.
+func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+
+// Upstreams names the configured upstreams.
+func (p *Proxy) Upstreams() []string { return []string{p.up.Name} }
+
+func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
+
+func (p *Proxy) release(x *exchange) {
+	x.reset()
+	p.pool.Put(x)
+}
+
+func (p *Proxy) deadlines() deadlines {
+	return deadlines{ttft: p.cfg.FirstTokenTimeout, total: p.cfg.TotalTimeout, idle: p.cfg.IdleTimeout}
+}
+
+// fasthttpLogger sends fasthttp's own messages (mostly aborted connections,
+// which records already account for) to the debug level.
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug().Msgf(format, args...)
+}

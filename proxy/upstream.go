@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Upstream is one model server the proxy forwards to, with its own pool of
+// keep-alive connections.
+type Upstream struct {
+	// Name identifies the upstream in records and metrics.
+	Name string
+	// Addr is host:port.
+	Addr string
+	hc   *fasthttp.HostClient
+}
+
+// NewUpstream parses an http:// or https:// base URL.
+func NewUpstream(rawURL string, dial fasthttp.DialFunc) (*Upstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("upstream %q: scheme must be http or https", rawURL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("upstream %q: no host", rawURL)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("upstream %q: a path prefix is not supported; give the server's base URL", rawURL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	return &Upstream{
+		Name: u.Host,
+		Addr: addr,
+		hc: &fasthttp.HostClient{
+			Addr:  addr,
+			IsTLS: u.Scheme == "https",
+			Dial:  dial,
+			// Each in-flight stream pins one connection for its whole life.
+			MaxConns:           8192,
+			MaxConnWaitTimeout: 2 * time.Second,
+			// Below uvicorn's 5 s keep-alive, so we rarely reuse a
+			// connection the engine is about to close (research §1.5).
+			MaxIdleConnDuration: 4 * time.Second,
+			// ReadTimeout stays 0: it would cap the whole stream. The
+			// proxy's watchdog bounds time to first token and idle gaps.
+			WriteTimeout:                  10 * time.Second,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+		},
+	}, nil
+}
+
+// errAbortedBeforeSend means the request was aborted before it reached the
+// upstream connection.
+var errAbortedBeforeSend = errors.New("aborted before the request was sent")
+
+// exchangeError says how far an upstream exchange got before it failed.
+type exchangeError struct {
+	connect bool // no connection could be made
+	sent    bool // the request was written
+	err     error
+}
+
+func (e *exchangeError) Error() string { return e.err.Error() }
+func (e *exchangeError) Unwrap() error { return e.err }
+
+// roundTrip sends req on a pooled connection and reads the response headers;
+// the body is left to stream from body. It retries once, on a fresh
+// connection, when a reused keep-alive connection turns out to be closed
+// before any response byte (the engine closed it while idle). It marks
+// UpstreamSent on tl once the request is written.
+//
+// This is fasthttp's own transport reduced to the streaming case, plus
+// attach/detach so the exchange can be aborted while waiting for headers,
+// which fasthttp's default transport cannot do (research §1.4).
+func (u *Upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
+	for attempt := 0; ; attempt++ {
+		reused, err := u.tryRoundTrip(req, resp, ab, tl, body)
+		if err == nil {
+			return nil
+		}
+		var xe *exchangeError
+		retriable := reused && attempt == 0 && errors.As(err, &xe) && !xe.connect && isClosedBeforeResponse(xe.err)
+		if !retriable {
+			return err
+		}
+		if ab.aborted() != nil {
+			return err
+		}
+	}
+}
+
+func (u *Upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (reused bool, err error) {
+	hc := u.hc
+	cc, err := hc.AcquireConn(0, false)
+	if err != nil {
+		return false, &exchangeError{connect: true, err: err}
+	}
+	conn := cc.Conn()
+	reused = !cc.LastUseTime().IsZero()
+	if !ab.attach(conn) {
+		hc.CloseConn(cc)
+		return reused, &exchangeError{err: errAbortedBeforeSend}
+	}
+	fail := func(sent bool, err error) (bool, error) {
+		ab.detach()
+		hc.CloseConn(cc)
+		return reused, &exchangeError{sent: sent, err: err}
+	}
+	if hc.WriteTimeout > 0 {
+		if err := conn.SetWriteDeadline(time.Now().Add(hc.WriteTimeout)); err != nil {
+			return fail(false, err)
+		}
+	}
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		return fail(false, err)
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return fail(true, err)
+	}
+	tl.Mark(stages.UpstreamSent)
+
+	resp.StreamBody = true
+	resp.Header.DisableNormalizing()
+	br := hc.AcquireReader(conn)
+	if err := resp.ReadLimitBody(br, 0); err != nil {
+		hc.ReleaseReader(br)
+		return fail(true, err)
+	}
+	// fasthttp's pooled-connection type is unexported: keep it in a closure.
+	release := func(reuse bool) {
+		if reuse {
+			hc.ReleaseConn(cc)
+		} else {
+			hc.CloseConn(cc)
+		}
+	}
+	body.start(hc, release, conn, br, resp, ab)
+	return reused, nil
+}
+
+// isClosedBeforeResponse reports an upstream that closed the connection
+// before sending any response byte.
+func isClosedBeforeResponse(err error) bool {
+	var nothing *fasthttp.ErrNothingRead
+	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
+}
+
+// upstreamBody is a streamed upstream response body. Read and close run on
+// the request's goroutine only; a concurrent abort closes the connection,
+// which makes a blocked Read return. It mirrors fasthttp's clientStreamBody.
+type upstreamBody struct {
+	hc      *fasthttp.HostClient
+	release func(reuse bool)
+	conn    net.Conn
+	br      *bufio.Reader
+	resp    *fasthttp.Response
+	ab      *control
+	r       io.Reader
+	eof     bool
+	open    bool
+}
+
+func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, br *bufio.Reader, resp *fasthttp.Response, ab *control) {
+	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), open: true}
+	if b.r == nil {
+		b.eof = true
+	}
+}
+
+// Read reads the body. It returns io.EOF at the body's clean end.
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// close releases the body. The connection goes back to the pool only when
+// the body was read to its end and nothing went wrong; otherwise it is closed,
+// which is also how the upstream learns to stop generating.
+func (b *upstreamBody) close(discard bool) {
+	if !b.open {
+		return
+	}
+	b.open = false
+	b.ab.detach()
+	reuse := b.eof && !discard && !b.resp.ConnectionClose()
+	if !reuse {
+		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
+	}
+	b.resp.CloseBodyStream()
+	b.hc.ReleaseReader(b.br)
+	b.release(reuse)
+}

@@ -1,0 +1,159 @@
+//go:build linux
+
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// watcher learns that clients went away while their requests are in flight,
+// also when nothing is being written to them (prefill, a silent upstream).
+//
+// It keeps one epoll instance, separate from Go's network poller, in which
+// each watched client socket is registered for EPOLLRDHUP only: the kernel
+// wakes us when the peer sends FIN (EPOLLRDHUP) or RST (EPOLLHUP, EPOLLERR).
+// Nothing is ever read from or written to the socket, so fasthttp's use of
+// the connection is undisturbed, and because the signal is the TCP state,
+// not data, it works for TLS clients as well (a close_notify alert in front
+// of the FIN does not hide it). An idle watched socket costs no CPU.
+//
+// A client that half-closes its sending side on purpose while still reading
+// is indistinguishable and counts as gone (as in nginx).
+type watcher struct {
+	epfd int
+	wake int // eventfd that ends the loop
+
+	mu      sync.Mutex
+	next    uint64
+	entries map[uint64]func()
+	done    chan struct{}
+}
+
+func newWatcher() (*watcher, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, err
+	}
+	w := &watcher{epfd: epfd, wake: wake, entries: make(map[uint64]func()), next: 1, done: make(chan struct{})}
+	go w.loop()
+	return w, nil
+}
+
+// watchToken identifies one registration; zero means not registered.
+type watchToken struct {
+	id uint64
+	rc syscall.RawConn
+}
+
+// watch calls gone (once, from the watcher's goroutine) if the client behind
+// conn disconnects before unwatch. It returns a zero token when conn has no
+// socket to watch (an in-memory pipe in tests, a wrapper hiding the fd).
+func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
+	rc := rawConn(conn)
+	if rc == nil {
+		return watchToken{}
+	}
+	w.mu.Lock()
+	id := w.next
+	w.next++
+	w.entries[id] = gone
+	w.mu.Unlock()
+
+	var err error
+	ctlErr := rc.Control(func(fd uintptr) {
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err != nil || ctlErr != nil {
+		w.mu.Lock()
+		delete(w.entries, id)
+		w.mu.Unlock()
+		return watchToken{}
+	}
+	return watchToken{id: id, rc: rc}
+}
+
+// unwatch stops watching. It must be called while the connection is still
+// open (before fasthttp closes or reuses it). After it returns, gone will not
+// be called for this registration.
+func (w *watcher) unwatch(t watchToken) {
+	if t.id == 0 {
+		return
+	}
+	_ = t.rc.Control(func(fd uintptr) {
+		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+	w.mu.Lock()
+	delete(w.entries, t.id)
+	w.mu.Unlock()
+}
+
+func (w *watcher) loop() {
+	defer close(w.done)
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(w.epfd, events, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		for i := range events[:n] {
+			ev := &events[i]
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if id == 0 { // the eventfd (registered with zero data)
+				return
+			}
+			w.mu.Lock()
+			gone, ok := w.entries[id]
+			delete(w.entries, id) // level-triggered: report once
+			w.mu.Unlock()
+			if ok {
+				gone()
+			}
+		}
+	}
+}
+
+// close stops the loop and waits for it.
+func (w *watcher) close() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(w.wake, one[:])
+	<-w.done
+	unix.Close(w.epfd)
+	unix.Close(w.wake)
+}
+
+// rawConn finds the socket under conn, unwrapping TLS.
+func rawConn(conn net.Conn) syscall.RawConn {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package proxy
+
+import "net"
+
+// watcher is a no-op outside Linux: a client that leaves is noticed only
+// when a write to it fails.
+type watcher struct{}
+
+type watchToken struct{}
+
+func newWatcher() (*watcher, error)                            { return &watcher{}, nil }
+func (w *watcher) watch(conn net.Conn, gone func()) watchToken { return watchToken{} }
+func (w *watcher) unwatch(t watchToken)                        {}
+func (w *watcher) close()                                      {}
