@@ -1,0 +1,176 @@
+package exporters
+
+import (
+	"flag"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fixedClock is a clock that never moves: fixtures set every mark with
+// MarkAt, so only the offsets given matter.
+func fixedClock() int64 { return 0 }
+
+var wall = time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+
+const (
+	us = time.Microsecond
+	ms = time.Millisecond
+)
+
+// fixture is a named hand-built record.
+type fixture struct {
+	name  string
+	build func(r *record.Record)
+}
+
+// base fills the identity of a request and starts its timeline.
+func base(r *record.Record) {
+	r.Timeline.Start(fixedClock, wall)
+	r.RequestID = "req-0001"
+	r.TraceID = record.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	r.SpanID = record.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}
+	r.Method = "POST"
+	r.Path = "/v1/chat/completions"
+	r.Model = "llama-3-8b"
+	r.Upstream = "vllm-a"
+	r.Streaming = true
+	r.Status = 200
+	r.BytesIn = 412
+}
+
+// stream adds n content events to r starting at first, with gaps drawn
+// from a seeded generator around mean, and marks first and last token.
+func stream(r *record.Record, first time.Duration, n int, mean time.Duration, seed uint64) time.Duration {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	at := first
+	for i := range n {
+		if i > 0 {
+			at += mean/2 + time.Duration(rng.Int64N(int64(mean)))
+		}
+		r.Stream.Content(at, 250*ms)
+	}
+	r.Stream.Events = n + 2 // role chunk and usage chunk
+	r.Stream.MaxResidency = 37 * us
+	r.Timeline.MarkAt(stages.FirstToken, first)
+	r.Timeline.MarkAt(stages.LastToken, at)
+	return at
+}
+
+// proxyMarks sets the marks up to upstream headers.
+func proxyMarks(r *record.Record) {
+	r.Timeline.MarkAt(stages.GatewayDone, 41234)
+	r.Timeline.MarkAt(stages.Routed, 55501)
+	r.Timeline.MarkAt(stages.Admitted, 70499)
+	r.Timeline.MarkAt(stages.UpstreamSent, 120*us)
+	r.Timeline.MarkAt(stages.UpstreamHeaders, 2*ms)
+}
+
+var fixtures = []fixture{
+	{"stop_engine_report", func(r *record.Record) {
+		base(r)
+		r.Key = "team-a"
+		r.ParentID = record.SpanID{1, 2, 3, 4, 5, 6, 7, 8}
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.FirstEvent, 30*ms)
+		last := stream(r, 45123456, 200, 10*ms, 1)
+		r.Timeline.MarkAt(stages.FirstTokenFlushed, 45156789)
+		r.Timeline.MarkAt(stages.Done, last+300*us)
+		r.Timeline.SetEngine(stages.EngineQueue, 5*ms)
+		r.Timeline.SetEngine(stages.EngineTokenize, 1200*us)
+		r.Timeline.SetEngine(stages.EngineMedia, 0)
+		r.Timeline.SetEngine(stages.EnginePrefill, 30*ms)
+		r.Timeline.SetEngine(stages.EngineSync, 2*ms)
+		r.Timeline.SetEngine(stages.EngineFirstDecode, 6*ms)
+		r.EngineSource = "server-timing"
+		r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
+		r.TokensOut, r.TokensIn, r.UsageReported = 200, 512, true
+		r.BytesOut = 48213
+	}},
+	{"stop_unsplit", func(r *record.Record) {
+		base(r)
+		r.Model = "some-model-a-client-made-up"
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.FirstEvent, 80*ms)
+		last := stream(r, 80*ms+7, 20, 20*ms, 2)
+		r.Timeline.MarkAt(stages.FirstTokenFlushed, 80*ms+19*us+501)
+		r.Timeline.MarkAt(stages.Done, last+100*us)
+		r.Reason, r.Detail = endreason.Stop, endreason.DetailDoneOnly
+		r.TokensOut = 20
+		r.BytesOut = 5120
+	}},
+	{"engine_inconsistent", func(r *record.Record) {
+		base(r)
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.FirstEvent, 20*ms)
+		last := stream(r, 20*ms, 5, 15*ms, 3)
+		r.Timeline.MarkAt(stages.FirstTokenFlushed, 20*ms+40*us)
+		r.Timeline.MarkAt(stages.Done, last+50*us)
+		// The engine claims more prefill than the proxy saw between admission
+		// and the first token, and a negative queue time.
+		r.Timeline.SetEngine(stages.EngineQueue, -3*ms)
+		r.Timeline.SetEngine(stages.EnginePrefill, 45*ms)
+		r.Timeline.SetEngine(stages.EngineFirstDecode, 4*ms)
+		r.EngineSource = "vllm"
+		r.Reason, r.Detail = endreason.Length, endreason.DetailLength
+		r.TokensOut = 5
+		r.BytesOut = 1400
+	}},
+	{"client_cancel_mid_stream", func(r *record.Record) {
+		base(r)
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.FirstEvent, 60*ms)
+		last := stream(r, 61*ms, 40, 12*ms, 4)
+		r.Timeline.MarkAt(stages.FirstTokenFlushed, 61*ms+25*us)
+		r.Timeline.MarkAt(stages.Done, last+1300*us)
+		r.Timeline.SetEngine(stages.EngineQueue, 10*ms)
+		r.Timeline.SetEngine(stages.EnginePrefill, 40*ms)
+		r.EngineSource = "server-timing"
+		r.Reason, r.Detail, r.Phase = endreason.ClientCancel, endreason.DetailClientClosed, endreason.PhaseDecoding
+		r.TokensOut = 40
+		r.CancelToClose = 1234567
+		r.TokensAfterCancel = 3
+		r.BytesOut = 9800
+	}},
+	{"deadline_before_first_token", func(r *record.Record) {
+		base(r)
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.FirstEvent, 200*ms)
+		r.Stream.Events = 1
+		r.Timeline.MarkAt(stages.Done, 30*time.Second+150*us)
+		r.Reason, r.Detail = endreason.Deadline, endreason.DetailTTFTDeadline
+		r.Status = 200 // headers went out with the role chunk
+		r.Error = "no first token within 30s"
+		r.BytesOut = 120
+	}},
+	{"worker_failure_5xx", func(r *record.Record) {
+		base(r)
+		r.Streaming = false
+		r.Upstream = "vllm-b"
+		proxyMarks(r)
+		r.Timeline.MarkAt(stages.Done, 3*ms+2)
+		r.Reason, r.Detail = endreason.WorkerFailure, endreason.DetailUpstream5xx
+		r.Status = 502
+		r.Error = "upstream answered 503: \"overloaded\"\n"
+		r.BytesOut = 96
+	}},
+}
+
+// build returns a fresh record for f.
+func (f fixture) record() *record.Record {
+	r := new(record.Record)
+	f.build(r)
+	return r
+}

@@ -1,0 +1,312 @@
+package exporters
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
+)
+
+var testMetricOpts = MetricOptions{
+	Models:    []string{"llama-3-8b"},
+	Upstreams: []string{"vllm-a", "vllm-b"},
+	Version:   "v0.0.0-test",
+	Revision:  "abc123",
+}
+
+// ourMetrics lists the ttftlens_* families compared against the golden
+// exposition (build_info carries the Go version, so it is checked apart).
+var ourMetrics = []string{
+	"ttftlens_time_to_first_token_seconds",
+	"ttftlens_stage_duration_seconds",
+	"ttftlens_requests_total",
+	"ttftlens_inter_token_latency_seconds",
+	"ttftlens_time_per_output_token_seconds",
+	"ttftlens_e2e_request_duration_seconds",
+	"ttftlens_output_tokens_total",
+	"ttftlens_requests_in_flight",
+	"ttftlens_upstream_unsplit_total",
+	"ttftlens_engine_report_inconsistent_total",
+	"ttftlens_records_dropped_total",
+	"ttftlens_client_cancel_phase_total",
+	"ttftlens_cancel_to_close_seconds",
+	"ttftlens_tokens_after_cancel_total",
+	"ttftlens_event_residency_seconds",
+}
+
+// emitFixtures returns a registry holding Metrics fed with every fixture,
+// plus a log sink's drop count tracked under "log".
+func emitFixtures(t *testing.T) (*prometheus.Registry, *Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testMetricOpts)
+	m.TrackDrops("log", constDrops(3))
+	m.RequestStarted()
+	m.RequestStarted()
+	m.RequestEnded()
+	for _, f := range fixtures {
+		m.Emit(f.record())
+	}
+	return reg, m
+}
+
+type constDrops uint64
+
+func (d constDrops) Dropped() uint64 { return uint64(d) }
+
+func TestMetricsLint(t *testing.T) {
+	reg, _ := emitFixtures(t)
+	reg.MustRegister(NewRegistry()) // Go and process collectors alongside, as served
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestMetricsGolden(t *testing.T) {
+	reg, _ := emitFixtures(t)
+	path := filepath.Join("testdata", "metrics.golden.txt")
+	if *update {
+		got, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, ourMetrics...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	defer want.Close()
+	if err := testutil.GatherAndCompare(reg, want, ourMetrics...); err != nil {
+		t.Error(err)
+	}
+	n, err := testutil.GatherAndCount(reg, "ttftlens_build_info")
+	if err != nil || n != 1 {
+		t.Errorf("build_info: %d series, %v", n, err)
+	}
+}
+
+// TestMetricsPrecreated checks the series that exist before any request.
+func TestMetricsPrecreated(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, testMetricOpts)
+	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, ourMetrics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range endreason.All() {
+		if !bytes.Contains(text, []byte(`ttftlens_requests_total{detail="`)) ||
+			!bytes.Contains(text, []byte(`end_reason="`+r.String()+`"} 0`)) {
+			t.Errorf("no zero requests_total series for %s", r)
+		}
+	}
+	for _, s := range []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport"} {
+		for _, up := range testMetricOpts.Upstreams {
+			for _, model := range []string{"llama-3-8b", LabelOther} {
+				want := `ttftlens_stage_duration_seconds_count{model="` + model + `",stage="` + s + `",upstream="` + up + `"} 0`
+				if !bytes.Contains(text, []byte(want)) {
+					t.Errorf("missing %s", want)
+				}
+			}
+		}
+	}
+	for _, p := range []string{"queued", "prefill", "decoding"} {
+		if !bytes.Contains(text, []byte(`ttftlens_client_cancel_phase_total{phase="`+p+`"} 0`)) {
+			t.Errorf("missing cancel phase %s", p)
+		}
+	}
+}
+
+// TestMetricsCardinality feeds models, upstreams and details nobody
+// configured: they must collapse onto LabelOther / LabelNone.
+func TestMetricsCardinality(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testMetricOpts)
+	before, _ := testutil.GatherAndCount(reg)
+	r := fixtures[0].record()
+	for i := range 500 {
+		r.Model = "client-model-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		r.Upstream = []string{"vllm-a", "vllm-b", "rogue", ""}[i%4]
+		r.Detail = endreason.Detail("made_up_detail_" + r.Model)
+		m.Emit(r)
+	}
+	after, _ := testutil.GatherAndCount(reg)
+	// New: the "other" model on upstreams "other" and "none" (12 families
+	// each: 5 histograms + tokens + 8 stages... counted as series), and one
+	// requests_total{detail="other"}.
+	if after-before > 40 {
+		t.Errorf("500 distinct models added %d series", after-before)
+	}
+	text, _ := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, ourMetrics...)
+	if bytes.Contains(text, []byte("client-model")) || bytes.Contains(text, []byte("made_up")) || bytes.Contains(text, []byte("rogue")) {
+		t.Error("a client-supplied value became a label")
+	}
+	for _, want := range []string{
+		`ttftlens_requests_total{detail="other",end_reason="stop"} 500`,
+		`ttftlens_output_tokens_total{model="other",upstream="none"} 25000`,
+		`ttftlens_output_tokens_total{model="other",upstream="other"} 25000`,
+	} {
+		if !bytes.Contains(text, []byte(want)) {
+			t.Errorf("missing %s", want)
+		}
+	}
+}
+
+// TestDetailTable checks the detail → reason table against Classify.
+func TestDetailTable(t *testing.T) {
+	cases := []endreason.Facts{
+		{Rejected: endreason.PolicyBlock, RejectedDetail: endreason.DetailUpstreamAuth},
+		{ClientGone: true},
+		{Deadline: endreason.DetailTTFTDeadline}, {Deadline: endreason.DetailTotalDeadline}, {Deadline: endreason.DetailIdleDeadline},
+		{ConnectFailed: true}, {ClosedBeforeResponse: true}, {Status: 503}, {Status: 401}, {Status: 429}, {Status: 400},
+		{BadContentType: true}, {ErrorEvent: true}, {Finish: endreason.FinishError}, {Finish: endreason.FinishAbort},
+		{Read: endreason.ReadTooLarge}, {Read: endreason.ReadMalformed}, {Read: endreason.ReadReset},
+		{Read: endreason.ReadTruncated}, {Read: endreason.ReadFailed},
+		{Finish: endreason.FinishStop}, {Finish: endreason.FinishToolCalls}, {Finish: endreason.FinishLength},
+		{Finish: endreason.FinishContentFilter}, {}, {Stream: true}, {Stream: true, Done: true},
+		{Stream: true, Finish: endreason.FinishStop},
+	}
+	for _, f := range cases {
+		r, d := endreason.Classify(f)
+		if got, ok := detailReasons[d]; !ok || got != r {
+			t.Errorf("Classify(%+v) = %s/%s; table says %s (known %v)", f, r, d, got, ok)
+		}
+	}
+}
+
+func TestAdminHandler(t *testing.T) {
+	reg, _ := emitFixtures(t)
+	h := AdminHandler(reg, map[string]fasthttp.RequestHandler{
+		"/debug/requests": func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("[]") },
+	})
+	get := func(path, accept string) *fasthttp.RequestCtx {
+		ctx := new(fasthttp.RequestCtx)
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.SetRequestURI(path)
+		if accept != "" {
+			ctx.Request.Header.Set("Accept", accept)
+		}
+		h(ctx)
+		return ctx
+	}
+	if c := get("/health", ""); c.Response.StatusCode() != 200 || string(c.Response.Body()) != "ok\n" {
+		t.Errorf("/health: %d %q", c.Response.StatusCode(), c.Response.Body())
+	}
+	if c := get("/nope", ""); c.Response.StatusCode() != 404 {
+		t.Errorf("/nope: %d", c.Response.StatusCode())
+	}
+	if c := get("/debug/requests", ""); string(c.Response.Body()) != "[]" {
+		t.Errorf("extra handler: %q", c.Response.Body())
+	}
+
+	c := get("/metrics", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+	body := string(c.Response.Body())
+	if c.Response.StatusCode() != 200 || !strings.HasPrefix(string(c.Response.Header.ContentType()), "application/openmetrics-text") {
+		t.Fatalf("/metrics: %d %s", c.Response.StatusCode(), c.Response.Header.ContentType())
+	}
+	for _, name := range []string{"ttftlens_time_to_first_token_seconds_bucket", "ttftlens_e2e_request_duration_seconds_bucket"} {
+		found := false
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, name) && strings.Contains(l, `# {trace_id="4bf92f3577b34da6a3ce929d0e0e4736"}`) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no exemplar with the trace id on %s", name)
+		}
+	}
+	if !strings.HasSuffix(body, "# EOF\n") {
+		t.Error("OpenMetrics body does not end with # EOF")
+	}
+
+	c = get("/metrics", "")
+	if !strings.HasPrefix(string(c.Response.Header.ContentType()), "text/plain") ||
+		!strings.Contains(string(c.Response.Body()), "ttftlens_requests_in_flight 1\n") {
+		t.Errorf("text /metrics: %s", c.Response.Header.ContentType())
+	}
+
+	// Native histograms are served in the protobuf format when asked for.
+	c = get("/metrics", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited")
+	if ct := string(c.Response.Header.ContentType()); !strings.Contains(ct, "application/vnd.google.protobuf") {
+		t.Fatalf("protobuf /metrics served %s", ct)
+	}
+	dec := expfmt.NewDecoder(bytes.NewReader(c.Response.Body()), expfmt.NewFormat(expfmt.TypeProtoDelim))
+	native := false
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			break
+		}
+		if mf.GetName() != "ttftlens_time_to_first_token_seconds" {
+			continue
+		}
+		for _, mt := range mf.Metric {
+			if h := mt.GetHistogram(); h.GetSampleCount() > 0 && len(h.GetPositiveSpan()) > 0 && len(h.GetBucket()) > 0 {
+				native = true // both native spans and classic buckets
+			}
+		}
+	}
+	if !native {
+		t.Error("no native histogram buckets in the protobuf exposition")
+	}
+
+	c = new(fasthttp.RequestCtx)
+	c.Request.Header.SetMethod("POST")
+	c.Request.SetRequestURI("/metrics")
+	h(c)
+	if c.Response.StatusCode() != 405 {
+		t.Errorf("POST /metrics: %d", c.Response.StatusCode())
+	}
+}
+
+// TestFanoutIsolatesPanics checks a panicking sink loses only its record,
+// counted as its drop.
+func TestFanoutIsolatesPanics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testMetricOpts)
+	var after int
+	f := NewFanout(
+		Named{"boom", sinkFunc(func(*record.Record) { panic("sink bug") })},
+		Named{"metrics", m},
+		Named{"count", sinkFunc(func(*record.Record) { after++ })},
+	)
+	f.Track(m)
+	r := fixtures[0].record()
+	f.Emit(r)
+	f.Emit(r)
+	if after != 2 {
+		t.Errorf("sink after the panicking one saw %d records", after)
+	}
+	want := `
+# HELP ttftlens_records_dropped_total Records a sink dropped instead of blocking the request (full queue, closed sink, write error, panic).
+# TYPE ttftlens_records_dropped_total counter
+ttftlens_records_dropped_total{sink="boom"} 2
+ttftlens_records_dropped_total{sink="count"} 0
+ttftlens_records_dropped_total{sink="metrics"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ttftlens_records_dropped_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+type sinkFunc func(*record.Record)
+
+func (f sinkFunc) Emit(r *record.Record) { f(r) }
