@@ -1,0 +1,214 @@
+// Package engine is ttftlens' reference CPU engine server: an
+// OpenAI-compatible model server over net/http in front of the pure-Go
+// transformer of package engine/model, with a continuous-batching scheduler,
+// a tokenizer worker pool, media fetch, vLLM-named Prometheus metrics, the
+// Server-Timing protocol of PROTOCOL.md, and fault injection (FAULTS.md).
+//
+// It knows the ground truth of every request (Truth), which makes it the
+// judge of whether a proxy attributes time to first token correctly.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ttftlens/ttftlens/engine/model"
+)
+
+// Server is a running reference engine. Create it with New, serve its
+// Handler (or call Serve), and Close it when done.
+type Server struct {
+	cfg    Config
+	faults Faults // server-wide
+
+	m     *model.Model
+	tok   model.Tokenizer
+	pool  *model.BlockPool
+	sched *scheduler
+	toks  *tokenizerPool
+	media *mediaFetcher
+	met   *metrics
+	truth *truthStore
+	mux   *http.ServeMux
+
+	created   int64 // unix seconds of start, the "created" of /v1/models
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu   sync.Mutex
+	srvs []*http.Server
+}
+
+// New builds (or loads) the model, starts the scheduler and the tokenizer
+// workers, and returns a Server ready to serve.
+func New(cfg Config) (*Server, error) {
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	faults, _ := ParseFaults(cfg.Faults) // validated above
+
+	var (
+		m   *model.Model
+		tok model.Tokenizer
+		err error
+	)
+	if cfg.ModelPath != "" {
+		m, err = model.LoadCheckpoint(cfg.ModelPath, cfg.Ranks)
+		if err != nil {
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+		if cfg.TokenizerPath != "" {
+			tok, err = model.LoadTokenizer(cfg.TokenizerPath, m.Cfg.Vocab)
+			if err != nil {
+				m.Close()
+				return nil, fmt.Errorf("load tokenizer: %w", err)
+			}
+		}
+	} else {
+		m, err = model.NewSeeded(cfg.ModelConfig, cfg.Seed, cfg.Ranks)
+		if err != nil {
+			return nil, fmt.Errorf("build model: %w", err)
+		}
+	}
+	if tok == nil {
+		tok = model.DefaultTokenizer(m.Cfg)
+	}
+	if cfg.KVBlocks <= 0 {
+		// Enough for one full-length sequence beside a full batch of short
+		// ones, and never less than 8192 tokens.
+		cfg.KVBlocks = max(8192/model.BlockSize, (m.Cfg.MaxSeq+model.BlockSize-1)/model.BlockSize+cfg.MaxRunning)
+	}
+
+	s := &Server{
+		cfg:     cfg,
+		faults:  faults,
+		m:       m,
+		tok:     tok,
+		pool:    m.NewBlockPool(cfg.KVBlocks),
+		met:     newMetrics(cfg.ModelName),
+		truth:   newTruthStore(cfg.TruthCapacity),
+		media:   newMediaFetcher(cfg.MediaTimeout, cfg.MediaMaxBytes),
+		created: time.Now().Unix(),
+		closing: make(chan struct{}),
+	}
+	s.sched = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met)
+	s.met.kvUsage = func() float64 {
+		total := s.pool.Total()
+		if total == 0 {
+			return 0
+		}
+		return 1 - float64(s.sched.kvFree.Load())/float64(total)
+	}
+	s.toks = newTokenizerPool(tok, cfg.TokenizerWorkers)
+	s.wg.Go(s.sched.run)
+
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.Handle("GET /metrics", s.met)
+	return s, nil
+}
+
+// Config returns the normalized configuration in use.
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the HTTP handler of the API. Unknown paths get an
+// OpenAI-shaped 404.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := s.mux.Handler(r)
+		if pattern == "" {
+			writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves the API on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	s.mu.Lock()
+	select {
+	case <-s.closing:
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	default:
+	}
+	s.srvs = append(s.srvs, srv)
+	s.mu.Unlock()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the servers started by Serve, ends every unfinished request
+// (finish reason error), stops the scheduler and the workers, and releases
+// the model. No goroutine of the Server survives it. Close is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		close(s.closing)
+		srvs := s.srvs
+		s.srvs = nil
+		s.mu.Unlock()
+		for _, srv := range srvs {
+			_ = srv.Close()
+		}
+		s.sched.close()
+		s.wg.Wait()
+		s.toks.close()
+		s.media.close()
+		s.m.Close()
+	})
+	return nil
+}
+
+// Truth returns the ground truth of a recent request by its X-Request-Id.
+func (s *Server) Truth(requestID string) (Truth, bool) { return s.truth.get(requestID) }
+
+// Counters returns the number of requests aborted because their client left
+// and the number of tokens generated after a client had left.
+func (s *Server) Counters() (aborted, tokensAfterClientLeft int64) {
+	return s.met.aborted.Load(), s.met.tokensAfterGone.Load()
+}
+
+// KVBlocks returns the free and total blocks of the KV cache as of the last
+// scheduler step.
+func (s *Server) KVBlocks() (free, total int) {
+	return int(s.sched.kvFree.Load()), s.pool.Total()
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	b := append([]byte(nil), `{"object":"list","data":[{"id":`...)
+	b = appendJSONString(b, s.cfg.ModelName)
+	b = append(b, `,"object":"model","created":`...)
+	b = appendInt(b, int(s.created))
+	b = append(b, `,"owned_by":"ttftlens","root":`...)
+	b = appendJSONString(b, s.cfg.ModelName)
+	b = append(b, `,"max_model_len":`...)
+	b = appendInt(b, s.m.Cfg.MaxSeq)
+	b = append(b, "}]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-s.closing:
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "engine is shutting down", typ: "server_error"})
+	default:
+		w.WriteHeader(http.StatusOK)
+	}
+}
