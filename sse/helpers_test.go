@@ -142,12 +142,12 @@ func oracle(in []byte, limit int) []rec {
 		pos = 3
 	}
 	var (
-		data          []string
-		typ           string
-		id            *string
-		retry         *int64
-		comment       *string
-		comments      int
+		data     []string
+		typ      string
+		id       *string
+		retry    *int64
+		comment  *string
+		comments int
 	)
 	for {
 		i := bytes.IndexAny(in[pos:], "\r\n")
