@@ -141,6 +141,7 @@ type wireRequest struct {
 	Stop                json.RawMessage `json:"stop"`
 	N                   *int            `json:"n"`
 	Stream              *bool           `json:"stream"`
+	IgnoreEOS           bool            `json:"ignore_eos"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -160,6 +161,7 @@ type apiRequest struct {
 	stop         []string
 	stream       bool
 	includeUsage bool
+	ignoreEOS    bool // vLLM extension: generate max_tokens tokens regardless of EOS
 }
 
 const maxStops = 16
@@ -175,7 +177,7 @@ func decodeRequest(body []byte, chat bool) (*apiRequest, *apiError) {
 	if dec.More() {
 		return nil, badRequest("", "invalid JSON body: trailing data")
 	}
-	r := &apiRequest{chat: chat, model: wr.Model, temperature: 1, topP: 1, seed: wr.Seed}
+	r := &apiRequest{chat: chat, model: wr.Model, temperature: 1, topP: 1, seed: wr.Seed, ignoreEOS: wr.IgnoreEOS}
 	if chat {
 		if len(wr.Messages) == 0 {
 			return nil, badRequest("messages", "messages must be a non-empty array")

@@ -186,6 +186,7 @@ func (g *gen) run(chat bool) {
 	req.maxTokens = maxTokens
 	req.temperature = a.temperature
 	req.topP = a.topP
+	req.ignoreEOS = a.ignoreEOS
 	seed := rand.Uint64()
 	if a.seed != nil {
 		seed = uint64(*a.seed)
@@ -435,10 +436,22 @@ func (g *gen) findStop() (int, bool) {
 // stop string (all of it if final).
 func (g *gen) emitPending(final bool) {
 	cut := len(g.pending)
-	if !final && g.maxStop > 1 {
-		cut -= g.maxStop - 1
-		for cut > 0 && cut < len(g.pending) && !utf8.RuneStart(g.pending[cut]) {
-			cut--
+	if !final {
+		if g.maxStop > 1 {
+			cut -= g.maxStop - 1
+			for cut > 0 && cut < len(g.pending) && !utf8.RuneStart(g.pending[cut]) {
+				cut--
+			}
+		}
+		// Byte-fallback tokens can end in the middle of a UTF-8 sequence:
+		// hold the incomplete tail until the next pieces complete it.
+		for i := cut - 1; i >= 0 && i >= cut-utf8.UTFMax; i-- {
+			if utf8.RuneStart(g.pending[i]) {
+				if !utf8.FullRuneInString(g.pending[i:cut]) {
+					cut = i
+				}
+				break
+			}
 		}
 	}
 	if cut <= 0 {

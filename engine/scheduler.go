@@ -35,6 +35,7 @@ type request struct {
 	maxTokens   int
 	temperature float32
 	topP        float32
+	ignoreEOS   bool
 	rng         *rand.Rand
 	faults      Faults
 	arrived     time.Time // handler entry
@@ -452,7 +453,7 @@ func (s *scheduler) step() bool {
 		s.met.generationTokens.Add(1)
 		finish := ""
 		switch {
-		case tok == s.eos:
+		case tok == s.eos && !r.ignoreEOS:
 			finish = finishStop
 		case r.generated >= r.maxTokens || len(r.tokens) >= s.maxSeq:
 			finish = finishLength
@@ -461,7 +462,7 @@ func (s *scheduler) step() bool {
 			r.emit(tok, "", "", s.met)
 			continue
 		}
-		if tok == s.eos {
+		if tok == s.eos && !r.ignoreEOS {
 			tok = -1 // the end-of-sequence token is not content
 		}
 		s.pool.Release(r.kv)
