@@ -267,64 +267,133 @@ func (m *Model) ropeAndStore(rk *rank, pl *stepPlan, l int, qkv []float32, nq in
 				}
 			}
 			pos := int(pl.pos[r])
-			b, off := s.blocks[pos/BlockSize], (pos%BlockSize)*hs
+			b := s.blocks[pos/BlockSize]
 			for g := 0; g < nkv; g++ {
 				k := row[(nh+g)*hs : (nh+g+1)*hs]
 				v := row[(nh+nkv+g)*hs : (nh+nkv+g+1)*hs]
-				copy(s.pool.kvSlot(b, l, 0, rk.kv0+g)[off:off+hs], k)
-				copy(s.pool.kvSlot(b, l, 1, rk.kv0+g)[off:off+hs], v)
+				s.pool.store(b, l, rk.kv0+g, pos%BlockSize, k, v)
 			}
 		}
 	}
 }
 
 // attention computes causal softmax attention for this rank's query heads
-// of every row over its sequence's cached keys and values.
+// of every row over its sequence's cached keys and values. Queries of one
+// sequence are processed in tiles of 4 consecutive positions, so a prefill
+// reads every cached block once per tile; scores against a block and the
+// weighted sum of its values are both register-tiled kernel calls on the
+// block's packed panels.
 func (m *Model) attention(rk *rank, pl *stepPlan, l int, qkv []float32, nq int, out []float32) {
 	c := m.Cfg
 	hs := c.HeadSize()
 	kvMul := c.Heads / c.KVHeads
 	nh := rk.h1 - rk.h0
+	vpan := (hs + panelWidth - 1) / panelWidth
 	scale := 1 / float32(math.Sqrt(float64(hs)))
+	var tile [4 * panelWidth]float32
 	for e, en := range pl.entries {
 		r0 := pl.first[e]
 		if r0 < 0 {
 			continue
 		}
 		s := en.Seq
-		for i := range en.Tokens {
-			r := r0 + i
-			ctx := int(pl.pos[r]) + 1
-			rk.scores = grow(rk.scores, ctx)
-			att := rk.scores[:ctx]
+		pool := s.pool
+		n := len(en.Tokens)
+		pos0 := int(pl.pos[r0])
+		for i := 0; i < n; {
+			nr := 1
+			if n-i >= 4 {
+				nr = 4
+			}
+			ctx := pos0 + i + nr // keys visible to the last row of the tile
+			nblk := (ctx + BlockSize - 1) / BlockSize
+			lds := nblk * BlockSize
+			rk.scores = grow(rk.scores, nr*lds+nr*vpan*panelWidth)
+			sc := rk.scores[:nr*lds]
+			acc := rk.scores[nr*lds : nr*lds+nr*vpan*panelWidth]
 			for hh := 0; hh < nh; hh++ {
 				g := (rk.h0 + hh) / kvMul
-				q := qkv[r*nq+hh*hs : r*nq+(hh+1)*hs]
-				mx := float32(math.Inf(-1))
-				for t0 := 0; t0 < ctx; t0 += BlockSize {
-					keys := s.pool.kvSlot(s.blocks[t0/BlockSize], l, 0, g)
-					for t := t0; t < min(ctx, t0+BlockSize); t++ {
-						sc := dot(q, keys[(t-t0)*hs:(t-t0+1)*hs]) * scale
-						att[t] = sc
-						mx = max(mx, sc)
+				q := qkv[(r0+i)*nq+hh*hs:]
+				// Scores against every block.
+				for bi := 0; bi < nblk; bi++ {
+					keys := pool.keys(s.blocks[bi], l, g)
+					if nr == 4 {
+						kern4x16(sc[bi*BlockSize:], lds, q, nq, keys, hs)
+					} else {
+						kern1x16(sc[bi*BlockSize:], q, keys, hs)
 					}
 				}
-				var sum float32
-				for t, v := range att {
-					ev := float32(math.Exp(float64(v - mx)))
-					att[t] = ev
-					sum += ev
-				}
-				inv := 1 / sum
-				o := out[(r*nh+hh)*hs : (r*nh+hh+1)*hs]
-				clear(o)
-				for t0 := 0; t0 < ctx; t0 += BlockSize {
-					vals := s.pool.kvSlot(s.blocks[t0/BlockSize], l, 1, g)
-					for t := t0; t < min(ctx, t0+BlockSize); t++ {
-						axpy(att[t]*inv, vals[(t-t0)*hs:(t-t0+1)*hs], o)
+				// Causal softmax per row; masked slots become exact zeros.
+				for j := 0; j < nr; j++ {
+					row := sc[j*lds : (j+1)*lds]
+					valid := pos0 + i + j + 1
+					mx := float32(math.Inf(-1))
+					for _, v := range row[:valid] {
+						mx = max(mx, v)
 					}
+					var sum float32
+					for t, v := range row[:valid] {
+						ev := expf((v - mx) * scale)
+						row[t] = ev
+						sum += ev
+					}
+					inv := 1 / sum
+					for t := range row[:valid] {
+						row[t] *= inv
+					}
+					clear(row[valid:])
+				}
+				// Weighted sum of values: acc = scores · V, block by block.
+				clear(acc)
+				ldacc := vpan * panelWidth
+				for bi := 0; bi < nblk; bi++ {
+					vals := pool.values(s.blocks[bi], l, g)
+					for cp := 0; cp < vpan; cp++ {
+						panel := vals[cp*panelWidth*BlockSize : (cp+1)*panelWidth*BlockSize]
+						if nr == 4 {
+							kern4x16(tile[:], panelWidth, sc[bi*BlockSize:], lds, panel, BlockSize)
+						} else {
+							kern1x16(tile[:], sc[bi*BlockSize:], panel, BlockSize)
+						}
+						for j := 0; j < nr; j++ {
+							a := acc[j*ldacc+cp*panelWidth : j*ldacc+(cp+1)*panelWidth]
+							for x, v := range tile[j*panelWidth : (j+1)*panelWidth] {
+								a[x] += v
+							}
+						}
+					}
+				}
+				for j := 0; j < nr; j++ {
+					copy(out[((r0+i+j)*nh+hh)*hs:((r0+i+j)*nh+hh+1)*hs], acc[j*ldacc:])
 				}
 			}
+			i += nr
 		}
 	}
+}
+
+// expf is a float32 e^x accurate to a few ulp (Cody-Waite range reduction
+// and a degree-6 polynomial); it returns 0 below -87.
+func expf(x float32) float32 {
+	if x < -87 {
+		return 0
+	}
+	if x > 88 {
+		return float32(math.Inf(1))
+	}
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+	)
+	n := float32(math.Floor(float64(x*log2e + 0.5)))
+	r := x - n*ln2hi - n*ln2lo
+	p := float32(1.0/720)
+	p = p*r + 1.0/120
+	p = p*r + 1.0/24
+	p = p*r + 1.0/6
+	p = p*r + 0.5
+	p = p*r + 1
+	p = p*r + 1
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
 }

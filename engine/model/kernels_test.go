@@ -94,3 +94,18 @@ func TestDotAxpyMatchNaive(t *testing.T) {
 		}
 	})
 }
+
+func TestExpf(t *testing.T) {
+	for x := float32(-90); x < 88; x += 0.0137 {
+		got, want := expf(x), math.Exp(float64(x))
+		if x < -87 {
+			if got != 0 {
+				t.Fatalf("expf(%v) = %v, want 0", x, got)
+			}
+			continue
+		}
+		if math.Abs(float64(got)-want) > 4e-7*want {
+			t.Fatalf("expf(%v) = %v, want %v", x, got, want)
+		}
+	}
+}

@@ -22,6 +22,8 @@ const BlockSize = 16
 type BlockPool struct {
 	cfg         Config
 	hs          int // head size
+	kSize       int // floats of one kv head's keys in a block: hs×BlockSize
+	vSize       int // floats of one kv head's values in a block: ceil(hs/16) panels of 16×16
 	layerStride int // floats per layer in one block: K and V of all kv heads
 	blockStride int // floats per block
 	data        []float32
@@ -70,12 +72,14 @@ func (m *Model) NewBlockPool(numBlocks int) *BlockPool {
 	p := &BlockPool{
 		cfg:         c,
 		hs:          c.HeadSize(),
-		layerStride: 2 * c.KVDim() * BlockSize,
+		kSize:       c.HeadSize() * BlockSize,
+		vSize:       (c.HeadSize() + panelWidth - 1) / panelWidth * panelWidth * BlockSize,
 		meta:        make([]blockMeta, numBlocks),
 		cache:       make(map[uint64]int32),
 		lruHead:     -1,
 		lruTail:     -1,
 	}
+	p.layerStride = c.KVHeads * (p.kSize + p.vSize)
 	p.blockStride = c.Layers * p.layerStride
 	p.data = make([]float32, numBlocks*p.blockStride)
 	p.free = make([]int32, numBlocks)
@@ -287,10 +291,30 @@ func (p *BlockPool) lruRemove(b int32) {
 	p.nEvictable--
 }
 
-// kvSlot returns the BlockSize·headSize floats holding keys (kind 0) or
-// values (kind 1) of kv head g in layer l of block b, token-major.
-func (p *BlockPool) kvSlot(b int32, l, kind, g int) []float32 {
-	n := BlockSize * p.hs
-	off := int(b)*p.blockStride + l*p.layerStride + (kind*p.cfg.KVHeads+g)*n
-	return p.data[off : off+n : off+n]
+// keys returns kv head g's keys in layer l of block b as a packed panel
+// (see kernels.go) of BlockSize outputs over hs inputs: keys[d*16+t] is
+// dimension d of the key at token t of the block. Scores of a query q
+// against the block's 16 tokens are then one kern1x16(scores, q, keys, hs).
+func (p *BlockPool) keys(b int32, l, g int) []float32 {
+	off := int(b)*p.blockStride + l*p.layerStride + g*p.kSize
+	return p.data[off : off+p.kSize : off+p.kSize]
+}
+
+// values returns kv head g's values in layer l of block b as ceil(hs/16)
+// packed panels of 16 outputs over the block's 16 tokens:
+// values[(d/16)*256+t*16+d%16] is dimension d of the value at token t.
+func (p *BlockPool) values(b int32, l, g int) []float32 {
+	off := int(b)*p.blockStride + l*p.layerStride + p.cfg.KVHeads*p.kSize + g*p.vSize
+	return p.data[off : off+p.vSize : off+p.vSize]
+}
+
+// store writes the key and value of token slot t (< BlockSize) of block b.
+func (p *BlockPool) store(b int32, l, g, t int, k, v []float32) {
+	ks, vs := p.keys(b, l, g), p.values(b, l, g)
+	for d, x := range k[:p.hs] {
+		ks[d*BlockSize+t] = x
+	}
+	for d, x := range v[:p.hs] {
+		vs[(d/panelWidth)*panelWidth*BlockSize+t*panelWidth+d%panelWidth] = x
+	}
 }
