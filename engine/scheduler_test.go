@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
+	e := startEngine(t, testConfig())
+	_, total := e.KVBlocks()
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := e.post(t, ctx, "/v1/chat/completions",
+		chatBody("a long story please", `"stream":true,"ignore_eos":true,"max_tokens":1500`), "X-Request-Id", "abort-1")
+	// Read until the first content chunk: the request is decoding.
+	start := time.Now()
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), `"content":"`) || strings.Count(got.String(), "data:") < 3 {
+		n, err := resp.Body.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(buf[:n])
+	}
+	if free, _ := e.KVBlocks(); free == total {
+		t.Fatal("no blocks in use while decoding")
+	}
+	cancel()
+	resp.Body.Close()
+	if !eventually(t, 5*time.Second, func() bool { free, _ := e.KVBlocks(); return free == total }) {
+		free, _ := e.KVBlocks()
+		t.Fatalf("blocks not freed: %d of %d free", free, total)
+	}
+	if !eventually(t, 5*time.Second, func() bool { a, _ := e.Counters(); return a == 1 }) {
+		a, _ := e.Counters()
+		t.Fatalf("aborted = %d", a)
+	}
+	// Within one step: at most the step in flight when the client left
+	// produced a token.
+	if _, after := e.Counters(); after > 1 {
+		t.Errorf("%d tokens generated after the client left", after)
+	}
+	tr, ok := e.Truth("abort-1")
+	if !ok || tr.FinishReason != "abort" || !tr.ClientGone || tr.Detail != "client_cancel" {
+		t.Errorf("truth %+v", tr)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("took %v", time.Since(start))
+	}
+	var m strings.Builder
+	r, _ := e.client.Get(e.ts.URL + "/metrics")
+	io.Copy(&m, r.Body)
+	r.Body.Close()
+	for _, want := range []string{
+		`vllm:request_success_total{model_name="ttftlens-ref",finished_reason="abort"} 1`,
+		`ttftlens_engine_aborted_requests_total{model_name="ttftlens-ref"} 1`,
+		`vllm:num_requests_running{model_name="ttftlens-ref"} 0`,
+	} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestAbortWhileQueued(t *testing.T) {
+	e := startEngine(t, testConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
+	resp := e.post(t, ctx, "/v1/chat/completions", chatBody("hi", `"stream":true`), "X-Request-Id", "abortq-1", FaultHeader, "queue_delay=5s")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var tr Truth
+	if !eventually(t, 3*time.Second, func() bool { var ok bool; tr, ok = e.Truth("abortq-1"); return ok }) {
+		t.Fatal("no truth")
+	}
+	if tr.FinishReason != "abort" || tr.Queue != 0 {
+		t.Errorf("truth %+v", tr)
+	}
+	if !eventually(t, 2*time.Second, func() bool { return e.met.waiting.Load() == 0 }) {
+		t.Errorf("waiting gauge %d", e.met.waiting.Load())
+	}
+}
+
+// complete runs a non-streamed greedy completion and returns its text and
+// usage.
+func complete(t *testing.T, e *testEngine, prompt string, maxTokens int, id string) (string, usage) {
+	t.Helper()
+	pb, _ := json.Marshal(prompt)
+	resp := e.post(t, context.Background(), "/v1/completions",
+		`{"prompt":`+string(pb)+`,"max_tokens":`+itoa(maxTokens)+`,"temperature":0,"ignore_eos":true}`, "X-Request-Id", id)
+	defer resp.Body.Close()
+	b := readAll(t, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var out struct {
+		Choices []struct {
+			Text         string `json:"text"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage usage `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Choices[0].FinishReason != "length" || out.Usage.CompletionTokens != maxTokens {
+		t.Errorf("%s: finish %q, %d tokens", id, out.Choices[0].FinishReason, out.Usage.CompletionTokens)
+	}
+	return out.Choices[0].Text, out.Usage
+}
+
+func TestPreemptionCompletesAll(t *testing.T) {
+	cfg := testConfig()
+	cfg.KVBlocks = 24 // 384 token positions
+	cfg.MaxRunning = 8
+	e := startEngine(t, cfg)
+	const n, maxTokens = 6, 64
+	prompts := make([]string, n)
+	want := make([]string, n)
+	for i := range prompts {
+		prompts[i] = strings.Repeat(string(rune('a'+i)), 3) + " went to the market to buy some bread"
+		want[i], _ = complete(t, e, prompts[i], maxTokens, "seq-"+itoa(i)) // alone: no preemption
+	}
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	for i := range prompts {
+		wg.Go(func() { got[i], _ = complete(t, e, prompts[i], maxTokens, "par-"+itoa(i)) })
+	}
+	wg.Wait()
+	if e.met.preemptions.Load() == 0 {
+		t.Fatal("no preemption happened; the test does not test anything")
+	}
+	preempted := 0
+	for i := range prompts {
+		tr, _ := e.Truth("par-" + itoa(i))
+		preempted += tr.Preemptions
+		if got[i] != want[i] {
+			t.Errorf("request %d (preemptions %d): output differs\n got %q\nwant %q", i, tr.Preemptions, got[i], want[i])
+		}
+	}
+	if free, total := e.KVBlocks(); free != total {
+		t.Errorf("%d of %d blocks free after all requests", free, total)
+	}
+	t.Logf("preemptions: %d (metric %d)", preempted, e.met.preemptions.Load())
+}
+
+func TestPrefixCacheHit(t *testing.T) {
+	e := startEngine(t, testConfig())
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog while the cat sleeps. ", 40)
+	_, u1 := complete(t, e, prompt, 1, "pc-1")
+	_, u2 := complete(t, e, prompt, 1, "pc-2")
+	t1, _ := e.Truth("pc-1")
+	t2, _ := e.Truth("pc-2")
+	if u1.PromptTokensDetails.CachedTokens != 0 {
+		t.Errorf("first request cached %d", u1.PromptTokensDetails.CachedTokens)
+	}
+	if u2.PromptTokensDetails.CachedTokens < u2.PromptTokens-16 || u2.PromptTokensDetails.CachedTokens%16 != 0 {
+		t.Errorf("second request: cached %d of %d", u2.PromptTokensDetails.CachedTokens, u2.PromptTokens)
+	}
+	if t2.CachedTokens != u2.PromptTokensDetails.CachedTokens {
+		t.Errorf("truth cached %d vs usage %d", t2.CachedTokens, u2.PromptTokensDetails.CachedTokens)
+	}
+	if t2.Prefill*3 > t1.Prefill {
+		t.Errorf("prefill with cache %v, without %v (prompt %d tokens)", t2.Prefill, t1.Prefill, u1.PromptTokens)
+	}
+	t.Logf("prompt %d tokens: prefill %v cold, %v with %d cached", u1.PromptTokens, t1.Prefill, t2.Prefill, u2.PromptTokensDetails.CachedTokens)
+}
+
+// A long prefill is chunked and shares steps with a running decode, so the
+// decode keeps producing tokens during it.
+func TestChunkedPrefillSharesSteps(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBatchTokens = 64
+	e := startEngine(t, cfg)
+	start := time.Now()
+	resp := e.post(t, context.Background(), "/v1/chat/completions",
+		chatBody("count", `"stream":true,"ignore_eos":true,"max_tokens":400,"temperature":0`), "X-Request-Id", "decoder")
+	defer resp.Body.Close()
+	type res struct {
+		items []sseItem
+		err   error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		items, err := readSSE(resp.Body, start)
+		ch <- res{items, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	_, u := complete(t, e, strings.Repeat("Chunked prefill keeps decoders alive. ", 40), 1, "prefiller")
+	longEnd := time.Since(start)
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	tr, _ := e.Truth("prefiller")
+	steps := (u.PromptTokens + cfg.MaxBatchTokens - 1) / cfg.MaxBatchTokens
+	// Count decode events that arrived during the prefill window.
+	from, to := longEnd-tr.E2E+tr.Queue+tr.Tokenize, longEnd-tr.E2E+tr.Queue+tr.Tokenize+tr.Prefill
+	during := 0
+	for _, it := range r.items {
+		if it.at >= from && it.at <= to {
+			during++
+		}
+	}
+	if during < steps/3 {
+		t.Errorf("only %d decode events during a %v prefill of %d tokens (%d chunks)", during, tr.Prefill, u.PromptTokens, steps)
+	}
+	t.Logf("%d decode events during a %v prefill of %d tokens (%d chunks)", during, tr.Prefill, u.PromptTokens, steps)
+}
