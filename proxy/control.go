@@ -118,6 +118,15 @@ type deadlines struct {
 	ttft, total, idle time.Duration
 }
 
+// rearm moves the deadline timer to fire after d, if it is running.
+func (c *control) rearm(gen uint64, d time.Duration) {
+	c.mu.Lock()
+	if gen == c.gen && c.active && c.timer != nil {
+		c.timer.Reset(d)
+	}
+	c.mu.Unlock()
+}
+
 // arm starts the deadline timer. check runs on the timer's goroutine and
 // returns the abort cause, or the delay until it should look again.
 func (c *control) arm(gen uint64, first time.Duration, check func() (error, time.Duration)) {

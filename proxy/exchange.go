@@ -242,7 +242,11 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 		tl := &x.rec.Timeline
 		tl.Mark(stages.FirstToken)
 		tl.MarkAt(stages.LastToken, now)
-		x.firstToken.Store(true)
+		if !x.firstToken.Swap(true) && x.p.cfg.IdleTimeout > 0 {
+			// From now on the idle deadline applies; the timer rechecks
+			// it when it fires, so this is the only reset.
+			x.ctl.rearm(x.gen, nextDeadline(x.p.deadlines(), now, true, now))
+		}
 		x.rec.Stream.Content(now, x.p.cfg.StallThreshold)
 	}
 }

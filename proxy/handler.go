@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
@@ -179,15 +180,19 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int, completion b
 	}
 	ct := x.resp.Header.ContentType()
 	isJSON := bytes.Contains(ct, []byte("json"))
+	if status >= 400 {
+		x.rec.Error = "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+	}
 	switch {
 	case status >= 400 && !isJSON:
 		// Keep the status, give the client the error shape it expects.
-		x.respondError(ctx, status, "upstream_error", "upstream answered "+fasthttp.StatusMessage(status)+": "+string(truncate(body, 512)))
+		x.respondError(ctx, status, "upstream_error", x.rec.Error)
 		x.finish()
 		return
 	case x.rec.Streaming && status < 300 && !isJSON:
 		x.facts.BadContentType = true
-		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", "upstream answered a stream request with content type "+string(ct))
+		x.rec.Error = "upstream answered a stream request with content type " + string(ct)
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.rec.Error)
 		x.finish()
 		return
 	}

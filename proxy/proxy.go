@@ -137,6 +137,7 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
 	p.watcher.close()
+	p.up.hc.CloseIdleConnections()
 	return err
 }
 
