@@ -17,43 +17,38 @@ import (
 
 // LogOptions configures a LogSink. The zero value is ready to use.
 type LogOptions struct {
-	// QueueLines is how many finished lines may wait for the writer before
-	// new lines are dropped (and counted). Default 8192: at ~1 KiB a line
-	// that is at most ~8 MiB of memory, and some seconds of a stalled stdout
-	// at a few thousand requests per second.
-	QueueLines int
-	// BatchBytes caps how many queued lines the writer goroutine joins into
-	// one Write call. Default 64 KiB. Lines are never split across writes.
-	BatchBytes int
-	// CloseTimeout bounds how long Close waits for queued lines to be
+	// BufferBytes bounds the lines waiting for the writer; a line that does
+	// not fit is dropped and counted. Default 4 MiB: about 4000 lines, some
+	// seconds of a stalled stdout at a thousand requests per second. The
+	// sink holds two such buffers (one filling, one being written).
+	BufferBytes int
+	// CloseTimeout bounds how long Close waits for waiting lines to be
 	// written. Default 5 s. A writer blocked longer than that is left
-	// behind: its goroutine ends when the writer returns.
+	// behind: the sink's goroutine ends when the writer returns.
 	CloseTimeout time.Duration
 }
 
 func (o *LogOptions) normalize() {
-	if o.QueueLines <= 0 {
-		o.QueueLines = 8192
-	}
-	if o.BatchBytes <= 0 {
-		o.BatchBytes = 64 << 10
+	if o.BufferBytes <= 0 {
+		o.BufferBytes = 4 << 20
 	}
 	if o.CloseTimeout <= 0 {
 		o.CloseTimeout = 5 * time.Second
 	}
 }
 
-// maxPooledLine bounds the line buffers kept for reuse, so one huge line
-// (a long error text) does not pin memory (golang.org/issue/23199).
-const maxPooledLine = 16 << 10
-
 // LogSink writes one zerolog JSON line per record (DESIGN §4). Emit formats
-// the line on the caller's goroutine and hands it to a bounded queue; one
-// goroutine writes queued lines to the underlying writer. When the queue is
-// full the line is dropped and counted (Dropped), so a slow or stuck writer
-// never blocks a request. Zerolog's diode writer is not used: it copies each
-// line into a fresh allocation, reports drops only when its reader catches
-// up (never, with a stuck writer), and closes the wrapped writer on Close.
+// the line on the caller's goroutine and appends it to a bounded buffer
+// under a short mutex (a memcpy); one goroutine swaps that buffer for an
+// empty one and writes the full one with a single Write. A line that does
+// not fit is dropped and counted (Dropped), so a slow or stuck writer
+// never blocks a request. Lines are never split across writes; several
+// lines may share one Write.
+//
+// Zerolog's diode writer is not used: it allocates a copy of every line,
+// reports drops only when its reader catches up (never, with a stuck
+// writer, so the count is lost), and closes the wrapped writer on Close.
+// The double buffer here allocates nothing in steady state.
 //
 // A LogSink is safe for concurrent use. Emit after Close drops the line
 // (and counts it).
@@ -62,15 +57,14 @@ type LogSink struct {
 	out    io.Writer
 	logger zerolog.Logger
 
-	queue chan *[]byte
-	bufs  sync.Pool // *[]byte line buffers
-	// mu orders Emit against Close: Emit holds it shared while enqueueing,
-	// Close takes it exclusively to set closed.
-	mu     sync.RWMutex
-	closed bool
-	stop   chan struct{}
-	done   chan struct{}
+	mu     sync.Mutex
+	buf    []byte // lines waiting for the writer, guarded by mu
+	lines  int    // lines in buf, guarded by mu
+	closed bool   // guarded by mu
 	once   sync.Once
+
+	wake chan struct{} // capacity 1: "buf is not empty, or closed"
+	done chan struct{} // closed when the writer goroutine returns
 
 	dropped atomic.Uint64
 	written atomic.Uint64
@@ -82,19 +76,18 @@ type LogSink struct {
 func NewLogSink(w io.Writer, opts LogOptions) *LogSink {
 	opts.normalize()
 	s := &LogSink{
-		opts:  opts,
-		out:   w,
-		queue: make(chan *[]byte, opts.QueueLines),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		opts: opts,
+		out:  w,
+		buf:  make([]byte, 0, opts.BufferBytes),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
-	s.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
-	s.logger = zerolog.New(queueWriter{s})
+	s.logger = zerolog.New(bufferWriter{s})
 	go s.run()
 	return s
 }
 
-// Dropped returns how many lines were dropped so far: the queue was full,
+// Dropped returns how many lines were dropped so far: the buffer was full,
 // the sink was closed, or the writer returned an error for them.
 func (s *LogSink) Dropped() uint64 { return s.dropped.Load() }
 
@@ -102,13 +95,13 @@ func (s *LogSink) Dropped() uint64 { return s.dropped.Load() }
 func (s *LogSink) Written() uint64 { return s.written.Load() }
 
 // ErrCloseTimeout is returned by Close when the writer did not take the
-// queued lines within LogOptions.CloseTimeout.
+// waiting lines within LogOptions.CloseTimeout.
 var ErrCloseTimeout = errors.New("exporters: log writer did not drain before the close timeout")
 
-// Close stops accepting lines, writes the queued ones and stops the writer
-// goroutine. It returns ErrCloseTimeout if that took longer than
+// Close stops accepting lines, writes the waiting ones and stops the
+// writer goroutine. It returns ErrCloseTimeout if that took longer than
 // CloseTimeout; the goroutine then ends as soon as the writer returns.
-// Close is idempotent; later calls return nil.
+// Close is idempotent; later calls return nil at once.
 func (s *LogSink) Close() error {
 	first := false
 	s.once.Do(func() {
@@ -116,7 +109,7 @@ func (s *LogSink) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
-		close(s.stop)
+		s.signal()
 	})
 	if !first {
 		return nil
@@ -131,106 +124,66 @@ func (s *LogSink) Close() error {
 	}
 }
 
-// queueWriter is the zerolog writer: it copies the finished line (zerolog
-// reuses its buffer) into a pooled buffer and queues it without blocking.
-type queueWriter struct{ s *LogSink }
+func (s *LogSink) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
 
-func (q queueWriter) Write(p []byte) (int, error) {
-	s := q.s
-	bp := s.bufs.Get().(*[]byte)
-	*bp = append((*bp)[:0], p...)
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		s.drop(bp, 1)
+// bufferWriter is the zerolog writer: it copies the finished line (zerolog
+// reuses its buffer) into the sink's buffer, or drops it.
+type bufferWriter struct{ s *LogSink }
+
+func (w bufferWriter) Write(p []byte) (int, error) {
+	s := w.s
+	s.mu.Lock()
+	if s.closed || len(s.buf)+len(p) > s.opts.BufferBytes {
+		s.mu.Unlock()
+		s.dropped.Add(1)
 		return len(p), nil
 	}
-	select {
-	case s.queue <- bp:
-	default:
-		s.drop(bp, 1)
-	}
-	s.mu.RUnlock()
+	s.buf = append(s.buf, p...)
+	s.lines++
+	s.mu.Unlock()
+	s.signal()
 	return len(p), nil
 }
 
-func (s *LogSink) drop(bp *[]byte, n uint64) {
-	s.dropped.Add(n)
-	s.put(bp)
-}
-
-func (s *LogSink) put(bp *[]byte) {
-	if cap(*bp) <= maxPooledLine {
-		s.bufs.Put(bp)
-	}
-}
-
-// run writes queued lines, joining those already waiting into one Write of
-// at most BatchBytes. After stop it drains the queue and returns.
+// run swaps the filled buffer for the spare one and writes it, until the
+// sink is closed and drained.
 func (s *LogSink) run() {
 	defer close(s.done)
-	batch := make([]byte, 0, s.opts.BatchBytes)
-	for {
-		var bp *[]byte
-		select {
-		case bp = <-s.queue:
-		case <-s.stop:
-			// Close set closed before closing stop, so nothing more is
-			// queued: drain what is there.
-			for {
-				select {
-				case bp = <-s.queue:
-					batch = s.flushIfFull(batch, bp)
-				default:
-					s.write(batch)
-					return
-				}
-			}
+	spare := make([]byte, 0, s.opts.BufferBytes)
+	for range s.wake {
+		s.mu.Lock()
+		full, lines, closed := s.buf, s.lines, s.closed
+		s.buf, s.lines = spare[:0], 0
+		s.mu.Unlock()
+		s.write(full, lines)
+		spare = full
+		if closed {
+			// No line is accepted after closed was set, and this batch was
+			// taken after it: nothing is left.
+			return
 		}
-		batch = s.flushIfFull(batch, bp)
-	more:
-		for len(batch) < s.opts.BatchBytes {
-			select {
-			case bp = <-s.queue:
-				batch = s.flushIfFull(batch, bp)
-			default:
-				break more
-			}
-		}
-		batch = s.write(batch)
 	}
 }
 
-// flushIfFull appends the line bp to batch, writing batch first if the
-// line would not fit.
-func (s *LogSink) flushIfFull(batch []byte, bp *[]byte) []byte {
-	if len(batch) > 0 && len(batch)+len(*bp) > s.opts.BatchBytes {
-		batch = s.write(batch)
+// write writes lines whole lines in b. Lines a failed write did not take
+// entirely are counted as dropped.
+func (s *LogSink) write(b []byte, lines int) {
+	if lines == 0 {
+		return
 	}
-	batch = append(batch, *bp...)
-	s.put(bp)
-	return batch
-}
-
-// write writes batch (whole lines) and returns it emptied. Lines a failed
-// write did not take entirely are counted as dropped.
-func (s *LogSink) write(batch []byte) []byte {
-	if len(batch) == 0 {
-		return batch
+	n, err := s.out.Write(b)
+	if err != nil || n < len(b) {
+		ok := countLines(b[:max(min(n, len(b)), 0)])
+		s.written.Add(uint64(ok))
+		s.dropped.Add(uint64(lines - ok))
+		return
 	}
-	lines := uint64(countLines(batch))
-	n, err := s.out.Write(batch)
-	if err != nil || n < len(batch) {
-		ok := uint64(countLines(batch[:max(n, 0)]))
-		s.written.Add(ok)
-		s.dropped.Add(lines - ok)
-	} else {
-		s.written.Add(lines)
-	}
-	if cap(batch) > 4*s.opts.BatchBytes {
-		return make([]byte, 0, s.opts.BatchBytes)
-	}
-	return batch[:0]
+	s.written.Add(uint64(lines))
 }
 
 func countLines(b []byte) int {
@@ -242,6 +195,10 @@ func countLines(b []byte) int {
 	}
 	return n
 }
+
+// maxPooledScratch bounds the scratch buffers kept for reuse, so one huge
+// record does not pin memory (golang.org/issue/23199).
+const maxPooledScratch = 16 << 10
 
 // scratch holds per-Emit buffers for fields built as raw JSON.
 type scratch struct{ b []byte }
@@ -256,7 +213,7 @@ func (s *LogSink) Emit(r *record.Record) {
 	e := s.logger.Log()
 	buildLine(e, r, sc)
 	e.Send()
-	if cap(sc.b) <= maxPooledLine {
+	if cap(sc.b) <= maxPooledScratch {
 		scratchPool.Put(sc)
 	}
 }

@@ -1,0 +1,61 @@
+//go:build !race
+
+package exporters
+
+import (
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/record"
+)
+
+// TestAllocs pins the allocation budgets of the Emit paths for a typical
+// streamed record (200 tokens): the log line and the metrics without a
+// trace id allocate nothing; exemplars cost a bounded number per record,
+// never per gap.
+func TestAllocs(t *testing.T) {
+	r := typical()
+	l := zerolog.New(io.Discard)
+	sc := &scratch{}
+	if n := testing.AllocsPerRun(200, func() {
+		e := l.Log()
+		buildLine(e, r, sc)
+		e.Send()
+	}); n > 0 {
+		t.Errorf("log line: %v allocs, want 0", n)
+	}
+
+	// LogSink.Emit hands a pooled buffer to the writer goroutine, which
+	// returns it after writing. testing.AllocsPerRun pins GOMAXPROCS to 1,
+	// starving that goroutine, so measure here with it running.
+	s := NewLogSink(io.Discard, LogOptions{})
+	defer s.Close()
+	for range 1000 { // warm the pools up
+		s.Emit(r)
+	}
+	const n = 20000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		s.Emit(r)
+	}
+	runtime.ReadMemStats(&after)
+	if per := float64(after.Mallocs-before.Mallocs) / n; per > 0.05 {
+		t.Errorf("LogSink.Emit: %.3f allocs per record, want ~0", per)
+	}
+
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	m.Emit(r) // first use of the sparse buckets allocates them
+	noTrace := typical()
+	noTrace.TraceID = record.TraceID{}
+	if n := testing.AllocsPerRun(200, func() { m.Emit(noTrace) }); n > 0 {
+		t.Errorf("Metrics.Emit without trace id: %v allocs, want 0", n)
+	}
+	if n := testing.AllocsPerRun(200, func() { m.Emit(r) }); n > 24 {
+		t.Errorf("Metrics.Emit with exemplars: %v allocs, want <= 24", n)
+	}
+}
