@@ -6,6 +6,11 @@
 // forward blocks unchanged. It is incremental: input may be split across reads at
 // any byte, and a block is returned as soon as its terminating blank line arrives.
 //
+// The one way a result can depend on how the input was split: a blank line that
+// ends with CR is dispatched at once, so if the CR was the last byte read, the LF of
+// a CRLF arrives after its block was returned and comes back as a block of its own
+// (Raw "\n", no fields). Concatenating Raw always gives back the input.
+//
 // The package imports only the standard library.
 package sse
 
@@ -39,6 +44,8 @@ const (
 type Event struct {
 	// Raw holds the exact bytes of the block as received, line ends and the
 	// terminating blank line included. A leading BOM is part of the first block's Raw.
+	// It is at most limit bytes long, or limit+1 when it ends with CRLF; it is only
+	// "\n" for the late LF of a CRLF whose CR ended the block before (see Next).
 	Raw []byte
 	// Data is the data field values joined with "\n". With a single data line it
 	// aliases Raw.
@@ -94,10 +101,10 @@ type Scanner struct {
 	buf  []byte // buf[r:w] was read and not yet returned; len(buf) is the capacity in use
 	r    int    // start of the current block
 	w    int    // end of the bytes read
-	p    int    // scan position: buf[line:p] holds no line end
+	p    int    // scan position: buf[ln:p] holds no line end, so no byte is scanned twice
 	ln   int    // start of the current line
-	lf   int    // index of the first LF at or after p, if >= p
-	lfTo int    // when lf < p: buf[p:lfTo] holds no LF (avoids rescans on CR-only streams)
+	lf   int    // if lf >= p, the index of the first LF at or after p
+	lfTo int    // if lf < 0, buf[p:lfTo] holds no LF (keeps CR-only streams linear)
 
 	limit  int
 	maxBuf int
