@@ -191,8 +191,6 @@ func (x *exchange) nextEvent() error {
 			return x.streamEnd(err)
 		}
 		now := tl.Now()
-		tl.Mark(stages.FirstEvent)
-		x.rec.Stream.Events++
 		x.lastEvent.Store(int64(now))
 		content := false
 		if ev.Comments > 0 && bytes.HasPrefix(ev.Comment, signals.ServerTimingPrefix) {
@@ -204,6 +202,8 @@ func (x *exchange) nextEvent() error {
 			}
 		}
 		if ev.HasData {
+			tl.Mark(stages.FirstEvent)
+			x.rec.Stream.Events++
 			s := x.oai.Inspect(ev.Data)
 			if s.BadUTF8 {
 				x.facts.Read = endreason.ReadBadUTF8

@@ -172,3 +172,57 @@ func TestInspectDoesNotModifyInput(t *testing.T) {
 		}
 	}
 }
+
+func FuzzInspect(f *testing.F) {
+	// Real chunk shapes, one per server family.
+	for _, s := range []string{
+		openaiRole, openaiContent, openaiFinish, openaiUsage, vllmStopTok, vllmUsage, vllmReason,
+		llamacppFinal, completionText, toolCallArgs, wholeChat, openaiError, tgiError,
+	} {
+		f.Add([]byte(s))
+	}
+	// End marker and its near misses.
+	f.Add([]byte(" [DONE] "))
+	f.Add([]byte("[DONE"))
+	// Not the protocol: invalid JSON, not an object, bad UTF-8, deep nesting.
+	f.Add([]byte(`{"choices":[{"delta":{"content":"\ud800"}}]}`))
+	f.Add([]byte("{\"choices\":[{\"text\":\"\xff\"}]}"))
+	f.Add([]byte(`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`))
+	f.Add([]byte(`{"usage":{"prompt_tokens":99999999999999999999999,"completion_tokens":-1}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		orig := string(data)
+		var o OpenAI
+		ev := o.Inspect(data)
+		if string(data) != orig {
+			t.Fatalf("Inspect modified its input %q", orig)
+		}
+		// Deterministic: again on the same reader, and on a fresh one after
+		// the reader has seen something else.
+		if ev2 := o.Inspect(data); ev2 != ev {
+			t.Fatalf("Inspect(%q) not deterministic: %+v then %+v", orig, ev, ev2)
+		}
+		var o2 OpenAI
+		o2.Inspect([]byte(wholeChat))
+		if ev3 := o2.Inspect(data); ev3 != ev {
+			t.Fatalf("Inspect(%q) depends on the reader's history: %+v vs %+v", orig, ev, ev3)
+		}
+		// Consistency of the flags.
+		if ev.BadUTF8 && !ev.Malformed {
+			t.Fatalf("Inspect(%q): BadUTF8 without Malformed", orig)
+		}
+		if ev.Malformed || ev.Done {
+			rest := ev
+			rest.Malformed, rest.BadUTF8, rest.Done = false, false, false
+			if rest != (Event{}) || (ev.Malformed && ev.Done) {
+				t.Fatalf("Inspect(%q): malformed or done event carries more: %+v", orig, ev)
+			}
+		}
+		if ev.Finish > endreason.FinishOther {
+			t.Fatalf("Inspect(%q): finish %d out of range", orig, ev.Finish)
+		}
+		if !ev.Usage && (ev.PromptTokens != 0 || ev.CompletionTokens != 0) {
+			t.Fatalf("Inspect(%q): token counts without usage", orig)
+		}
+	})
+}

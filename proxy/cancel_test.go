@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+)
+
+// maxCloseDelay is how soon after the client leaves the upstream must see
+// its connection closed, at default settings (issue 2).
+const maxCloseDelay = 300 * time.Millisecond
+
+// TestClientCancel checks that a client that leaves makes the proxy close
+// the upstream connection promptly, in every phase, and that the record says
+// client_cancel with the phase.
+func TestClientCancel(t *testing.T) {
+	tests := []struct {
+		name  string
+		phase endreason.Phase
+		// upstream runs until the proxy closes the connection; started is
+		// signalled when the client may leave.
+		upstream func(c *upConn, started chan<- struct{})
+		// readFirst: the client reads this before leaving.
+		readFirst string
+	}{
+		{"before headers", endreason.PhasePrefill, func(c *upConn, started chan<- struct{}) {
+			close(started) // withhold headers: the proxy is inside the header wait
+		}, ""},
+		{"silent prefill", endreason.PhasePrefill, func(c *upConn, started chan<- struct{}) {
+			c.sse()
+			c.role() // role chunk only: the first event, no token yet
+			close(started)
+		}, ""},
+		{"mid-stream", endreason.PhaseDecoding, func(c *upConn, started chan<- struct{}) {
+			c.role()
+			close(started)
+			for i := 0; ; i++ {
+				if !c.content("tok ") {
+					return
+				}
+				select {
+				case at := <-c.gone:
+					c.gone <- at // for the waitGone after this script
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}, "tok "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			started := make(chan struct{})
+			closed := make(chan time.Time, 1)
+			up := startUpstream(t, func(c *upConn) {
+				tt.upstream(c, started)
+				at, ok := c.waitGone(5 * time.Second)
+				if ok {
+					closed <- at
+				}
+			})
+			addr, sink, _ := startProxy(t, up.url, nil)
+			conn, br := rawClient(t, addr, chatBody)
+			<-started
+			if tt.readFirst != "" {
+				readUntil(t, br, tt.readFirst)
+			}
+			time.Sleep(50 * time.Millisecond) // let the silence be real
+			left := time.Now()
+			conn.Close()
+
+			select {
+			case at := <-closed:
+				if d := at.Sub(left); d > maxCloseDelay {
+					t.Errorf("upstream saw the close %v after the client left; want <= %v", d, maxCloseDelay)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("upstream connection still open 3s after the client left")
+			}
+			r := sink.next(t)
+			if r.Reason != endreason.ClientCancel || r.Phase != tt.phase {
+				t.Errorf("record %s/%s phase %s, want client_cancel phase %s", r.Reason, r.Detail, r.Phase, tt.phase)
+			}
+			if r.CancelToClose <= 0 || r.CancelToClose > maxCloseDelay {
+				t.Errorf("cancel_to_close %v, want in (0, %v]", r.CancelToClose, maxCloseDelay)
+			}
+			sink.none(t, 50*time.Millisecond)
+		})
+	}
+}
