@@ -111,7 +111,9 @@ func (m *Model) Step(entries []StepEntry) StepStats {
 	m.stepDone.Wait()
 
 	for _, en := range entries {
-		en.Seq.n += len(en.Tokens)
+		if len(en.Tokens) > 0 {
+			en.Seq.n += len(en.Tokens)
+		}
 	}
 	var st StepStats
 	st.Tokens = pl.rows
@@ -388,7 +390,7 @@ func expf(x float32) float32 {
 	)
 	n := float32(math.Floor(float64(x*log2e + 0.5)))
 	r := x - n*ln2hi - n*ln2lo
-	p := float32(1.0/720)
+	p := float32(1.0 / 720)
 	p = p*r + 1.0/120
 	p = p*r + 1.0/24
 	p = p*r + 1.0/6

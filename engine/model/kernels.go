@@ -111,28 +111,3 @@ func kern1x16Go(y []float32, x []float32, panel []float32, k int) {
 	y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7] = a0, a1, a2, a3, a4, a5, a6, a7
 	y[8], y[9], y[10], y[11], y[12], y[13], y[14], y[15] = a8, a9, a10, a11, a12, a13, a14, a15
 }
-
-// dotGo returns Σ a[i]·b[i] over len(a) elements (b must be at least as long).
-func dotGo(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// axpyGo computes y[i] += alpha·x[i] over len(x) elements.
-func axpyGo(alpha float32, x, y []float32) {
-	y = y[:len(x)]
-	for i, v := range x {
-		y[i] += alpha * v
-	}
-}

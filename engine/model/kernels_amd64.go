@@ -18,12 +18,6 @@ func sgemm4x16AVX(y *float32, ldy int, x *float32, ldx int, panel *float32, k in
 //go:noescape
 func sgemm1x16AVX(y *float32, x *float32, panel *float32, k int)
 
-//go:noescape
-func dotAVX(a, b *float32, n int) float32
-
-//go:noescape
-func axpyAVX(alpha float32, x, y *float32, n int)
-
 // kern4x16 writes the 4x16 output tile y[i*ldy+j] = Σ_kk x[i*ldx+kk]·panel[kk*16+j].
 func kern4x16(y []float32, ldy int, x []float32, ldx int, panel []float32, k int) {
 	if !useAsm || k == 0 {
@@ -46,23 +40,4 @@ func kern1x16(y []float32, x []float32, panel []float32, k int) {
 	_ = x[k-1]
 	_ = panel[k*panelWidth-1]
 	sgemm1x16AVX(&y[0], &x[0], &panel[0], k)
-}
-
-// dot returns Σ a[i]·b[i] over len(a) elements.
-func dot(a, b []float32) float32 {
-	if !useAsm || len(a) == 0 {
-		return dotGo(a, b)
-	}
-	_ = b[len(a)-1]
-	return dotAVX(&a[0], &b[0], len(a))
-}
-
-// axpy computes y[i] += alpha·x[i] over len(x) elements.
-func axpy(alpha float32, x, y []float32) {
-	if !useAsm || len(x) == 0 {
-		axpyGo(alpha, x, y)
-		return
-	}
-	_ = y[len(x)-1]
-	axpyAVX(alpha, &x[0], &y[0], len(x))
 }

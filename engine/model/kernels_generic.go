@@ -12,7 +12,3 @@ func kern4x16(y []float32, ldy int, x []float32, ldx int, panel []float32, k int
 }
 
 func kern1x16(y []float32, x []float32, panel []float32, k int) { kern1x16Go(y, x, panel, k) }
-
-func dot(a, b []float32) float32 { return dotGo(a, b) }
-
-func axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }

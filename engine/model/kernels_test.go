@@ -72,29 +72,6 @@ func TestMatmulMatchesNaive(t *testing.T) {
 	})
 }
 
-func TestDotAxpyMatchNaive(t *testing.T) {
-	withKernels(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(3, 4))
-		for _, n := range []int{1, 3, 7, 8, 9, 15, 16, 17, 31, 48, 64, 100} {
-			a, b := randSlice(rng, n), randSlice(rng, n)
-			var want float64
-			for i := range a {
-				want += float64(a[i]) * float64(b[i])
-			}
-			if got := dot(a, b); !closeEnough(got, float32(want), 1e-5) {
-				t.Errorf("dot n=%d = %v, want %v", n, got, want)
-			}
-			y := append([]float32(nil), b...)
-			axpy(0.5, a, y)
-			for i := range y {
-				if w := b[i] + 0.5*a[i]; !closeEnough(y[i], w, 1e-6) {
-					t.Fatalf("axpy n=%d y[%d] = %v, want %v", n, i, y[i], w)
-				}
-			}
-		}
-	})
-}
-
 func TestExpf(t *testing.T) {
 	for x := float32(-90); x < 88; x += 0.0137 {
 		got, want := expf(x), math.Exp(float64(x))

@@ -70,14 +70,14 @@ func (m *Model) NewBlockPool(numBlocks int) *BlockPool {
 		numBlocks = 0
 	}
 	p := &BlockPool{
-		cfg:         c,
-		hs:          c.HeadSize(),
-		kSize:       c.HeadSize() * BlockSize,
-		vSize:       (c.HeadSize() + panelWidth - 1) / panelWidth * panelWidth * BlockSize,
-		meta:        make([]blockMeta, numBlocks),
-		cache:       make(map[uint64]int32),
-		lruHead:     -1,
-		lruTail:     -1,
+		cfg:     c,
+		hs:      c.HeadSize(),
+		kSize:   c.HeadSize() * BlockSize,
+		vSize:   (c.HeadSize() + panelWidth - 1) / panelWidth * panelWidth * BlockSize,
+		meta:    make([]blockMeta, numBlocks),
+		cache:   make(map[uint64]int32),
+		lruHead: -1,
+		lruTail: -1,
 	}
 	p.layerStride = c.KVHeads * (p.kSize + p.vSize)
 	p.blockStride = c.Layers * p.layerStride

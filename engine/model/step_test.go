@@ -304,6 +304,16 @@ func TestStragglerShowsAsSync(t *testing.T) {
 	}
 }
 
+func TestEmptyEntriesAreSkipped(t *testing.T) {
+	m := newTestModel(t, smallConfig(), 2)
+	if st := m.Step([]StepEntry{{}, {Tokens: nil}}); st.Tokens != 0 || st.Sync != 0 {
+		t.Fatalf("empty step: %+v", st)
+	}
+	if st := m.Step(nil); st.Tokens != 0 {
+		t.Fatalf("nil step: %+v", st)
+	}
+}
+
 func TestCloseIsIdempotent(t *testing.T) {
 	m, err := NewSeeded(smallConfig(), 1, 3)
 	if err != nil {
