@@ -23,9 +23,9 @@ import (
 // Cores: a rank is one goroutine and uses at most one core; ranks=1 is a
 // single-device baseline and does not spread matmuls over cores. On a
 // 2-core machine ranks=2 is the recommended setting: it uses both cores for
-// every layer (single-stream decode about 1.5x faster than ranks=1 when the
-// machine is otherwise idle) at the price of 12 barriers per step, whose
-// waits are reported as StepStats.Sync.
+// every layer (see model_timing_test.go for single-stream decode at ranks 1
+// and 2) at the price of two barriers per layer, whose waits are reported as
+// StepStats.Sync.
 //
 // Cfg must not be modified. Step is not safe for concurrent use; Ranks,
 // SetStraggler and Close may be called from any goroutine.
