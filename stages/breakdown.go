@@ -53,7 +53,8 @@ func (t *Timeline) Breakdown() Breakdown {
 		return b
 	}
 	b.OK = true
-	b.TTFT = t.marks[FirstTokenFlushed]
+	// A clock that stepped back could put the mark before Received.
+	b.TTFT = max(t.marks[FirstTokenFlushed], 0)
 
 	// Proxy marks: take each as at least the previous one, so clock oddities
 	// (a mark recorded out of order) cannot produce a negative stage.

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// relayStream is n chat content events, as an engine streams them.
+func relayStream(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(": server-timing queue;dur=1, prefill;dur=2\n\n")
+	b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n")
+	for range n {
+		b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n")
+	}
+	b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+	return b.Bytes()
+}
+
+// relayHarness is an exchange reading an in-memory upstream body, the way
+// fasthttp drives it: Read until io.EOF.
+type relayHarness struct {
+	x   *exchange
+	src *bytes.Reader
+	buf []byte
+}
+
+func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
+	cfg := Config{Upstream: "http://127.0.0.1:1"}
+	if err := cfg.Normalize(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proxy{cfg: cfg, clock: stages.Monotonic}
+	return &relayHarness{x: newExchange(p), src: bytes.NewReader(stream), buf: make([]byte, 4096)}
+}
+
+// run relays the whole stream and returns the events seen.
+func (h *relayHarness) run(tb testing.TB, stream []byte) int {
+	x := h.x
+	x.rec.Timeline.Start(stages.Monotonic, time.Time{})
+	x.rec.Stream.Reset()
+	x.facts.Done, x.handedOut, x.out = false, false, nil
+	x.firstToken.Store(false)
+	h.src.Reset(stream)
+	x.scan.Reset(h.src)
+	for {
+		_, err := x.Read(h.buf)
+		if err == io.EOF {
+			return x.rec.Stream.Events
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRelay is the per-event hot path: parse the upstream event, read
+// what it says, time it, hand its bytes out.
+func BenchmarkRelay(b *testing.B) {
+	const n = 1000
+	stream := relayStream(n)
+	h := newRelayHarness(b, stream)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if got := h.run(b, stream); got != n+3 {
+			b.Fatalf("relayed %d events, want %d", got, n+3)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(n+3)), "ns/event")
+}
+
+func TestRelayStreamShape(t *testing.T) {
+	h := newRelayHarness(t, nil)
+	stream := relayStream(5)
+	if got := h.run(t, stream); got != 8 {
+		t.Fatalf("events %d, want 8", got)
+	}
+	if !strings.Contains(string(stream), "server-timing") || h.x.rec.Stream.ContentEvents != 5 {
+		t.Fatalf("content events %d, want 5", h.x.rec.Stream.ContentEvents)
+	}
+}
