@@ -13,7 +13,11 @@
 //	logs := exporters.NewLogSink(os.Stdout, exporters.LogOptions{})
 //	defer logs.Close()
 //	sinks := exporters.NewFanout(exporters.Named{"log", logs}, exporters.Named{"metrics", m})
-//	sinks.Track(m)
-//	admin := exporters.AdminHandler(reg, nil)
-//	// per request: m.RequestStarted(); …; sinks.Emit(rec); m.RequestEnded()
+//	sinks.Track(m) // ttftlens_records_dropped_total{sink="log"|"metrics"}
+//	admin := exporters.AdminHandler(reg, nil) // serve on the admin listener
+//	// per request: m.RequestStarted() at handler entry; at the end,
+//	// sinks.Emit(rec) then m.RequestEnded(), on every path.
+//
+// The log sink sorts the record's inter-token gaps in place
+// (stages.Stream.Gaps); the metrics sink reads them in any order.
 package exporters
