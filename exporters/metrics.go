@@ -132,8 +132,7 @@ type Metrics struct {
 
 	requestsVec *prometheus.CounterVec
 	requests    map[reqKey]prometheus.Counter // read-only after NewMetrics
-	reqMu       sync.Mutex
-	reqExtra    sync.Map // reqKey → prometheus.Counter, pairs outside the table
+	reqExtra    sync.Map                      // reqKey → prometheus.Counter, pairs outside the table
 
 	inFlight          prometheus.Gauge
 	unsplit           []prometheus.Counter // by upstream index
