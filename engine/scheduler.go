@@ -130,6 +130,7 @@ type scheduler struct {
 	met            *metrics
 
 	mu       sync.Mutex
+	closed   bool // set by shutdown: submit fails requests at once
 	incoming []*request
 	wake     chan struct{}
 	stop     chan struct{}
@@ -168,9 +169,15 @@ func newScheduler(m *model.Model, pool *model.BlockPool, cfg *Config, eos int, s
 	return s
 }
 
-// submit queues r for scheduling. It never blocks.
+// submit queues r for scheduling. It never blocks. After close, r ends at
+// once with finish reason error.
 func (s *scheduler) submit(r *request) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		r.emit(-1, finishError, "engine shutting down", s.met)
+		return
+	}
 	s.incoming = append(s.incoming, r)
 	s.mu.Unlock()
 	s.met.waiting.Add(1)
@@ -285,6 +292,7 @@ func (s *scheduler) updateKV() {
 
 func (s *scheduler) shutdown() {
 	s.mu.Lock()
+	s.closed = true
 	s.waiting = append(s.waiting, s.incoming...)
 	s.incoming = nil
 	s.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -214,4 +216,42 @@ func TestChunkedPrefillSharesSteps(t *testing.T) {
 		t.Errorf("only %d decode events during a %v prefill of %d tokens (%d chunks)", during, tr.Prefill, u.PromptTokens, steps)
 	}
 	t.Logf("%d decode events during a %v prefill of %d tokens (%d chunks)", during, tr.Prefill, u.PromptTokens, steps)
+}
+
+// Close ends in-flight streams and leaves no goroutine behind (goleak in
+// TestMain checks the latter).
+func TestServeAndCloseWithStreamInFlight(t *testing.T) {
+	s, err := New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
+		strings.NewReader(chatBody("go on", `"stream":true,"ignore_eos":true,"max_tokens":1500`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung")
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
 }

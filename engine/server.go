@@ -38,7 +38,8 @@ type Server struct {
 	created   int64 // unix seconds of start, the "created" of /v1/models
 	closing   chan struct{}
 	closeOnce sync.Once
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // the scheduler goroutine
+	handlers  sync.WaitGroup // generation handlers in flight
 
 	mu   sync.Mutex
 	srvs []*http.Server
@@ -109,12 +110,29 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Go(s.sched.run)
 
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
-	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.track(w, r, true) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.track(w, r, false) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.Handle("GET /metrics", s.met)
 	return s, nil
+}
+
+// track runs a generation handler, refusing new ones once Close began and
+// letting Close wait for those in flight.
+func (s *Server) track(w http.ResponseWriter, r *http.Request, chat bool) {
+	s.mu.Lock()
+	select {
+	case <-s.closing:
+		s.mu.Unlock()
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "engine is shutting down", typ: "server_error"})
+		return
+	default:
+	}
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	defer s.handlers.Done()
+	s.generate(w, r, chat)
 }
 
 // Config returns the normalized configuration in use.
@@ -154,8 +172,11 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Close stops the servers started by Serve, ends every unfinished request
-// (finish reason error), stops the scheduler and the workers, and releases
-// the model. No goroutine of the Server survives it. Close is idempotent.
+// (finish reason error: streams get an error event), waits for the
+// generation handlers in flight, stops the scheduler and the workers, and
+// releases the model. No goroutine of the Server survives it; servers other
+// than those of Serve should be shut down first (their handlers are waited
+// for too). Close is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -169,6 +190,7 @@ func (s *Server) Close() error {
 		s.sched.close()
 		s.wg.Wait()
 		s.toks.close()
+		s.handlers.Wait()
 		s.media.close()
 		s.m.Close()
 	})
