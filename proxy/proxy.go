@@ -25,6 +25,9 @@ import (
 type Config struct {
 	// Upstream is the base URL of the model server, e.g. http://127.0.0.1:8000.
 	Upstream string
+	// UpstreamName labels the upstream in records and metrics (default: its
+	// host:port).
+	UpstreamName string
 	// FirstTokenTimeout bounds the time from receipt to the first token
 	// (default 120s; negative = none).
 	FirstTokenTimeout time.Duration
@@ -106,7 +109,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
-	up, err := NewUpstream(cfg.Upstream, cfg.Dial)
+	up, err := NewUpstream(cfg.Upstream, cfg.UpstreamName, cfg.Dial)
 	if err != nil {
 		return nil, err
 	}

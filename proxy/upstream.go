@@ -24,8 +24,9 @@ type Upstream struct {
 	hc   *fasthttp.HostClient
 }
 
-// NewUpstream parses an http:// or https:// base URL.
-func NewUpstream(rawURL string, dial fasthttp.DialFunc) (*Upstream, error) {
+// NewUpstream parses an http:// or https:// base URL. name labels the
+// upstream in records and metrics; empty means its host:port.
+func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -47,8 +48,11 @@ func NewUpstream(rawURL string, dial fasthttp.DialFunc) (*Upstream, error) {
 			addr += ":80"
 		}
 	}
+	if name == "" {
+		name = u.Host
+	}
 	return &Upstream{
-		Name: u.Host,
+		Name: name,
 		Addr: addr,
 		hc: &fasthttp.HostClient{
 			Addr:  addr,

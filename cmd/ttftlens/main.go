@@ -5,8 +5,9 @@
 //	ttftlens engine [flags]    run the reference CPU engine alone
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
-// flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN).
-// A flag on the command line wins over the environment.
+// flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
+// for "engine", TTFTLENS_ENGINE_ and the name). A flag on the command line
+// wins over the environment.
 package main
 
 import (
@@ -27,6 +28,8 @@ func main() {
 	switch cmd {
 	case "serve":
 		err = runServe(args)
+	case "engine":
+		err = runEngine(args)
 	case "help":
 		fmt.Fprint(os.Stdout, usage)
 		return
@@ -42,17 +45,20 @@ func main() {
 const usage = `usage: ttftlens [command] [flags]
 
 commands:
-  serve    run the proxy (default)
+  serve    run the proxy (default); without --upstream it starts the
+           reference engine in-process as its upstream
+  engine   run the reference CPU engine alone
   help     show this text
 
 Run "ttftlens serve -h" for the flags of a command.
 `
 
-// parseFlags applies TTFTLENS_* environment variables, then the command line.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags applies environment variables (envPrefix + the flag name in
+// upper case, - as _), then the command line.
+func parseFlags(fs *flag.FlagSet, args []string, envPrefix string) error {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "TTFTLENS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)

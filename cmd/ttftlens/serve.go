@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
 )
@@ -24,12 +24,13 @@ type serveFlags struct {
 	logLevel            string
 	grace               time.Duration
 	cfg                 proxy.Config
+	engine              engine.Config
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for /metrics and /health")
-	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000")
+	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty: the embedded reference engine)")
 	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
 	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", -1, "deadline for the whole request (negative: none)")
 	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
@@ -39,13 +40,14 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
 	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr (debug, info, warn, error)")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+	prefixedFlags(fs, "engine-", f.engine.RegisterFlags)
 }
 
 func runServe(args []string) error {
 	var f serveFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, "TTFTLENS_"); err != nil {
 		return err
 	}
 	level, err := zerolog.ParseLevel(f.logLevel)
@@ -54,13 +56,19 @@ func runServe(args []string) error {
 	}
 	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
 	if f.cfg.Upstream == "" {
-		return errors.New("no upstream: give --upstream URL (the embedded reference engine is not built yet)")
+		url, stop, err := startEmbeddedEngine(f.engine)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		f.cfg.Upstream, f.cfg.UpstreamName = url, "embedded-engine"
+		log.Info().Str("upstream", url).Msg("no --upstream: started the reference engine in-process")
 	}
 
 	reg := exporters.NewRegistry()
 	records := exporters.NewLogSink(os.Stdout, exporters.LogOptions{})
 	defer records.Close()
-	up, err := proxy.NewUpstream(f.cfg.Upstream, nil)
+	up, err := proxy.NewUpstream(f.cfg.Upstream, f.cfg.UpstreamName, nil)
 	if err != nil {
 		return err
 	}
@@ -68,7 +76,6 @@ func runServe(args []string) error {
 	sinks := exporters.NewFanout(exporters.Named{Name: "log", Sink: records}, exporters.Named{Name: "metrics", Sink: metrics})
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
-
 	p, err := proxy.New(f.cfg, sinks, log)
 	if err != nil {
 		return err

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ttftlens/ttftlens/engine"
+)
+
+// runEngine runs the reference engine alone: "ttftlens engine".
+func runEngine(args []string) error {
+	var cfg engine.Config
+	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	listen := fs.String("listen", ":8000", "address for clients")
+	cfg.RegisterFlags(fs)
+	if err := parseFlags(fs, args, "TTFTLENS_ENGINE_"); err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	srv, err := engine.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	cfg.Logger.Info("reference engine serving", "listen", ln.Addr().String())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case err = <-errc:
+	case <-sig:
+	}
+	return err
+}
+
+// prefixedFlags registers fn's flags on fs under prefix, so "serve" can take
+// the embedded engine's flags as --engine-NAME.
+func prefixedFlags(fs *flag.FlagSet, prefix string, fn func(*flag.FlagSet)) {
+	inner := flag.NewFlagSet("", flag.ContinueOnError)
+	fn(inner)
+	inner.VisitAll(func(f *flag.Flag) {
+		fs.Var(f.Value, prefix+f.Name, fmt.Sprintf("embedded engine: %s", f.Usage))
+	})
+}
+
+// startEmbeddedEngine runs the reference engine in this process on a
+// loopback port and returns its base URL and a function that stops it.
+func startEmbeddedEngine(cfg engine.Config) (string, func(), error) {
+	srv, err := engine.New(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded engine: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
