@@ -336,7 +336,13 @@ const chatBody = `{"model":"m","stream":true,"messages":[{"role":"user","content
 // post sends a chat request and reads the whole response.
 func post(t *testing.T, addr, body string, hdr ...string) (*http.Response, string, error) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	return postPath(t, addr, "/v1/chat/completions", body, hdr...)
+}
+
+// postPath sends a request to path and reads the whole response.
+func postPath(t *testing.T, addr, path, body string, hdr ...string) (*http.Response, string, error) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// startEngine runs the reference engine on loopback.
+func startEngine(t *testing.T, cfg engine.Config) (*engine.Server, string) {
+	t.Helper()
+	srv, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return srv, "http://" + ln.Addr().String()
+}
+
+// TestWithReferenceEngine puts the proxy in front of the real engine and
+// checks the record against the engine's own ground truth: the engine
+// durations the proxy attributes are the ones the engine measured.
+func TestWithReferenceEngine(t *testing.T) {
+	eng, url := startEngine(t, engine.Config{})
+	addr, sink, _ := startProxy(t, url, nil)
+	tests := []struct {
+		name   string
+		body   string
+		hdr    []string
+		stream bool
+		check  func(t *testing.T, r gotRecord)
+	}{
+		{"stream", `{"model":"ttftlens-ref","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello there"}]}`, nil, true, nil},
+		{"non-stream with trailer", `{"model":"ttftlens-ref","max_tokens":8,"messages":[{"role":"user","content":"hello there"}]}`, nil, false, nil},
+		{"completions", `{"model":"ttftlens-ref","stream":true,"max_tokens":8,"prompt":"Once upon a time"}`, nil, true, nil},
+		{"queue fault", `{"model":"ttftlens-ref","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+			[]string{"X-Ttftlens-Fault", "queue_delay=150ms"}, true, func(t *testing.T, r gotRecord) {
+				if q := r.bd.Stages[stages.Queue]; q < 150*time.Millisecond {
+					t.Errorf("queue stage %v, want >= 150ms", q)
+				}
+			}},
+		{"slow tokenizer", `{"model":"ttftlens-ref","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+			[]string{"X-Ttftlens-Fault", "slow_tokenizer=120ms"}, true, func(t *testing.T, r gotRecord) {
+				if p := r.bd.Stages[stages.Preparation]; p < 120*time.Millisecond {
+					t.Errorf("preparation stage %v, want >= 120ms", p)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := "/v1/chat/completions"
+			if strings.Contains(tt.body, `"prompt"`) {
+				path = "/v1/completions"
+			}
+			resp, body, err := postPath(t, addr, path, tt.body, tt.hdr...)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("status %d err %v body %.300s", resp.StatusCode, err, body)
+			}
+			if strings.Contains(body, "server-timing") || resp.Header.Get("Server-Timing") != "" || resp.Trailer.Get("Server-Timing") != "" {
+				t.Errorf("engine timing reached the client: %.300s", body)
+			}
+			r := sink.next(t)
+			if r.Reason != endreason.Length && r.Reason != endreason.Stop {
+				t.Fatalf("record %s/%s (%s)", r.Reason, r.Detail, r.Error)
+			}
+			if r.EngineSource != "server-timing" || !r.bd.OK || r.bd.Unsplit {
+				t.Fatalf("engine report %q ok=%v unsplit=%v", r.EngineSource, r.bd.OK, r.bd.Unsplit)
+			}
+			truth, ok := eng.Truth(r.RequestID)
+			if !ok {
+				t.Fatalf("engine has no truth for %s", r.RequestID)
+			}
+			for _, c := range []struct {
+				d    stages.EngineDur
+				want time.Duration
+			}{
+				{stages.EngineQueue, truth.Queue}, {stages.EngineTokenize, truth.Tokenize}, {stages.EngineMedia, truth.Media},
+				{stages.EnginePrefill, truth.Prefill}, {stages.EngineSync, truth.Sync}, {stages.EngineFirstDecode, truth.FirstDecode},
+			} {
+				got, ok := r.Timeline.Engine(c.d)
+				if diff := (got - c.want).Abs(); !ok || diff > time.Microsecond {
+					t.Errorf("engine %s: record %v, engine truth %v", c.d, got, c.want)
+				}
+			}
+			if r.bd.Inconsistent {
+				t.Errorf("engine report flagged inconsistent: %+v", r.bd)
+			}
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
+	}
+}
