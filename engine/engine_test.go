@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +246,4 @@ func TestModelsHealthMetrics(t *testing.T) {
 	if code, body := get("/nope"); code != 404 || !strings.Contains(body, `"error"`) {
 		t.Errorf("/nope %d %s", code, body)
 	}
-	_ = http.StatusOK
 }
