@@ -3,6 +3,8 @@
 // at error text. It imports only the standard library.
 package endreason
 
+import "slices"
+
 // Reason is why a request ended.
 type Reason uint8
 
@@ -98,3 +100,57 @@ const (
 	DetailMalformedRequest Detail = "malformed_request_body"
 	DetailProxyPanic       Detail = "proxy_panic"
 )
+
+// detailReasons maps every detail to the one reason it refines. A detail
+// added above must be added here (a test checks Classify against it).
+var detailReasons = map[Detail]Reason{
+	DetailStop:             Stop,
+	DetailToolCalls:        Stop,
+	DetailDoneOnly:         Stop,
+	DetailComplete:         Stop,
+	DetailNoDoneMarker:     Stop,
+	DetailLength:           Length,
+	DetailContentFilter:    PolicyBlock,
+	DetailUpstreamAuth:     PolicyBlock,
+	DetailUpstreamLimited:  PolicyBlock,
+	DetailUpstreamRejected: InvalidRequest,
+	DetailMalformedRequest: InvalidRequest,
+	DetailClientClosed:     ClientCancel,
+	DetailTTFTDeadline:     Deadline,
+	DetailTotalDeadline:    Deadline,
+	DetailIdleDeadline:     Deadline,
+	DetailConnectFailed:    WorkerFailure,
+	DetailUpstream5xx:      WorkerFailure,
+	DetailErrorEvent:       WorkerFailure,
+	DetailEngineError:      WorkerFailure,
+	DetailEngineAbort:      WorkerFailure,
+	DetailEventTooLarge:    WorkerFailure,
+	DetailMalformedEvent:   WorkerFailure,
+	DetailInvalidUTF8:      WorkerFailure,
+	DetailBadContentType:   WorkerFailure,
+	DetailBodyTooLarge:     WorkerFailure,
+	DetailProxyPanic:       WorkerFailure,
+	DetailResetMidStream:   UpstreamDisconnect,
+	DetailTruncatedBody:    UpstreamDisconnect,
+	DetailEOFWithoutDone:   UpstreamDisconnect,
+	DetailReadFailed:       UpstreamDisconnect,
+	DetailClosedBeforeResp: UpstreamDisconnect,
+}
+
+// Reason returns the reason d refines, false for an unknown detail.
+func (d Detail) Reason() (Reason, bool) {
+	r, ok := detailReasons[d]
+	return r, ok
+}
+
+// Details returns r's details, sorted, for pre-creating metric series.
+func Details(r Reason) []Detail {
+	var out []Detail
+	for d, dr := range detailReasons {
+		if dr == r {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -2,7 +2,6 @@ package exporters
 
 import (
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,9 +242,9 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	for p := endreason.PhaseQueued; p <= endreason.PhaseDecoding; p++ {
 		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
 	}
-	m.requests = make(map[reqKey]prometheus.Counter, len(detailReasons))
+	m.requests = make(map[reqKey]prometheus.Counter, 64)
 	for _, r := range endreason.All() {
-		for _, d := range detailsOf(r) {
+		for _, d := range endreason.Details(r) {
 			m.requests[reqKey{r, d}] = m.requestsVec.WithLabelValues(r.String(), string(d))
 		}
 	}
@@ -331,7 +330,7 @@ func (m *Metrics) requestCounter(r endreason.Reason, d endreason.Detail) prometh
 	if c, ok := m.requests[reqKey{r, d}]; ok {
 		return c
 	}
-	if _, known := detailReasons[d]; !known {
+	if _, known := d.Reason(); !known {
 		d = LabelOther
 	}
 	k := reqKey{r, d}
@@ -449,51 +448,4 @@ func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.srcs {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.d.Dropped()), s.name)
 	}
-}
-
-// detailReasons maps each known detail to the reason it belongs to. It
-// mirrors endreason.Classify (and the gateway's own rejection details,
-// once they exist); endreason does not export this table, so it lives here
-// and TestDetailTable checks it against Classify's outputs.
-var detailReasons = map[endreason.Detail]endreason.Reason{
-	endreason.DetailStop:             endreason.Stop,
-	endreason.DetailToolCalls:        endreason.Stop,
-	endreason.DetailDoneOnly:         endreason.Stop,
-	endreason.DetailComplete:         endreason.Stop,
-	endreason.DetailNoDoneMarker:     endreason.Stop,
-	endreason.DetailLength:           endreason.Length,
-	endreason.DetailContentFilter:    endreason.PolicyBlock,
-	endreason.DetailUpstreamAuth:     endreason.PolicyBlock,
-	endreason.DetailUpstreamLimited:  endreason.PolicyBlock,
-	endreason.DetailUpstreamRejected: endreason.InvalidRequest,
-	endreason.DetailClientClosed:     endreason.ClientCancel,
-	endreason.DetailTTFTDeadline:     endreason.Deadline,
-	endreason.DetailTotalDeadline:    endreason.Deadline,
-	endreason.DetailIdleDeadline:     endreason.Deadline,
-	endreason.DetailConnectFailed:    endreason.WorkerFailure,
-	endreason.DetailUpstream5xx:      endreason.WorkerFailure,
-	endreason.DetailErrorEvent:       endreason.WorkerFailure,
-	endreason.DetailEngineError:      endreason.WorkerFailure,
-	endreason.DetailEngineAbort:      endreason.WorkerFailure,
-	endreason.DetailEventTooLarge:    endreason.WorkerFailure,
-	endreason.DetailMalformedEvent:   endreason.WorkerFailure,
-	endreason.DetailBadContentType:   endreason.WorkerFailure,
-	endreason.DetailBodyTooLarge:     endreason.WorkerFailure,
-	endreason.DetailResetMidStream:   endreason.UpstreamDisconnect,
-	endreason.DetailTruncatedBody:    endreason.UpstreamDisconnect,
-	endreason.DetailEOFWithoutDone:   endreason.UpstreamDisconnect,
-	endreason.DetailReadFailed:       endreason.UpstreamDisconnect,
-	endreason.DetailClosedBeforeResp: endreason.UpstreamDisconnect,
-}
-
-// detailsOf returns r's known details in a stable order (sorted).
-func detailsOf(r endreason.Reason) []endreason.Detail {
-	var out []endreason.Detail
-	for d, dr := range detailReasons {
-		if dr == r {
-			out = append(out, d)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -169,28 +169,6 @@ func TestMetricsCardinality(t *testing.T) {
 	}
 }
 
-// TestDetailTable checks the detail → reason table against Classify.
-func TestDetailTable(t *testing.T) {
-	cases := []endreason.Facts{
-		{Rejected: endreason.PolicyBlock, RejectedDetail: endreason.DetailUpstreamAuth},
-		{ClientGone: true},
-		{Deadline: endreason.DetailTTFTDeadline}, {Deadline: endreason.DetailTotalDeadline}, {Deadline: endreason.DetailIdleDeadline},
-		{ConnectFailed: true}, {ClosedBeforeResponse: true}, {Status: 503}, {Status: 401}, {Status: 429}, {Status: 400},
-		{BadContentType: true}, {ErrorEvent: true}, {Finish: endreason.FinishError}, {Finish: endreason.FinishAbort},
-		{Read: endreason.ReadTooLarge}, {Read: endreason.ReadMalformed}, {Read: endreason.ReadReset},
-		{Read: endreason.ReadTruncated}, {Read: endreason.ReadFailed},
-		{Finish: endreason.FinishStop}, {Finish: endreason.FinishToolCalls}, {Finish: endreason.FinishLength},
-		{Finish: endreason.FinishContentFilter}, {}, {Stream: true}, {Stream: true, Done: true},
-		{Stream: true, Finish: endreason.FinishStop},
-	}
-	for _, f := range cases {
-		r, d := endreason.Classify(f)
-		if got, ok := detailReasons[d]; !ok || got != r {
-			t.Errorf("Classify(%+v) = %s/%s; table says %s (known %v)", f, r, d, got, ok)
-		}
-	}
-}
-
 func TestAdminHandler(t *testing.T) {
 	reg, _ := emitFixtures(t)
 	h := AdminHandler(reg, map[string]fasthttp.RequestHandler{

@@ -30,6 +30,8 @@ type Stream struct {
 	maxGap  time.Duration
 	last    time.Duration
 	hasLast bool
+	summary *Gaps // cached result of Gaps, nil until computed
+	sum     Gaps
 }
 
 // Reset empties s, keeping its buffer.
@@ -42,8 +44,9 @@ func (s *Stream) Reset() {
 // above which the wait counts as a stall (0 = never).
 func (s *Stream) Content(at, stall time.Duration) {
 	s.ContentEvents++
+	s.summary = nil
 	if s.hasLast {
-		g := at - s.last
+		g := max(at-s.last, 0) // marks out of order must not make a negative gap
 		if len(s.gaps) < maxGaps {
 			s.gaps = append(s.gaps, g)
 		}
@@ -61,19 +64,25 @@ type Gaps struct {
 	P50, P99, Max time.Duration
 }
 
-// Gaps returns the gap percentiles (nearest rank). It sorts the kept gaps in
-// place, so call it once, when the request is over.
+// Gaps returns the gap percentiles (nearest rank). The first call after the
+// last Content sorts the kept gaps in place; later calls return the cached
+// result, so every sink may call it.
 func (s *Stream) Gaps() Gaps {
+	if s.summary != nil {
+		return *s.summary
+	}
 	n := len(s.gaps)
-	if n == 0 {
-		return Gaps{}
+	s.sum = Gaps{}
+	if n > 0 {
+		slices.Sort(s.gaps)
+		rank := func(p float64) time.Duration {
+			i := int(p*float64(n)+0.999999) - 1
+			return s.gaps[min(max(i, 0), n-1)]
+		}
+		s.sum = Gaps{N: n, P50: rank(0.50), P99: rank(0.99), Max: s.maxGap}
 	}
-	slices.Sort(s.gaps)
-	rank := func(p float64) time.Duration {
-		i := int(p*float64(n)+0.999999) - 1
-		return s.gaps[min(max(i, 0), n-1)]
-	}
-	return Gaps{N: n, P50: rank(0.50), P99: rank(0.99), Max: s.maxGap}
+	s.summary = &s.sum
+	return s.sum
 }
 
 // GapValues returns the kept gaps (order unspecified). The slice is owned by
