@@ -2,6 +2,7 @@ package signals
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"time"
 
@@ -33,8 +34,8 @@ func ParseServerTiming(v []byte, tl *stages.Timeline) int {
 	n := 0
 	for len(v) > 0 {
 		var entry []byte
-		entry, v = cutEntry(v)
-		name, params, _ := bytes.Cut(entry, []byte(";"))
+		entry, v = cutUnquoted(v, ',')
+		name, params := cutUnquoted(entry, ';')
 		name = bytes.TrimSpace(name)
 		dur, ok := durParam(params)
 		if !ok {
@@ -42,7 +43,7 @@ func ParseServerTiming(v []byte, tl *stages.Timeline) int {
 		}
 		for _, m := range serverTimingNames {
 			if string(name) == m.name {
-				tl.SetEngine(m.dur, time.Duration(dur*float64(time.Millisecond)))
+				tl.SetEngine(m.dur, time.Duration(math.Round(dur*float64(time.Millisecond))))
 				n++
 				break
 			}
@@ -51,9 +52,9 @@ func ParseServerTiming(v []byte, tl *stages.Timeline) int {
 	return n
 }
 
-// cutEntry splits off the first comma-separated entry, honouring quoted
-// strings (a desc may contain commas).
-func cutEntry(v []byte) (entry, rest []byte) {
+// cutUnquoted splits v at the first sep outside a quoted string (a desc may
+// contain ',' and ';'). An unterminated quote runs to the end of v.
+func cutUnquoted(v []byte, sep byte) (head, rest []byte) {
 	quoted := false
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {
@@ -61,7 +62,7 @@ func cutEntry(v []byte) (entry, rest []byte) {
 			i++
 		case c == '"':
 			quoted = !quoted
-		case c == ',' && !quoted:
+		case c == sep && !quoted:
 			return v[:i], v[i+1:]
 		}
 	}
@@ -74,7 +75,7 @@ const maxDurMs = 24 * 3600 * 1000
 func durParam(params []byte) (float64, bool) {
 	for len(params) > 0 {
 		var p []byte
-		p, params, _ = bytes.Cut(params, []byte(";"))
+		p, params = cutUnquoted(params, ';')
 		k, val, ok := bytes.Cut(p, []byte("="))
 		if !ok || !bytes.EqualFold(bytes.TrimSpace(k), []byte("dur")) {
 			continue
