@@ -373,4 +373,25 @@ func TestClassifyCovers(t *testing.T) {
 			t.Errorf("detail %s never produced", d)
 		}
 	}
+	// The package's own detail table agrees with the one above.
+	n := 0
+	for _, r := range All() {
+		for _, d := range Details(r) {
+			n++
+			if want, ok := details[d]; !ok || want != r {
+				t.Errorf("Details(%v) lists %s (test table: %v, %v)", r, d, want, ok)
+			}
+		}
+	}
+	if n != len(details) {
+		t.Errorf("Details lists %d details over all reasons, want %d", n, len(details))
+	}
+	for d, want := range details {
+		if r, ok := d.Reason(); !ok || r != want {
+			t.Errorf("%s.Reason() = %v, %v; want %v", d, r, ok, want)
+		}
+	}
+	if r, ok := Detail("no_such_detail").Reason(); ok {
+		t.Errorf("unknown detail has reason %v", r)
+	}
 }

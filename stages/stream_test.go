@@ -43,8 +43,8 @@ func TestStreamContent(t *testing.T) {
 		{"four gaps: p50 is rank 2", []time.Duration{0, 1 * ms, 3 * ms, 6 * ms, 10 * ms}, 2 * ms,
 			Gaps{N: 4, P50: 2 * ms, P99: 4 * ms, Max: 4 * ms}, 2},
 		{"zero gaps", []time.Duration{7, 7, 7}, 1, Gaps{N: 2, P50: 0, P99: 0, Max: 0}, 0},
-		{"out of order offsets give a negative gap", []time.Duration{10 * ms, 4 * ms, 6 * ms}, ms,
-			Gaps{N: 2, P50: -6 * ms, P99: 2 * ms, Max: 2 * ms}, 1},
+		{"out of order offsets give a zero gap, never a negative one", []time.Duration{10 * ms, 4 * ms, 6 * ms}, ms,
+			Gaps{N: 2, P50: 0, P99: 2 * ms, Max: 2 * ms}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,5 +212,42 @@ func TestStreamMaxAfterReset(t *testing.T) {
 	feed(&s, 0, 0, ms)
 	if g := s.Gaps(); g.Max != ms {
 		t.Fatalf("Max after reset = %v, want 1ms (old max leaked)", g.Max)
+	}
+}
+
+func TestStreamGapsCached(t *testing.T) {
+	var s Stream
+	feed(&s, 0, 0, 3*ms, 4*ms, 10*ms)
+	want := Gaps{N: 3, P50: 3 * ms, P99: 6 * ms, Max: 6 * ms}
+	for i := range 3 {
+		if g := s.Gaps(); g != want {
+			t.Fatalf("call %d: Gaps = %+v, want %+v", i+1, g, want)
+		}
+	}
+	// A content event after Gaps invalidates the summary.
+	s.Content(30*ms, 0)
+	if g, w := s.Gaps(), (Gaps{N: 4, P50: 3 * ms, P99: 20 * ms, Max: 20 * ms}); g != w {
+		t.Fatalf("after more content: Gaps = %+v, want %+v", g, w)
+	}
+	s.Reset()
+	if g := s.Gaps(); g != (Gaps{}) {
+		t.Fatalf("after Reset: Gaps = %+v", g)
+	}
+}
+
+// TestStreamCopyKeepsSummary: a Stream copied by value after Gaps (a record
+// handed to an asynchronous sink, while the original goes back to a pool)
+// must keep reporting its own summary, not whatever the reused original
+// computes next.
+func TestStreamCopyKeepsSummary(t *testing.T) {
+	var s Stream
+	feed(&s, 0, 0, 3*ms, 4*ms, 10*ms)
+	want := s.Gaps()
+	c := s // the copy
+	s.Reset()
+	feed(&s, 0, 0, time.Hour, 2*time.Hour)
+	s.Gaps()
+	if got := c.Gaps(); got != want {
+		t.Fatalf("copy's Gaps = %+v after the original was reused, want its own %+v", got, want)
 	}
 }
