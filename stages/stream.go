@@ -30,7 +30,7 @@ type Stream struct {
 	maxGap  time.Duration
 	last    time.Duration
 	hasLast bool
-	summary *Gaps // cached result of Gaps, nil until computed
+	summed  bool // sum holds the result of Gaps (a flag, not a pointer, so a copy keeps its own)
 	sum     Gaps
 }
 
@@ -44,7 +44,7 @@ func (s *Stream) Reset() {
 // above which the wait counts as a stall (0 = never).
 func (s *Stream) Content(at, stall time.Duration) {
 	s.ContentEvents++
-	s.summary = nil
+	s.summed = false
 	if s.hasLast {
 		g := max(at-s.last, 0) // marks out of order must not make a negative gap
 		if len(s.gaps) < maxGaps {
@@ -68,8 +68,8 @@ type Gaps struct {
 // last Content sorts the kept gaps in place; later calls return the cached
 // result, so every sink may call it.
 func (s *Stream) Gaps() Gaps {
-	if s.summary != nil {
-		return *s.summary
+	if s.summed {
+		return s.sum
 	}
 	n := len(s.gaps)
 	s.sum = Gaps{}
@@ -81,7 +81,7 @@ func (s *Stream) Gaps() Gaps {
 		}
 		s.sum = Gaps{N: n, P50: rank(0.50), P99: rank(0.99), Max: s.maxGap}
 	}
-	s.summary = &s.sum
+	s.summed = true
 	return s.sum
 }
 
