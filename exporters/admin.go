@@ -1,6 +1,10 @@
 package exporters
 
 import (
+	"bytes"
+	"slices"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,7 +30,10 @@ func NewRegistry() *prometheus.Registry {
 //     scraper's Accept header asks for it) and protobuf (which carries native
 //     histograms), through promhttp.HandlerFor and fasthttpadaptor.
 //   - GET /health: 200 "ok".
-//   - any path in extra: that handler (it may replace the two above).
+//   - any path in extra: that handler (it may replace the two above). A key
+//     ending in "/*" is a prefix route: "/debug/requests/*" serves every
+//     path that starts with "/debug/requests/"; an exact key wins over a
+//     prefix, and a longer prefix over a shorter one.
 //
 // Other paths get 404. Gathering errors are logged nowhere and counted in
 // promhttp_metric_handler_errors_total on reg; the series that could be
@@ -40,16 +47,33 @@ func AdminHandler(reg *prometheus.Registry, extra map[string]fasthttp.RequestHan
 	routes := make(map[string]fasthttp.RequestHandler, len(extra)+2)
 	routes["/metrics"] = getOnly(metrics)
 	routes["/health"] = getOnly(health)
+	var prefixes []prefixRoute
 	for path, h := range extra {
+		if p, ok := strings.CutSuffix(path, "*"); ok && strings.HasSuffix(p, "/") {
+			prefixes = append(prefixes, prefixRoute{[]byte(p), h})
+			continue
+		}
 		routes[path] = h
 	}
+	slices.SortFunc(prefixes, func(a, b prefixRoute) int { return len(b.prefix) - len(a.prefix) })
 	return func(ctx *fasthttp.RequestCtx) {
 		if h, ok := routes[string(ctx.Path())]; ok { // no allocation for the lookup
 			h(ctx)
 			return
 		}
+		for _, p := range prefixes {
+			if bytes.HasPrefix(ctx.Path(), p.prefix) {
+				p.h(ctx)
+				return
+			}
+		}
 		ctx.Error("not found\n", fasthttp.StatusNotFound)
 	}
+}
+
+type prefixRoute struct {
+	prefix []byte
+	h      fasthttp.RequestHandler
 }
 
 func health(ctx *fasthttp.RequestCtx) {

@@ -1,0 +1,379 @@
+package exporters
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// timed is a minimal record with the given TTFT (0: no first token) that
+// ends at done.
+func timed(id string, ttft, done time.Duration) *record.Record {
+	r := new(record.Record)
+	r.Timeline.Start(fixedClock, wall)
+	r.RequestID = id
+	r.Timeline.MarkAt(stages.GatewayDone, 10*us)
+	r.Timeline.MarkAt(stages.Routed, 20*us)
+	r.Timeline.MarkAt(stages.Admitted, 30*us)
+	if ttft > 0 {
+		r.Timeline.MarkAt(stages.FirstToken, ttft-5*us)
+		r.Timeline.MarkAt(stages.FirstTokenFlushed, ttft)
+		r.Timeline.MarkAt(stages.LastToken, done-us)
+		r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
+	} else {
+		r.Reason, r.Detail = endreason.Deadline, endreason.DetailTTFTDeadline
+	}
+	r.Timeline.MarkAt(stages.Done, done)
+	return r
+}
+
+func ids(ss []Summary) string {
+	var b []string
+	for _, s := range ss {
+		b = append(b, s.RequestID)
+	}
+	return strings.Join(b, ",")
+}
+
+func TestRingRecentAndSlowest(t *testing.T) {
+	tests := []struct {
+		name            string
+		recent, slowest int
+		ttfts           []time.Duration // request i is "r<i>"; 0 = no first token
+		limit           int
+		wantRecent      string
+		wantSlowest     string
+	}{
+		{"empty", 3, 2, nil, 0, "", ""},
+		{"fewer than sizes", 3, 2, []time.Duration{5 * ms}, 0, "r0", "r0"},
+		{"recent wraps, newest first", 3, 2, []time.Duration{1 * ms, 2 * ms, 3 * ms, 4 * ms, 5 * ms}, 0, "r4,r3,r2", "r4,r3"},
+		{"slowest since start, not only the window", 2, 2, []time.Duration{90 * ms, 80 * ms, 1 * ms, 2 * ms, 3 * ms}, 0, "r4,r3", "r0,r1"},
+		{"slowest replaces the least slow", 5, 3, []time.Duration{5 * ms, 1 * ms, 7 * ms, 3 * ms, 6 * ms}, 0, "r4,r3,r2,r1,r0", "r2,r4,r0"},
+		{"ties: the later record ranks slower", 5, 2, []time.Duration{4 * ms, 4 * ms, 4 * ms}, 0, "r2,r1,r0", "r2,r1"},
+		{"no first token ranks by its whole duration", 5, 2, []time.Duration{5 * ms, 0, 1 * ms}, 0, "r2,r1,r0", "r1,r0"},
+		{"limit", 5, 5, []time.Duration{1 * ms, 2 * ms, 3 * ms}, 2, "r2,r1", "r2,r1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewRing(RingOptions{Recent: tt.recent, Slowest: tt.slowest})
+			for i, ttft := range tt.ttfts {
+				done := ttft + 10*ms
+				if ttft == 0 {
+					done = 50 * ms
+				}
+				g.Emit(timed(fmt.Sprintf("r%d", i), ttft, done))
+			}
+			if got := ids(g.Recent(nil, tt.limit)); got != tt.wantRecent {
+				t.Errorf("recent %q, want %q", got, tt.wantRecent)
+			}
+			if got := ids(g.Slowest(nil, tt.limit)); got != tt.wantSlowest {
+				t.Errorf("slowest %q, want %q", got, tt.wantSlowest)
+			}
+			if g.Total() != uint64(len(tt.ttfts)) {
+				t.Errorf("total %d, want %d", g.Total(), len(tt.ttfts))
+			}
+		})
+	}
+}
+
+// TestRingCopies checks that the ring keeps its own copy: reusing the
+// record (as the proxy's pool does) does not change what was kept.
+func TestRingCopies(t *testing.T) {
+	g := NewRing(RingOptions{})
+	r := fixtures[0].record()
+	g.Emit(r)
+	want := g.Recent(nil, 1)[0]
+	r.Reset()
+	r.Timeline.Start(fixedClock, wall)
+	r.RequestID = "other"
+	r.Stream.Content(time.Hour, 0)
+	r.Stream.Content(2*time.Hour, 0)
+	got, ok := g.Lookup("req-0001")
+	if !ok || got.RequestID != "req-0001" || got.Gaps != want.Gaps || got.Breakdown != want.Breakdown {
+		t.Fatalf("kept summary changed after the record was reused: %+v", got)
+	}
+	if got.Gaps.N != 199 || !got.Breakdown.OK {
+		t.Fatalf("summary lost data: gaps %+v breakdown %+v", got.Gaps, got.Breakdown)
+	}
+}
+
+func TestSegments(t *testing.T) {
+	tests := []struct {
+		fixture string
+		want    string // name:kind, in order
+	}{
+		{"stop_engine_report", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
+		{"client_cancel_mid_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
+		{"deadline_before_first_token", "gateway:stage route:stage queue:stage upstream:open"},
+		{"worker_failure_5xx", "gateway:stage route:stage queue:stage upstream:open"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fixture, func(t *testing.T) {
+			var s Summary
+			s.Fill(fixtureByName(t, tt.fixture))
+			segs := s.Segments(nil)
+			var names []string
+			for _, g := range segs {
+				names = append(names, g.Name+":"+g.Kind.String())
+				if g.Dur() < 0 {
+					t.Errorf("segment %s negative: %v", g.Name, g.Dur())
+				}
+			}
+			if got := strings.Join(names, " "); got != tt.want {
+				t.Fatalf("segments\n got %s\nwant %s", got, tt.want)
+			}
+			checkLayout(t, &s, segs)
+		})
+	}
+	t.Run("rejected at the gateway", func(t *testing.T) {
+		r := new(record.Record)
+		r.Timeline.Start(fixedClock, wall)
+		r.Timeline.MarkAt(stages.Done, 70*us)
+		var s Summary
+		s.Fill(r)
+		segs := s.Segments(nil)
+		if len(segs) != 1 || segs[0] != (Segment{Name: "gateway", Kind: SegOpen, Start: 0, End: 70 * us}) {
+			t.Fatalf("segments %+v", segs)
+		}
+	})
+}
+
+// checkLayout asserts the waterfall's shape: TTFT stages contiguous from 0
+// and ending at TTFT; without a first token, contiguous up to Done.
+func checkLayout(t *testing.T, s *Summary, segs []Segment) {
+	t.Helper()
+	var at time.Duration
+	var stageSum time.Duration
+	for _, g := range segs {
+		if g.Kind == SegStage || g.Kind == SegOpen {
+			if g.Start != at {
+				t.Errorf("segment %s starts at %v, want %v (contiguous)", g.Name, g.Start, at)
+			}
+			at = g.End
+			stageSum += g.Dur()
+		}
+	}
+	if s.Breakdown.OK {
+		if stageSum != s.Breakdown.TTFT {
+			t.Errorf("stages sum %v != TTFT %v", stageSum, s.Breakdown.TTFT)
+		}
+		return
+	}
+	if at != s.E2E {
+		t.Errorf("layout ends at %v, want Done %v", at, s.E2E)
+	}
+}
+
+func fixtureByName(t *testing.T, name string) *record.Record {
+	t.Helper()
+	for _, f := range fixtures {
+		if f.name == name {
+			return f.record()
+		}
+	}
+	t.Fatalf("no fixture %q", name)
+	return nil
+}
+
+func TestRingStats(t *testing.T) {
+	g := NewRing(RingOptions{Recent: 100})
+	for i := range 100 { // TTFT 1..100 ms
+		g.Emit(timed(fmt.Sprintf("r%d", i), time.Duration(i+1)*ms, time.Duration(i+1)*ms+10*ms))
+	}
+	g.Emit(timed("dl", 0, 5*time.Second)) // pushes r0 out of the window
+	st := g.Stats()
+	if st.Window != 100 || st.FirstToken != 99 || st.Total != 101 {
+		t.Fatalf("window %d first token %d total %d", st.Window, st.FirstToken, st.Total)
+	}
+	// TTFTs 2..100 ms (99 values): nearest rank p50 = 50th = 51 ms, p95 =
+	// ceil(94.05) = 95th = 96 ms.
+	if st.TTFT.P50 != 51*ms || st.TTFT.P95 != 96*ms {
+		t.Errorf("ttft %+v", st.TTFT)
+	}
+	// transport is 5 µs everywhere; gateway 10 µs.
+	if st.Stages[stages.Transport] != (Percentiles{5 * us, 5 * us}) || st.Stages[stages.Gateway] != (Percentiles{10 * us, 10 * us}) {
+		t.Errorf("stages %+v", st.Stages)
+	}
+	if st.Reasons[endreason.Stop] != 99 || st.Reasons[endreason.Deadline] != 1 || st.ReasonsTotal[endreason.Stop] != 100 {
+		t.Errorf("reasons %v total %v", st.Reasons, st.ReasonsTotal)
+	}
+	if st.E2E.P95 != 106*ms && st.E2E.P95 != 105*ms {
+		t.Errorf("e2e %+v", st.E2E)
+	}
+}
+
+// TestRingConcurrent runs writers and readers together (for -race).
+func TestRingConcurrent(t *testing.T) {
+	g := NewRing(RingOptions{Recent: 64, Slowest: 8})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				g.Emit(timed(fmt.Sprintf("w%d-%d", w, i), time.Duration(1+i%37)*ms, 50*ms))
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			g.Recent(nil, 10)
+			g.Slowest(nil, 0)
+			g.Stats()
+			g.Lookup("w1-3")
+		}
+	})
+	wg.Wait()
+	if g.Total() != 2000 {
+		t.Fatalf("total %d", g.Total())
+	}
+	if s := g.Slowest(nil, 0); len(s) != 8 || s[7].Breakdown.TTFT != 37*ms {
+		t.Fatalf("slowest %d, last %v", len(s), s[len(s)-1].Breakdown.TTFT)
+	}
+}
+
+// get runs h on a GET for uri and returns status and body.
+func get(h fasthttp.RequestHandler, method, uri string) (int, string, string) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURI(uri)
+	h(&ctx)
+	return ctx.Response.StatusCode(), string(ctx.Response.Header.ContentType()), string(ctx.Response.Body())
+}
+
+func TestRingEndpoints(t *testing.T) {
+	g := NewRing(RingOptions{})
+	for _, f := range fixtures {
+		g.Emit(f.record()) // all share request id req-0001: Lookup returns the newest
+	}
+	slash := fixtures[0].record()
+	slash.RequestID = "team/a:42"
+	g.Emit(slash)
+	admin := AdminHandler(prometheus.NewRegistry(), g.Routes())
+
+	tests := []struct {
+		name, method, uri string
+		status            int
+		check             func(t *testing.T, body string)
+	}{
+		{"list", "GET", "/debug/requests", 200, func(t *testing.T, body string) {
+			var raw struct {
+				Recent  []map[string]any `json:"recent"`
+				Slowest []map[string]any `json:"slowest"`
+				Agg     struct {
+					Window  int                           `json:"window"`
+					Stages  map[string]map[string]float64 `json:"stages_ms"`
+					Reasons map[string]uint64             `json:"end_reasons"`
+				} `json:"aggregates"`
+			}
+			if err := json.Unmarshal([]byte(body), &raw); err != nil {
+				t.Fatal(err, body)
+			}
+			if len(raw.Recent) != 7 || raw.Recent[0]["request_id"] != "team/a:42" {
+				t.Errorf("recent %v", raw.Recent)
+			}
+			if len(raw.Slowest) != 7 || raw.Slowest[0]["end_reason"] != "deadline" {
+				t.Errorf("slowest[0] %v", raw.Slowest[0])
+			}
+			if raw.Agg.Window != 7 || raw.Agg.Reasons["stop"] != 3 || raw.Agg.Reasons["deadline"] != 1 || len(raw.Agg.Stages["p95"]) != 8 {
+				t.Errorf("aggregates %+v", raw.Agg)
+			}
+			// The stage keys come in stage order.
+			if i, j := strings.Index(body, `"gateway"`), strings.Index(body, `"transport"`); i < 0 || j < i {
+				t.Errorf("stage order in %s", body)
+			}
+		}},
+		{"limit", "GET", "/debug/requests?limit=2", 200, func(t *testing.T, body string) {
+			var raw struct{ Recent, Slowest []map[string]any }
+			if err := json.Unmarshal([]byte(body), &raw); err != nil || len(raw.Recent) != 2 || len(raw.Slowest) != 2 {
+				t.Errorf("err %v recent %d slowest %d", err, len(raw.Recent), len(raw.Slowest))
+			}
+		}},
+		{"bad limit", "GET", "/debug/requests?limit=-1", 400, nil},
+		{"one", "GET", "/debug/requests/team/a:42", 200, func(t *testing.T, body string) {
+			var r struct {
+				ID        string             `json:"request_id"`
+				TTFT      float64            `json:"ttft_ms"`
+				Stages    map[string]float64 `json:"stages_ms"`
+				Marks     map[string]float64 `json:"marks_ms"`
+				Engine    map[string]float64 `json:"engine_ms"`
+				Parent    string             `json:"parent_span_id"`
+				Waterfall []segJSON          `json:"waterfall"`
+			}
+			if err := json.Unmarshal([]byte(body), &r); err != nil {
+				t.Fatal(err)
+			}
+			var sum float64
+			for _, v := range r.Stages {
+				sum += v
+			}
+			if r.ID != "team/a:42" || r.TTFT != 45.157 || fmt.Sprintf("%.3f", sum) != "45.157" {
+				t.Errorf("id %q ttft %v stages sum %v", r.ID, r.TTFT, sum)
+			}
+			if r.Marks["first_token_flushed"] != 45.157 || r.Engine["prefill"] != 30 || r.Parent != "0102030405060708" {
+				t.Errorf("marks %v engine %v parent %q", r.Marks, r.Engine, r.Parent)
+			}
+			if len(r.Waterfall) != 10 || r.Waterfall[4].Name != "prefill" || r.Waterfall[4].Dur != 30 || r.Waterfall[7].End != 45.157 {
+				t.Errorf("waterfall %+v", r.Waterfall)
+			}
+		}},
+		{"newest of a reused id", "GET", "/debug/requests/req-0001", 200, func(t *testing.T, body string) {
+			if !strings.Contains(body, `"end_reason":"worker_failure"`) {
+				t.Errorf("not the newest: %s", body)
+			}
+		}},
+		{"unknown id", "GET", "/debug/requests/nope", 404, func(t *testing.T, body string) {
+			if !strings.Contains(body, `"code":"unknown_request_id"`) {
+				t.Errorf("body %s", body)
+			}
+		}},
+		{"empty id", "GET", "/debug/requests/", 404, nil},
+		{"post", "POST", "/debug/requests", 405, nil},
+		{"metrics still served", "GET", "/metrics", 200, nil},
+		{"other paths 404", "GET", "/debug/requestsx", 404, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, ct, body := get(admin, tt.method, tt.uri)
+			if status != tt.status {
+				t.Fatalf("status %d, want %d: %s", status, tt.status, body)
+			}
+			if tt.uri != "/metrics" && tt.uri != "/debug/requestsx" && tt.method == "GET" && ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+			if tt.check != nil {
+				tt.check(t, body)
+			}
+		})
+	}
+}
+
+func BenchmarkRingEmit(b *testing.B) {
+	g := NewRing(RingOptions{})
+	r := typical()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Emit(r)
+	}
+}
+
+func BenchmarkRingList(b *testing.B) {
+	g := NewRing(RingOptions{})
+	r := typical()
+	for range 1000 {
+		g.Emit(r)
+	}
+	h := AdminHandler(prometheus.NewRegistry(), g.Routes())
+	b.ReportAllocs()
+	for b.Loop() {
+		get(h, "GET", "/debug/requests")
+	}
+}
