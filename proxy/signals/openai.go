@@ -6,6 +6,7 @@ package signals
 
 import (
 	"bytes"
+	"time"
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
@@ -31,6 +32,33 @@ type Event struct {
 	// Malformed: the data is not valid JSON (or not UTF-8); BadUTF8 says which.
 	Malformed bool
 	BadUTF8   bool
+
+	// The fields below are set by the engine readers (Reader.Event), never
+	// by OpenAI.Inspect.
+
+	// Timing: the event carried engine durations, and the reader recorded
+	// them on the Timeline.
+	Timing bool
+	// Inferred: the engine reports prefill but no queue for this request
+	// (llama.cpp, or SGLang/Ollama when their queue field is missing), so
+	// the queue must be inferred at the end of the response: call
+	// InferQueue. The durations recorded from this event are measured.
+	Inferred bool
+	// EventType is the Anthropic Messages event kind (the data's "type");
+	// EventNone for every other protocol.
+	EventType EventType
+	// CachedTokens: prompt tokens served from the engine's prefix cache,
+	// when the engine says (with Usage, or llama.cpp's timings.cache_n).
+	CachedTokens int
+	// UsageOnly: an OpenAI usage-only chunk (choices [] and a usage
+	// object): the chunk the relay drops when it added include_usage
+	// upstream (see EnsureIncludeUsage).
+	UsageOnly bool
+	// Decode is the engine's own generation time after the first token
+	// (vLLM generation_time_ms, llama.cpp predicted_ms, Ollama
+	// eval_duration), when reported; zero otherwise. Informative: no
+	// stage of time to first token uses it.
+	Decode time.Duration
 }
 
 // OpenAI reads OpenAI-compatible chat and text completion chunks, streamed
@@ -44,21 +72,39 @@ var doneMarker = []byte("[DONE]")
 // Inspect reads one event's data (the SSE data field, or a whole
 // non-streamed response body).
 func (o *OpenAI) Inspect(data []byte) Event {
+	ev, v := parseEvent(&o.p, data)
+	if v != nil {
+		readOpenAI(v, &ev)
+	}
+	return ev
+}
+
+// parseEvent handles what every protocol shares: the [DONE] marker, UTF-8
+// validity and JSON syntax. It returns the parsed object, or nil with the
+// event already complete (Done or Malformed). The value is valid until the
+// parser's next use.
+func parseEvent(p *fastjson.Parser, data []byte) (Event, *fastjson.Value) {
 	var ev Event
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, doneMarker) {
 		ev.Done = true
-		return ev
+		return ev, nil
 	}
 	if !utf8.Valid(data) {
 		ev.Malformed, ev.BadUTF8 = true, true
-		return ev
+		return ev, nil
 	}
-	v, err := o.p.ParseBytes(data)
+	v, err := p.ParseBytes(data)
 	if err != nil || v.Type() != fastjson.TypeObject {
 		ev.Malformed = true
-		return ev
+		return ev, nil
 	}
+	return ev, v
+}
+
+// readOpenAI reads the OpenAI-compatible fields of a chunk or body: error,
+// content, finish reason and usage. These are Inspect's semantics exactly.
+func readOpenAI(v *fastjson.Value, ev *Event) {
 	if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
 		ev.Error = true
 	}
@@ -80,7 +126,19 @@ func (o *OpenAI) Inspect(data []byte) Event {
 		ev.PromptTokens = u.GetInt("prompt_tokens")
 		ev.CompletionTokens = u.GetInt("completion_tokens")
 	}
-	return ev
+}
+
+// readOpenAIExt reads the OpenAI-compatible fields the engine readers add
+// to Inspect's: cached prompt tokens and the usage-only chunk.
+func readOpenAIExt(v *fastjson.Value, ev *Event) {
+	readOpenAI(v, ev)
+	if !ev.Usage {
+		return
+	}
+	ev.CachedTokens = v.GetInt("usage", "prompt_tokens_details", "cached_tokens")
+	if c := v.Get("choices"); c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 {
+		ev.UsageOnly = true
+	}
 }
 
 // hasOutput reports whether a delta or message carries generated output.

@@ -1,0 +1,84 @@
+package signals
+
+import (
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// LlamaCppReader reads llama.cpp's llama-server: OpenAI-compatible chat and
+// completion streams, and its native /completion stream. The "timings"
+// object arrives on the final chunk always, and on every chunk when the
+// request sets "timings_per_token": true (ggml-org/llama.cpp
+// tools/server/server-task.cpp, result_timings::to_json):
+//
+//   - timings.prompt_ms (ms, float) → EnginePrefill: from the slot starting
+//     the prompt to the first sampled token, so prefill plus the first
+//     sample; it excludes waiting for a slot, HTTP and tokenization.
+//   - timings.cache_n → Event.CachedTokens; timings.prompt_n (tokens
+//     evaluated) is the rest of the prompt.
+//   - timings.predicted_ms (ms) → Event.Decode.
+//
+// llama.cpp reports no queue: events with timings set Event.Inferred, and
+// the relay's InferQueue at done records EngineQueue = (FirstToken −
+// UpstreamSent) − EnginePrefill, which also holds the slot wait, the
+// network and the server's HTTP handling. It is done at the end rather than
+// on the final chunk so that it also works for a whole body (read before
+// the proxy marks its first token) and for per-token timings (the last
+// prompt_ms wins).
+//
+// The native /completion stream sends "content" and, on its last event,
+// "stop": true with "stop_type" (eos, word, limit), "tokens_evaluated" and
+// "tokens_predicted"; they map to content, finish and usage.
+type LlamaCppReader struct {
+	p fastjson.Parser
+}
+
+// Kind returns "llamacpp".
+func (*LlamaCppReader) Kind() string { return KindLlamaCpp }
+
+// Header records nothing: llama-server sends no timing headers.
+func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+
+// Event reads a chunk or body and its timings.
+func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
+	ev, v := parseEvent(&r.p, data)
+	if v == nil {
+		return ev
+	}
+	readOpenAIExt(v, &ev)
+	// Native /completion.
+	if len(v.GetStringBytes("content")) > 0 {
+		ev.Content = true
+	}
+	if v.GetBool("stop") {
+		if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
+			ev.Finish = f
+		}
+		p, okp := intField(v, "tokens_evaluated")
+		c, okc := intField(v, "tokens_predicted")
+		if !ev.Usage && (okp || okc) {
+			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+		}
+	}
+	t := v.Get("timings")
+	if t == nil || t.Type() != fastjson.TypeObject {
+		return ev
+	}
+	const ms = 1e6 // nanoseconds
+	if d, ok := durField(t, "prompt_ms", ms); ok {
+		setEngine(tl, stages.EnginePrefill, d)
+		ev.Timing, ev.Inferred = true, true
+	}
+	if n, ok := intField(t, "cache_n"); ok {
+		ev.CachedTokens = n
+	}
+	if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
+		ev.Decode = d
+	}
+	return ev
+}
+
+// Reset does nothing: the reader keeps no per-request state.
+func (*LlamaCppReader) Reset() {}

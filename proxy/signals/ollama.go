@@ -1,0 +1,92 @@
+package signals
+
+import (
+	"time"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// OllamaReader reads Ollama's native API, /api/chat and /api/generate:
+// NDJSON lines when streaming (Content-Type application/x-ndjson; split
+// them with LineScanner), one JSON object otherwise (ollama/ollama
+// api/types.go, docs/api.md):
+//
+//   - content: message.content, message.thinking or message.tool_calls
+//     (chat); response or thinking (generate).
+//   - done: "done": true on the final line; finish from "done_reason"
+//     (stop, length; load/unload for empty load and unload calls).
+//   - error: a line {"error": "..."} (the status is 200 already).
+//   - usage: prompt_eval_count (cached plus evaluated prompt tokens),
+//     eval_count, on the final line.
+//   - durations, NANOSECONDS, on the final line only:
+//     load_duration → EngineQueue: from the handler's start to the
+//     scheduler handing over a runner, so the scheduler's pending queue
+//     (OLLAMA_MAX_QUEUE), waiting for other models to unload, and loading
+//     this one (server/routes.go checkpointStart/checkpointLoaded). The wait
+//     for one of OLLAMA_NUM_PARALLEL slots happens later and is not in it.
+//     prompt_eval_duration → EnginePrefill (llama-server's prompt_ms).
+//     eval_duration → Event.Decode.
+//
+// The fields are omitempty: a missing one is not reported (an Ollama whose
+// final line lacks load_duration gets its queue inferred by InferQueue).
+// Ollama's OpenAI-compatible /v1 endpoints carry no timing: use "generic"
+// for them, or this reader (it reads OpenAI chunks too).
+type OllamaReader struct {
+	p fastjson.Parser
+}
+
+// Kind returns "ollama".
+func (*OllamaReader) Kind() string { return KindOllama }
+
+// Header records nothing: Ollama sends no timing headers.
+func (*OllamaReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+
+// Event reads one NDJSON line (or a whole body).
+func (r *OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
+	ev, v := parseEvent(&r.p, data)
+	if v == nil {
+		return ev
+	}
+	readOpenAIExt(v, &ev)
+	if m := v.Get("message"); m != nil && m.Type() == fastjson.TypeObject {
+		if len(m.GetStringBytes("content")) > 0 || len(m.GetStringBytes("thinking")) > 0 || len(m.GetArray("tool_calls")) > 0 {
+			ev.Content = true
+		}
+	}
+	if len(v.GetStringBytes("response")) > 0 || len(v.GetStringBytes("thinking")) > 0 {
+		ev.Content = true
+	}
+	if !v.GetBool("done") {
+		return ev
+	}
+	ev.Done = true
+	if f := endreason.ParseFinish(v.GetStringBytes("done_reason")); f != endreason.FinishNone {
+		ev.Finish = f
+	}
+	p, okp := intField(v, "prompt_eval_count")
+	c, okc := intField(v, "eval_count")
+	if okp || okc {
+		ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+	}
+	const ns = time.Nanosecond
+	queue, okq := durField(v, "load_duration", ns)
+	if okq {
+		setEngine(tl, stages.EngineQueue, queue)
+		ev.Timing = true
+	}
+	if d, ok := durField(v, "prompt_eval_duration", ns); ok {
+		setEngine(tl, stages.EnginePrefill, d)
+		ev.Timing = true
+		ev.Inferred = !okq
+	}
+	if d, ok := durField(v, "eval_duration", ns); ok && d > 0 {
+		ev.Decode = d
+	}
+	return ev
+}
+
+// Reset does nothing: the reader keeps no per-request state.
+func (*OllamaReader) Reset() {}

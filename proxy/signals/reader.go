@@ -1,0 +1,215 @@
+package signals
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Reader reads one engine kind's signals. Not safe for concurrent use; one
+// per request (pooled).
+//
+// The relay calls, for one request:
+//
+//	r.Reset()                      // when taking it from the pool
+//	r.Header(resp.Peek, tl)        // once the upstream headers are read
+//	r.Event(data, tl)              // per SSE data field / NDJSON line, or once with a whole body
+//	r.Header(trailer.Peek, tl)     // after the body ended (trailers), if any
+//	InferQueue(tl)                 // at done, after the last Event and Header
+//
+// Every reader reads the OpenAI-compatible fields (content, finish reason,
+// [DONE], error, usage) with OpenAI.Inspect's semantics; each adds its
+// engine's own. Event allocates nothing once warm.
+type Reader interface {
+	// Kind names the engine kind and the record's engine_report source:
+	// "reference", "vllm", "llamacpp", "ollama", "sglang", "tgi",
+	// "anthropic", "generic".
+	Kind() string
+	// Header reads signals in response headers (and trailers, called again
+	// after the body ends); it records engine durations on tl and reports
+	// whether it recorded any. h returns a header's value, nil when absent;
+	// names are passed in canonical form ("Server-Timing", "X-Queue-Time").
+	Header(h func(name string) []byte, tl *stages.Timeline) bool
+	// Event reads one event's data (an SSE data field, one NDJSON line, or
+	// a whole non-streamed body), parsing it once, and records engine
+	// durations on tl when the event carries them. tl may be nil (nothing
+	// is recorded, Event.Timing still says whether there was something).
+	Event(data []byte, tl *stages.Timeline) Event
+	// Reset readies the reader for another request.
+	Reset()
+}
+
+// The engine kinds, as accepted by NewReader and returned by Detect.
+const (
+	KindReference = "reference"
+	KindVLLM      = "vllm"
+	KindLlamaCpp  = "llamacpp"
+	KindOllama    = "ollama"
+	KindSGLang    = "sglang"
+	KindTGI       = "tgi"
+	KindAnthropic = "anthropic"
+	KindGeneric   = "generic"
+)
+
+// Kinds lists the engine kinds NewReader accepts.
+var Kinds = []string{KindReference, KindVLLM, KindLlamaCpp, KindOllama, KindSGLang, KindTGI, KindAnthropic, KindGeneric}
+
+// ErrUnknownKind is returned by NewReader for a kind it does not know.
+var ErrUnknownKind = errors.New("signals: unknown engine kind")
+
+// NewReader returns a reader for kind (one of Kinds). "auto" is not a kind:
+// resolve it with Detect first.
+func NewReader(kind string) (Reader, error) {
+	switch kind {
+	case KindReference:
+		return new(ReferenceReader), nil
+	case KindVLLM:
+		return new(VLLMReader), nil
+	case KindLlamaCpp:
+		return new(LlamaCppReader), nil
+	case KindOllama:
+		return new(OllamaReader), nil
+	case KindSGLang:
+		return new(SGLangReader), nil
+	case KindTGI:
+		return new(TGIReader), nil
+	case KindAnthropic:
+		return new(AnthropicReader), nil
+	case KindGeneric:
+		return new(GenericReader), nil
+	}
+	return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownKind, kind, strings.Join(Kinds, ", "))
+}
+
+// InferQueue infers the engine queue of an engine that reports its prefill
+// but not its queue (llama.cpp always; SGLang and Ollama when their queue
+// field is missing): EngineQueue = (FirstToken − UpstreamSent) −
+// EnginePrefill, the part of the upstream window before the first token that
+// the engine did not account for. It is an upper bound of the real queue: it
+// also holds the network both ways, the engine's HTTP handling, templating
+// and tokenization, and for llama.cpp the wait for a free slot.
+//
+// It records the queue only when it is positive, the engine reported a
+// prefill and no queue, and both marks are set; it reports whether it did,
+// in which case the record's engine report is inferred, not measured. The
+// relay calls it once at done for every kind (a no-op where it does not
+// apply). A reader records durations as the events arrive, so calling it
+// earlier (before the final chunk) would infer from an incomplete report.
+func InferQueue(tl *stages.Timeline) bool {
+	if tl == nil {
+		return false
+	}
+	if _, ok := tl.Engine(stages.EngineQueue); ok {
+		return false
+	}
+	prefill, ok := tl.Engine(stages.EnginePrefill)
+	if !ok {
+		return false
+	}
+	sent, ok1 := tl.At(stages.UpstreamSent)
+	first, ok2 := tl.At(stages.FirstToken)
+	if !ok1 || !ok2 {
+		return false
+	}
+	q := first - sent - prefill
+	if q <= 0 {
+		return false
+	}
+	tl.SetEngine(stages.EngineQueue, q)
+	return true
+}
+
+// EventType is the kind of an Anthropic Messages stream event.
+type EventType uint8
+
+// The Anthropic event types (the "type" field of each event's data).
+const (
+	EventNone              EventType = iota // not an Anthropic event
+	EventMessageStart                       // message_start
+	EventContentBlockStart                  // content_block_start
+	EventContentBlockDelta                  // content_block_delta
+	EventContentBlockStop                   // content_block_stop
+	EventMessageDelta                       // message_delta
+	EventMessageStop                        // message_stop
+	EventPing                               // ping
+	EventError                              // error
+	EventMessage                            // a whole non-streamed Message ("type":"message")
+	EventOther                              // a type this reader does not know (to be ignored)
+)
+
+var eventTypeNames = [...]string{"", "message_start", "content_block_start", "content_block_delta",
+	"content_block_stop", "message_delta", "message_stop", "ping", "error", "message", "other"}
+
+func (t EventType) String() string {
+	if int(t) < len(eventTypeNames) {
+		return eventTypeNames[t]
+	}
+	return "event?"
+}
+
+// maxDur bounds engine-reported durations: values past a day either way are
+// not measurements (the same bound as Server-Timing's).
+const maxDur = 24 * time.Hour
+
+// toDur converts f units of unit to a Duration, rounded to the nanosecond;
+// ok is false for NaN, infinities and values past a day either way.
+func toDur(f float64, unit time.Duration) (time.Duration, bool) {
+	d := f * float64(unit)
+	if d != d || d > float64(maxDur) || d < -float64(maxDur) {
+		return 0, false
+	}
+	return time.Duration(math.Round(d)), true
+}
+
+// numField returns v[key] as a number; ok is false when it is missing, null
+// or not a number.
+func numField(v *fastjson.Value, key string) (float64, bool) {
+	x := v.Get(key)
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	f, err := x.Float64()
+	if err != nil {
+		return 0, false
+	}
+	return f, true
+}
+
+// durField reads v[key] as a duration in unit.
+func durField(v *fastjson.Value, key string, unit time.Duration) (time.Duration, bool) {
+	f, ok := numField(v, key)
+	if !ok {
+		return 0, false
+	}
+	return toDur(f, unit)
+}
+
+// intField reads v[key] as a non-negative count; ok is false when it is
+// missing or not an integer (GetInt would say 0 for both).
+func intField(v *fastjson.Value, key string) (int, bool) {
+	x := v.Get(key)
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	n, err := x.Int()
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// setEngine records d on tl (when tl is not nil).
+func setEngine(tl *stages.Timeline, which stages.EngineDur, d time.Duration) {
+	if tl != nil {
+		tl.SetEngine(which, d)
+	}
+}
+
+// noHeader is Header for the kinds whose engines send no timing headers.
+func noHeader(func(string) []byte, *stages.Timeline) bool { return false }

@@ -1,0 +1,64 @@
+package signals
+
+import (
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// ReferenceReader reads the ttftlens reference engine (engine/PROTOCOL.md):
+// OpenAI-compatible events, and its durations in a W3C Server-Timing
+// response header or HTTP trailer (queue, tokenize, media, prefill, sync,
+// decode1; milliseconds). The in-band SSE comment ": server-timing …" is
+// not data: the relay reads it with ParseServerTiming.
+type ReferenceReader struct {
+	p fastjson.Parser
+}
+
+// Kind returns "reference".
+func (*ReferenceReader) Kind() string { return KindReference }
+
+// Header reads the Server-Timing header (or trailer).
+func (*ReferenceReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
+	if tl == nil {
+		return false
+	}
+	return ParseServerTiming(h("Server-Timing"), tl) > 0
+}
+
+// Event reads an OpenAI-compatible chunk or body.
+func (r *ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
+	ev, v := parseEvent(&r.p, data)
+	if v != nil {
+		readOpenAIExt(v, &ev)
+	}
+	return ev
+}
+
+// Reset does nothing: the reader keeps no per-request state.
+func (*ReferenceReader) Reset() {}
+
+// GenericReader reads any OpenAI-compatible server that says nothing about
+// its own timing (TRT-LLM, Triton, NIM, Ollama's /v1, SGLang's /v1, hosted
+// APIs): the upstream window stays unsplit.
+type GenericReader struct {
+	p fastjson.Parser
+}
+
+// Kind returns "generic".
+func (*GenericReader) Kind() string { return KindGeneric }
+
+// Header records nothing.
+func (*GenericReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+
+// Event reads an OpenAI-compatible chunk or body.
+func (r *GenericReader) Event(data []byte, _ *stages.Timeline) Event {
+	ev, v := parseEvent(&r.p, data)
+	if v != nil {
+		readOpenAIExt(v, &ev)
+	}
+	return ev
+}
+
+// Reset does nothing: the reader keeps no per-request state.
+func (*GenericReader) Reset() {}

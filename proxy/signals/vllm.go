@@ -1,0 +1,85 @@
+package signals
+
+import (
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// VLLMReader reads vLLM's OpenAI-compatible server. With the server flag
+// --enable-per-request-metrics, the final usage chunk (choices [], sent
+// after the last content chunk and before [DONE], only when usage is
+// requested: stream_options.include_usage, or --enable-force-include-usage)
+// or the whole non-streamed body carries a "metrics" object
+// (vllm-project/vllm docs/features/per_request_metrics.md):
+//
+//   - metrics.queue_time_ms (ms, may be null) → EngineQueue
+//   - metrics.time_to_first_token_ms (ms) → EnginePrefill
+//   - metrics.generation_time_ms (ms, first to last output token) → Event.Decode
+//
+// time_to_first_token_ms is measured from when the request was scheduled to
+// its first token: every prefill chunk plus the sampling of the first token,
+// queue excluded. It goes to prefill, not to first_decode, because no engine
+// separates a first decode step: the first token is sampled at the end of
+// the last prefill forward pass (engine-signals.md §12.8), so the whole
+// interval is the engine's prefill and first_decode stays unreported.
+// Null values are not reported; 0 is a measurement. metrics is null for
+// n > 1 and omitted for multi-prompt completions: nothing is recorded then.
+type VLLMReader struct {
+	p fastjson.Parser
+}
+
+// Kind returns "vllm".
+func (*VLLMReader) Kind() string { return KindVLLM }
+
+// Header records nothing: vLLM sends no timing headers (only X-Request-Id).
+func (*VLLMReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+
+// Event reads an OpenAI-compatible chunk or body, and its metrics.
+func (r *VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
+	ev, v := parseEvent(&r.p, data)
+	if v == nil {
+		return ev
+	}
+	readOpenAIExt(v, &ev)
+	m := v.Get("metrics")
+	if m == nil || m.Type() != fastjson.TypeObject {
+		return ev
+	}
+	const ms = 1e6 // nanoseconds
+	if d, ok := durField(m, "queue_time_ms", ms); ok {
+		setEngine(tl, stages.EngineQueue, d)
+		ev.Timing = true
+	}
+	if d, ok := durField(m, "time_to_first_token_ms", ms); ok {
+		setEngine(tl, stages.EnginePrefill, d)
+		ev.Timing = true
+	}
+	if d, ok := durField(m, "generation_time_ms", ms); ok && d > 0 {
+		ev.Decode = d
+	}
+	return ev
+}
+
+// Reset does nothing: the reader keeps no per-request state.
+func (*VLLMReader) Reset() {}
+
+var usageParsers fastjson.ParserPool
+
+// IsUsageOnlyChunk reports whether data is an OpenAI usage-only chunk:
+// "choices" an empty array and "usage" an object. It is the chunk
+// include_usage adds before [DONE]; the relay drops it when it added the
+// option itself (after the reader has read it: with vLLM it carries the
+// metrics). Event.UsageOnly says the same without parsing again.
+func IsUsageOnlyChunk(data []byte) bool {
+	p := usageParsers.Get()
+	defer usageParsers.Put(p)
+	v, err := p.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return false
+	}
+	c := v.Get("choices")
+	u := v.Get("usage")
+	return c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 &&
+		u != nil && u.Type() == fastjson.TypeObject
+}
