@@ -1,0 +1,294 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+
+	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/proxy"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's own background goroutines (see proxy/harness_test.go).
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+	)
+}
+
+const chromium = "/usr/bin/chromium"
+
+// stack is the proxy in front of the reference engine, with a ring as its
+// sink and the admin handler serving the page.
+type stack struct {
+	proxyAddr, adminAddr string
+	ring                 *exporters.Ring
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	eng, err := engine.New(engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engLn := listen(t)
+	go eng.Serve(engLn)
+	t.Cleanup(func() { eng.Close() })
+
+	ring := exporters.NewRing(exporters.RingOptions{})
+	p, err := proxy.New(proxy.Config{Upstream: "http://" + engLn.Addr().String(), UpstreamName: "embedded-engine"}, ring, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = p.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("proxy shutdown: %v", err)
+		}
+		<-served
+	})
+
+	admin := &fasthttp.Server{Handler: exporters.AdminHandler(prometheus.NewRegistry(), Routes(ring))}
+	adminLn := listen(t)
+	adminDone := make(chan struct{})
+	go func() { defer close(adminDone); _ = admin.Serve(adminLn) }()
+	t.Cleanup(func() { _ = admin.Shutdown(); <-adminDone })
+	return &stack{proxyAddr: ln.Addr().String(), adminAddr: adminLn.Addr().String(), ring: ring}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// send posts a request with the given id through the proxy and waits for
+// the ring to hold its record.
+func (s *stack) send(t *testing.T, id, path, body string, hdr ...string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+s.proxyAddr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, ok := s.ring.Lookup(id); ok {
+			return
+		}
+	}
+	t.Fatalf("no record for %s", id)
+}
+
+// browse runs headless Chromium on url and returns the DOM it dumped after
+// the page's timers ran for budget (virtual time), plus its stderr. With
+// screenshot set, it also saves a PNG there.
+func browse(t *testing.T, url, screenshot string, budget time.Duration) (dom, stderr string) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("%s is missing: run ./scripts/test.sh, which installs Debian's chromium package (%v)", chromium, err)
+	}
+	args := []string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0",
+		"--window-size=1280,1000",
+		"--virtual-time-budget=" + strconv.Itoa(int(budget/time.Millisecond)),
+	}
+	if screenshot != "" {
+		args = append(args, "--screenshot="+screenshot)
+	} else {
+		args = append(args, "--dump-dom")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, append(args, url)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\nstderr:\n%s", err, tail(errb.String(), 3000))
+	}
+	return out.String(), errb.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+var (
+	rectRE      = regexp.MustCompile(`<rect [^>]*data-stage="([a-z_]+)"[^>]*data-width="([0-9.]+)"`)
+	waterfallRE = regexp.MustCompile(`(?s)<svg id="waterfall"[^>]*>(.*?)</svg>`)
+)
+
+// TestPageInChromium drives the page in headless Chromium against real
+// requests through the proxy and the reference engine: the page loads
+// without script errors, lists the requests, and draws the selected
+// request's waterfall with a bar per stage.
+func TestPageInChromium(t *testing.T) {
+	s := startStack(t)
+	chat := `{"model":"ttftlens-ref","stream":true,"max_tokens":12,"messages":[{"role":"user","content":"Tell me a story about a lighthouse"}]}`
+	s.send(t, "web-plain", "/v1/chat/completions", chat)
+	s.send(t, "web-queue", "/v1/chat/completions", chat, "X-Ttftlens-Fault", "queue_delay=40ms")
+	s.send(t, "web-completion", "/v1/completions", `{"model":"ttftlens-ref","stream":true,"max_tokens":8,"prompt":"Once upon a time"}`)
+	s.send(t, "web-bad", "/v1/chat/completions", `{"model":`)
+	s.send(t, "web-last", "/v1/chat/completions", chat)
+
+	tests := []struct {
+		name      string
+		fragment  string // the request selected by the URL, "" = the page's default (newest)
+		want      string // the request whose waterfall must be drawn
+		wantQueue time.Duration
+	}{
+		{"newest by default", "", "web-last", 0},
+		{"selected by URL", "#web-queue", "web-queue", 40 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dom, stderr := browse(t, "http://"+s.adminAddr+"/ui"+tt.fragment, "", 5*time.Second)
+			if !strings.Contains(dom, `data-errors="0"`) {
+				t.Fatalf("page reported script errors or did not run:\n%s\nchromium stderr:\n%s", errorsOf(dom), tail(stderr, 2000))
+			}
+			if !strings.Contains(dom, `data-ready="1"`) {
+				t.Fatalf("page never rendered the list; stderr:\n%s", tail(stderr, 2000))
+			}
+			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-last"} {
+				if !strings.Contains(dom, `data-id="`+id+`"`) {
+					t.Errorf("request %s missing from the tables", id)
+				}
+			}
+			if !strings.Contains(dom, `data-waterfall="`+tt.want+`"`) || !strings.Contains(dom, `id="detail-id">`+tt.want+`<`) {
+				t.Fatalf("waterfall not drawn for %s", tt.want)
+			}
+			m := waterfallRE.FindStringSubmatch(dom)
+			if m == nil {
+				t.Fatal("no waterfall svg in the DOM")
+			}
+			widths := map[string]float64{}
+			for _, r := range rectRE.FindAllStringSubmatch(m[1], -1) {
+				w, _ := strconv.ParseFloat(r[2], 64)
+				widths[r[1]] = w
+			}
+			for _, st := range []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport", "decode"} {
+				if _, ok := widths[st]; !ok {
+					t.Errorf("waterfall has no bar for %s (bars: %v)", st, widths)
+				}
+			}
+			if widths["prefill"] <= 0 {
+				t.Errorf("prefill bar has width %v, want > 0", widths["prefill"])
+			}
+			if tt.wantQueue > 0 && widths["queue"] <= widths["gateway"] {
+				t.Errorf("queue bar %v not wider than gateway %v despite a %v queue fault", widths["queue"], widths["gateway"], tt.wantQueue)
+			}
+			// The breakdown and the end reasons were drawn from the aggregates.
+			for _, want := range []string{`data-reason="stop"`, `data-reason="invalid_request"`, `<svg id="breakdown"`} {
+				if !strings.Contains(dom, want) {
+					t.Errorf("DOM lacks %s", want)
+				}
+			}
+			if c := strings.Count(dom, `data-stage="prefill"`); c < 3 { // p50, p95, waterfall
+				t.Errorf("prefill drawn %d times, want >= 3", c)
+			}
+		})
+	}
+
+	t.Run("screenshot", func(t *testing.T) {
+		dir := t.TempDir()
+		if d := os.Getenv("TTFTLENS_SCREENSHOT_DIR"); d != "" { // to look at it: never inside the repository
+			dir = d
+		}
+		png := filepath.Join(dir, "ui.png")
+		start := time.Now()
+		browse(t, "http://"+s.adminAddr+"/ui#web-queue", png, 3*time.Second)
+		b, err := os.ReadFile(png)
+		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) || len(b) < 10000 {
+			t.Fatalf("screenshot: %v (%d bytes)", err, len(b))
+		}
+		t.Logf("screenshot %s (%d bytes) in %v", png, len(b), time.Since(start).Round(time.Millisecond))
+	})
+}
+
+func errorsOf(dom string) string {
+	i := strings.Index(dom, `<pre id="js-errors"`)
+	if i < 0 {
+		return fmt.Sprintf("(no error element; body: %.500s)", dom)
+	}
+	return tail(dom[i:], 2000)
+}
+
+// TestAssets checks the page's routes: content types, the security
+// headers, and that the HTML references only its own files.
+func TestAssets(t *testing.T) {
+	h := exporters.AdminHandler(prometheus.NewRegistry(), Routes(exporters.NewRing(exporters.RingOptions{})))
+	tests := []struct {
+		method, path string
+		status       int
+		ctype        string
+	}{
+		{"GET", "/", 200, "text/html; charset=utf-8"},
+		{"GET", "/ui", 200, "text/html; charset=utf-8"},
+		{"HEAD", "/ui", 200, "text/html; charset=utf-8"},
+		{"GET", "/ui/app.js", 200, "text/javascript; charset=utf-8"},
+		{"GET", "/ui/app.css", 200, "text/css; charset=utf-8"},
+		{"POST", "/ui", 405, ""},
+		{"GET", "/ui/nope.js", 404, ""},
+		{"GET", "/debug/requests", 200, "application/json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			ctx.Request.Header.SetMethod(tt.method)
+			ctx.Request.SetRequestURI(tt.path)
+			h(&ctx)
+			if got := ctx.Response.StatusCode(); got != tt.status {
+				t.Fatalf("status %d, want %d", got, tt.status)
+			}
+			if tt.ctype != "" && string(ctx.Response.Header.ContentType()) != tt.ctype {
+				t.Errorf("content type %q, want %q", ctx.Response.Header.ContentType(), tt.ctype)
+			}
+			if tt.status == 200 && strings.HasPrefix(tt.path, "/ui") && len(ctx.Response.Header.Peek("Content-Security-Policy")) == 0 {
+				t.Error("no Content-Security-Policy")
+			}
+		})
+	}
+	html, _ := static.ReadFile("static/index.html")
+	if bytes.Contains(html, []byte("http://")) || bytes.Contains(html, []byte("https://")) || bytes.Contains(html, []byte("<script>")) {
+		t.Error("index.html references an external resource or has an inline script")
+	}
+}
