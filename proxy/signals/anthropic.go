@@ -44,7 +44,9 @@ type AnthropicReader struct {
 func (*AnthropicReader) Kind() string { return KindAnthropic }
 
 // Header records nothing: the API sends no engine timing.
-func (*AnthropicReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+func (*AnthropicReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
+	return noHeader(h, tl)
+}
 
 // Event reads one event's data (or a whole Message body).
 func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {

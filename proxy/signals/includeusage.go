@@ -64,7 +64,7 @@ func EnsureIncludeUsage(body []byte, dst []byte) (out []byte, added bool, err er
 	}
 	type edit struct {
 		from, to int // body[from:to] is replaced by text
-		text string
+		text     string
 	}
 	var edits []edit
 	if len(opts) == 0 {

@@ -39,7 +39,9 @@ type LlamaCppReader struct {
 func (*LlamaCppReader) Kind() string { return KindLlamaCpp }
 
 // Header records nothing: llama-server sends no timing headers.
-func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
+func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
+	return noHeader(h, tl)
+}
 
 // Event reads a chunk or body and its timings.
 func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {

@@ -23,7 +23,8 @@ import (
 // separates a first decode step: the first token is sampled at the end of
 // the last prefill forward pass (engine-signals.md §12.8), so the whole
 // interval is the engine's prefill and first_decode stays unreported.
-// Null values are not reported; 0 is a measurement. metrics is null for
+// Null values are not reported; 0 is a measurement. A null queue with a
+// prefill sets Event.Inferred: InferQueue infers the queue at done. metrics is null for
 // n > 1 and omitted for multi-prompt completions: nothing is recorded then.
 type VLLMReader struct {
 	p fastjson.Parser
@@ -47,13 +48,15 @@ func (r *VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
 		return ev
 	}
 	const ms = 1e6 // nanoseconds
-	if d, ok := durField(m, "queue_time_ms", ms); ok {
-		setEngine(tl, stages.EngineQueue, d)
+	queue, okq := durField(m, "queue_time_ms", ms)
+	if okq {
+		setEngine(tl, stages.EngineQueue, queue)
 		ev.Timing = true
 	}
 	if d, ok := durField(m, "time_to_first_token_ms", ms); ok {
 		setEngine(tl, stages.EnginePrefill, d)
 		ev.Timing = true
+		ev.Inferred = !okq // a null queue: InferQueue infers it at done
 	}
 	if d, ok := durField(m, "generation_time_ms", ms); ok && d > 0 {
 		ev.Decode = d
