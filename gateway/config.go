@@ -1,0 +1,512 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the gateway's configuration file (gateway/example.yaml shows
+// every field). Listen addresses and the proxy's own limits are flags, not
+// here. Zero values take the defaults Normalize documents; Validate rejects
+// contradictions. A Config must not be modified once handed to New or
+// Reload.
+type Config struct {
+	// Auth is how clients are authenticated: "keys" (an API key from Keys,
+	// as "Authorization: Bearer <key>"), "passthrough" (no check here; the
+	// client's Authorization goes to the upstream unchanged) or "none".
+	// Default: "keys" when Keys is not empty, otherwise "none".
+	Auth string `yaml:"auth"`
+	// MaxBodyBytes bounds a request body (default 16 MiB, the proxy's
+	// --max-body-bytes default).
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// KeyDefaults apply to every key that does not set its own.
+	KeyDefaults KeyDefaults `yaml:"key_defaults"`
+	// Keys are the API keys (auth: keys only).
+	Keys []KeyConfig `yaml:"keys"`
+	// Routes map model names to pools. An exact model name wins over a
+	// glob; globs are tried in file order.
+	Routes []RouteConfig `yaml:"routes"`
+	// Pools are groups of interchangeable upstreams.
+	Pools []PoolConfig `yaml:"pools"`
+
+	// Where the config came from, for error messages: file name and the
+	// line of every field path. Empty for a Config built in code.
+	file  string
+	lines map[string]int
+}
+
+// KeyDefaults are the settings a key inherits.
+type KeyDefaults struct {
+	// Quota applies to keys without their own (zero: unlimited).
+	Quota Quota `yaml:"quota"`
+	// AllowBreakdown lets clients ask for their own Server-Timing
+	// breakdown. With auth passthrough or none it applies to every client.
+	AllowBreakdown bool `yaml:"allow_breakdown"`
+}
+
+// KeyConfig is one API key.
+type KeyConfig struct {
+	// Name identifies the key in records and logs (the key itself never
+	// appears anywhere). Unique.
+	Name string `yaml:"name"`
+	// Key is "sha256:<64 hex digits>", the SHA-256 of the key (HashKey
+	// computes it; `ttftlens gateway hash-key`), or "env:VARNAME" to read
+	// the plain key from the environment when the config is loaded.
+	Key string `yaml:"key"`
+	// Quota overrides KeyDefaults.Quota for this key.
+	Quota *Quota `yaml:"quota"`
+	// AllowBreakdown overrides KeyDefaults.AllowBreakdown for this key.
+	AllowBreakdown *bool `yaml:"allow_breakdown"`
+}
+
+// Quota limits one key with two token buckets (see quota.go): Requests
+// requests and Tokens tokens (prompt + completion) per Interval, refilled
+// continuously. Zero Requests or Tokens means that dimension is unlimited.
+type Quota struct {
+	// Interval is the refill period (default 1m).
+	Interval time.Duration `yaml:"interval"`
+	// Requests per Interval (0: unlimited).
+	Requests int `yaml:"requests"`
+	// Tokens per Interval, prompt and completion together (0: unlimited).
+	Tokens int `yaml:"tokens"`
+}
+
+func (q Quota) unlimited() bool { return q.Requests == 0 && q.Tokens == 0 }
+
+// RouteConfig sends a model to a pool and sets the model's limits.
+type RouteConfig struct {
+	// Model is a model name, or a glob where '*' matches any run of bytes
+	// and '?' one byte.
+	Model string `yaml:"model"`
+	// Pool names the pool serving the model.
+	Pool string `yaml:"pool"`
+	// MaxTokens caps max_tokens / max_completion_tokens (0: no cap). A
+	// request asking for more is rejected, not clamped. It is also the
+	// quota reservation for a request that does not say.
+	MaxTokens int `yaml:"max_tokens"`
+	// MaxN is the largest n a request may ask for (default 1).
+	MaxN int `yaml:"max_n"`
+	// FirstTokenDeadline bounds the time from receipt to the first token
+	// (0: the proxy's --first-token-timeout).
+	FirstTokenDeadline time.Duration `yaml:"first_token_deadline"`
+	// TotalDeadline bounds the whole request (0: the proxy's
+	// --total-timeout).
+	TotalDeadline time.Duration `yaml:"total_deadline"`
+	// MaxFirstTokenDeadline is the longest first-token deadline a request
+	// may ask for with X-Ttftlens-TTFT-Deadline-Ms (0: the route's own
+	// deadline; a request may always shorten it).
+	MaxFirstTokenDeadline time.Duration `yaml:"max_first_token_deadline"`
+	// MaxTotalDeadline is the same bound for X-Ttftlens-Deadline-Ms.
+	MaxTotalDeadline time.Duration `yaml:"max_total_deadline"`
+}
+
+// PoolConfig is a group of upstreams serving the same models.
+type PoolConfig struct {
+	// Name is what routes refer to. Unique.
+	Name string `yaml:"name"`
+	// Upstreams are base URLs (http or https, no path). An upstream
+	// belongs to one pool only, so its in-flight limit means one thing.
+	Upstreams []string `yaml:"upstreams"`
+	// MaxInFlight is the most requests one upstream gets at once (0:
+	// unlimited, no admission queue).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// QueueSize is how many requests may wait for one upstream beyond
+	// MaxInFlight (default 256 when MaxInFlight is set).
+	QueueSize int `yaml:"queue_size"`
+	// QueueMaxWait is the longest a request waits in the queue (default
+	// 10s when MaxInFlight is set).
+	QueueMaxWait time.Duration `yaml:"queue_max_wait"`
+	// Health is the active health check.
+	Health HealthConfig `yaml:"health"`
+	// Ejection is the passive ejection of failing upstreams.
+	Ejection EjectionConfig `yaml:"ejection"`
+}
+
+// HealthConfig is an active health check: GET <upstream><Path> every
+// Interval; a 2xx within Timeout marks the upstream healthy, anything else
+// unhealthy. No Path: no active checks (upstreams count as healthy).
+type HealthConfig struct {
+	// Path is probed on every upstream, e.g. /health.
+	Path string `yaml:"path"`
+	// Interval between probes (default 5s).
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one probe (default 1s; less than Interval).
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// EjectionConfig takes an upstream out of rotation for Duration after
+// ConsecutiveFailures failed requests in a row (as the proxy reports them
+// with Done).
+type EjectionConfig struct {
+	// ConsecutiveFailures before ejection (default 5; negative: never eject).
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// Duration of an ejection (default 30s).
+	Duration time.Duration `yaml:"duration"`
+}
+
+// The auth modes.
+const (
+	AuthKeys        = "keys"
+	AuthPassthrough = "passthrough"
+	AuthNone        = "none"
+)
+
+// The defaults Normalize fills in.
+const (
+	DefaultMaxBodyBytes     = 16 << 20 // the proxy's --max-body-bytes default
+	DefaultQuotaInterval    = time.Minute
+	DefaultQueueSize        = 256              // per upstream; deep enough to ride out a burst
+	DefaultQueueMaxWait     = 10 * time.Second // well below clients' usual 60s+ timeouts
+	DefaultHealthInterval   = 5 * time.Second
+	DefaultHealthTimeout    = time.Second
+	DefaultEjectionFailures = 5 // one failure is noise; five in a row is a sick upstream
+	DefaultEjectionDuration = 30 * time.Second
+)
+
+// Normalize fills the defaults documented on each field. Call it after
+// Validate: Validate sees the zero values as "not set", which is how it
+// finds contradictions such as a queue without an in-flight limit.
+func (c *Config) Normalize() {
+	if c.Auth == "" {
+		c.Auth = AuthNone
+		if len(c.Keys) > 0 {
+			c.Auth = AuthKeys
+		}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	normQuota := func(q *Quota) {
+		if q.Interval == 0 && !q.unlimited() {
+			q.Interval = DefaultQuotaInterval
+		}
+	}
+	normQuota(&c.KeyDefaults.Quota)
+	for i := range c.Keys {
+		if q := c.Keys[i].Quota; q != nil {
+			normQuota(q)
+		}
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.MaxN == 0 {
+			r.MaxN = 1
+		}
+	}
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		if p.MaxInFlight > 0 {
+			if p.QueueSize == 0 {
+				p.QueueSize = DefaultQueueSize
+			}
+			if p.QueueMaxWait == 0 {
+				p.QueueMaxWait = DefaultQueueMaxWait
+			}
+		}
+		if p.Health.Path != "" {
+			if p.Health.Interval == 0 {
+				p.Health.Interval = DefaultHealthInterval
+			}
+			if p.Health.Timeout == 0 {
+				p.Health.Timeout = min(DefaultHealthTimeout, p.Health.Interval/2)
+			}
+		}
+		if p.Ejection.ConsecutiveFailures == 0 {
+			p.Ejection.ConsecutiveFailures = DefaultEjectionFailures
+		}
+		if p.Ejection.Duration == 0 {
+			p.Ejection.Duration = DefaultEjectionDuration
+		}
+	}
+}
+
+// Validate reports every problem in c, each naming the field (and, for a
+// parsed file, the file and line): the first line of the returned error is
+// the first problem in file order. Plain keys given as env:VARNAME must be
+// set in the environment.
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	v.check()
+	return v.errs.err()
+}
+
+type validator struct {
+	c    *Config
+	errs errorList
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.errs.add(v.c.file, v.c.line(path), path, fmt.Sprintf(format, args...))
+}
+
+func (v *validator) check() {
+	c := v.c
+	switch c.Auth {
+	case "", AuthKeys, AuthPassthrough, AuthNone:
+	default:
+		v.add("auth", "must be keys, passthrough or none, not %q", c.Auth)
+	}
+	if c.Auth == AuthKeys && len(c.Keys) == 0 {
+		v.add("auth", "auth is keys but no keys are listed")
+	}
+	if (c.Auth == AuthPassthrough || c.Auth == AuthNone) && len(c.Keys) > 0 {
+		v.add("keys", "keys are listed but auth is %s, which never checks them", c.Auth)
+	}
+	if c.MaxBodyBytes < 0 {
+		v.add("max_body_bytes", "must not be negative")
+	}
+	v.checkQuota("key_defaults.quota", &c.KeyDefaults.Quota)
+
+	names := make(map[string]int, len(c.Keys))
+	hashes := make(map[[32]byte]int, len(c.Keys))
+	for i := range c.Keys {
+		k := &c.Keys[i]
+		p := fmt.Sprintf("keys[%d]", i)
+		switch {
+		case k.Name == "":
+			v.add(p+".name", "missing")
+		case names[k.Name] > 0:
+			v.add(p+".name", "duplicate key name %q (also keys[%d])", k.Name, names[k.Name]-1)
+		default:
+			names[k.Name] = i + 1
+		}
+		if k.Key == "" {
+			v.add(p+".key", "missing: give sha256:<hex> or env:VARNAME")
+		} else if h, err := resolveKey(k.Key); err != nil {
+			v.add(p+".key", "%s", err)
+		} else if j, dup := hashes[h]; dup {
+			v.add(p+".key", "same key as keys[%d]", j)
+		} else {
+			hashes[h] = i
+		}
+		if k.Quota != nil {
+			v.checkQuota(p+".quota", k.Quota)
+		}
+	}
+
+	pools := make(map[string]int, len(c.Pools))
+	addrs := make(map[string]string)
+	for i := range c.Pools {
+		pl := &c.Pools[i]
+		p := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case pl.Name == "":
+			v.add(p+".name", "missing")
+		case pools[pl.Name] > 0:
+			v.add(p+".name", "duplicate pool name %q (also pools[%d])", pl.Name, pools[pl.Name]-1)
+		default:
+			pools[pl.Name] = i + 1
+		}
+		if len(pl.Upstreams) == 0 {
+			v.add(p+".upstreams", "a pool needs at least one upstream")
+		}
+		for j, raw := range pl.Upstreams {
+			up := fmt.Sprintf("%s.upstreams[%d]", p, j)
+			u, err := parseUpstreamURL(raw)
+			if err != nil {
+				v.add(up, "%s", err)
+				continue
+			}
+			if other, dup := addrs[u.key]; dup {
+				v.add(up, "upstream %s is already in %s", raw, other)
+				continue
+			}
+			addrs[u.key] = up
+		}
+		if pl.MaxInFlight < 0 {
+			v.add(p+".max_in_flight", "must not be negative")
+		}
+		if pl.QueueSize < 0 {
+			v.add(p+".queue_size", "must not be negative")
+		}
+		if pl.QueueMaxWait < 0 {
+			v.add(p+".queue_max_wait", "must not be negative")
+		}
+		if pl.MaxInFlight == 0 && pl.QueueSize > 0 {
+			v.add(p+".queue_size", "a queue needs max_in_flight: without it nothing ever waits")
+		}
+		if pl.MaxInFlight == 0 && pl.QueueMaxWait > 0 {
+			v.add(p+".queue_max_wait", "a queue needs max_in_flight: without it nothing ever waits")
+		}
+		h := &pl.Health
+		if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+			v.add(p+".health.path", "must start with /, not %q", h.Path)
+		}
+		if h.Interval < 0 {
+			v.add(p+".health.interval", "must not be negative")
+		}
+		if h.Timeout < 0 {
+			v.add(p+".health.timeout", "must not be negative")
+		}
+		if h.Path == "" && (h.Interval != 0 || h.Timeout != 0) {
+			v.add(p+".health", "interval and timeout need a path to probe")
+		}
+		if h.Interval > 0 && h.Timeout >= h.Interval {
+			v.add(p+".health.timeout", "timeout %s must be shorter than the interval %s", h.Timeout, h.Interval)
+		}
+		if pl.Ejection.Duration < 0 {
+			v.add(p+".ejection.duration", "must not be negative")
+		}
+	}
+
+	if len(c.Routes) == 0 {
+		v.add("routes", "no routes: every model would be unknown")
+	}
+	models := make(map[string]int, len(c.Routes))
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		p := fmt.Sprintf("routes[%d]", i)
+		switch {
+		case r.Model == "":
+			v.add(p+".model", "missing")
+		case models[r.Model] > 0:
+			v.add(p+".model", "duplicate route for %q (also routes[%d])", r.Model, models[r.Model]-1)
+		default:
+			models[r.Model] = i + 1
+			if strings.ContainsAny(r.Model, `[]\`) {
+				v.add(p+".model", "%q: only * and ? are glob characters; [, ] and \\ are not allowed", r.Model)
+			}
+		}
+		switch {
+		case r.Pool == "":
+			v.add(p+".pool", "missing")
+		case pools[r.Pool] == 0:
+			v.add(p+".pool", "unknown pool %q", r.Pool)
+		}
+		if r.MaxTokens < 0 {
+			v.add(p+".max_tokens", "must not be negative")
+		}
+		if r.MaxN < 0 {
+			v.add(p+".max_n", "must not be negative")
+		}
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{
+			{"first_token_deadline", r.FirstTokenDeadline}, {"total_deadline", r.TotalDeadline},
+			{"max_first_token_deadline", r.MaxFirstTokenDeadline}, {"max_total_deadline", r.MaxTotalDeadline},
+		} {
+			if d.v < 0 {
+				v.add(p+"."+d.name, "must not be negative")
+			}
+		}
+		if r.MaxFirstTokenDeadline > 0 && r.FirstTokenDeadline > r.MaxFirstTokenDeadline {
+			v.add(p+".max_first_token_deadline", "%s is shorter than first_token_deadline %s", r.MaxFirstTokenDeadline, r.FirstTokenDeadline)
+		}
+		if r.MaxTotalDeadline > 0 && r.TotalDeadline > r.MaxTotalDeadline {
+			v.add(p+".max_total_deadline", "%s is shorter than total_deadline %s", r.MaxTotalDeadline, r.TotalDeadline)
+		}
+		if r.TotalDeadline > 0 && r.FirstTokenDeadline > r.TotalDeadline {
+			v.add(p+".first_token_deadline", "%s is longer than total_deadline %s: it could never fire", r.FirstTokenDeadline, r.TotalDeadline)
+		}
+	}
+}
+
+func (v *validator) checkQuota(p string, q *Quota) {
+	if q.Interval < 0 {
+		v.add(p+".interval", "must not be negative")
+	}
+	if q.Requests < 0 {
+		v.add(p+".requests", "must not be negative")
+	}
+	if q.Tokens < 0 {
+		v.add(p+".tokens", "must not be negative")
+	}
+	if q.Interval > 0 && q.unlimited() {
+		v.add(p, "an interval with neither requests nor tokens limits nothing")
+	}
+}
+
+// HashKey returns the form of key to put in a config file's key field:
+// "sha256:" and the hex SHA-256 of the key.
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// resolveKey turns a key field into the key's hash. The error never
+// contains the key.
+func resolveKey(s string) ([32]byte, error) {
+	var h [32]byte
+	switch {
+	case strings.HasPrefix(s, "sha256:"):
+		hx := s[len("sha256:"):]
+		if len(hx) != 64 {
+			return h, fmt.Errorf("sha256: needs 64 hex digits, got %d", len(hx))
+		}
+		if _, err := hex.Decode(h[:], []byte(hx)); err != nil {
+			return h, fmt.Errorf("sha256: not hex")
+		}
+		return h, nil
+	case strings.HasPrefix(s, "env:"):
+		name := s[len("env:"):]
+		if name == "" {
+			return h, fmt.Errorf("env: needs a variable name")
+		}
+		k, ok := os.LookupEnv(name)
+		if !ok {
+			return h, fmt.Errorf("environment variable %s is not set", name)
+		}
+		if k == "" {
+			return h, fmt.Errorf("environment variable %s is empty", name)
+		}
+		return sha256.Sum256([]byte(k)), nil
+	}
+	// Never echo the value: it may be a plain key pasted by mistake.
+	return h, fmt.Errorf("must be sha256:<hex> or env:VARNAME (a plain key is not accepted; use HashKey)")
+}
+
+type upstreamURL struct {
+	base string // scheme://host[:port], no trailing slash
+	name string // host[:port] as written: the upstream's name in records
+	key  string // scheme://host:port, for duplicate detection
+}
+
+func parseUpstreamURL(raw string) (upstreamURL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return upstreamURL{}, fmt.Errorf("%q is not a URL: want http://host:port", raw)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return upstreamURL{}, fmt.Errorf("%q: scheme must be http or https", raw)
+	}
+	if u.Host == "" {
+		return upstreamURL{}, fmt.Errorf("%q: no host", raw)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return upstreamURL{}, fmt.Errorf("%q: give the server's base URL (no path, query or user)", raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return upstreamURL{
+		base: u.Scheme + "://" + u.Host,
+		name: u.Host,
+		key:  u.Scheme + "://" + u.Hostname() + ":" + port,
+	}, nil
+}
+
+// line returns the line of path in the parsed file, or of its nearest
+// parent that has one (0 when c was not parsed).
+func (c *Config) line(path string) int {
+	for path != "" {
+		if l, ok := c.lines[path]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return c.lines[""]
+}

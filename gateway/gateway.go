@@ -1,0 +1,290 @@
+// Package gateway is ttftlens' gateway logic (DESIGN §8, issue 5): API keys,
+// per-key quotas, request validation, routing models to pools of upstreams
+// with health checks and passive ejection, a FIFO admission queue per
+// upstream, and per-route deadlines, all from one YAML config that reloads
+// atomically.
+//
+// It does no I/O on the request path and keeps no clock of its own: the
+// proxy calls each step between the marks of its request clock and answers
+// a *Rejection itself. For one request, in order:
+//
+//	s := g.Snapshot()                          // the config this request keeps
+//	key, rej := s.Authenticate(authHeader)     // → gateway stage
+//	req, rej := s.CheckRequest(parser, gateway.Chat, body)
+//	res, rej := s.Admit(key, req.Reserve())
+//	dl, rej := req.Route.Deadlines(flagDefaults, totalHdr, ttftHdr)
+//	                                           // mark gateway_done
+//	up, rej := s.Pick(req.Route, nil)          // mark routed
+//	release, rej := up.Acquire(clientGone)     // mark admitted
+//	... the upstream exchange; on a connect failure or stale connection,
+//	    if gateway.CanRetry(kind, 1): g.Done(up, false); release();
+//	    up2, rej := s.Pick(req.Route, up); release2, rej := up2.Acquire(...)
+//	g.Done(up, ok); release(); res.Settle(actualTokens)
+//
+// After Admit succeeded, a later gateway Rejection (Pick, Acquire) should
+// res.Cancel() so the key does not pay for a request it never got.
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options are the gateway's injected dependencies; the zero value is the
+// production setup.
+type Options struct {
+	// Probe performs active health checks (default HTTPProbe, no
+	// keep-alives).
+	Probe ProbeFunc
+	// Now is a monotonic clock (default: time since New). Tests drive it.
+	Now func() time.Duration
+}
+
+// Gateway holds the current configuration and the state that outlives a
+// reload: upstreams (their queues, load and health) by URL, and quota
+// buckets by key name. Its methods are safe for concurrent use.
+type Gateway struct {
+	opts  Options
+	start time.Time
+	cur   atomic.Pointer[Snapshot]
+
+	mu      sync.Mutex // serializes Reload, Start and Stop
+	running bool
+	ups     map[string]*Upstream // by scheme://host:port
+	buckets map[string]*bucket   // by key name
+}
+
+// Snapshot is one configuration in effect: everything a request needs from
+// the gateway. A request takes one Snapshot and uses it throughout, so a
+// reload never changes the rules under a request. Safe for concurrent use.
+type Snapshot struct {
+	g      *Gateway
+	cfg    *Config
+	auth   string
+	keys   map[[32]byte]*Key
+	exact  map[string]*Route
+	globs  []*Route
+	routes []*Route
+	pools  []*Pool
+}
+
+// New validates cfg, fills its defaults (cfg is modified; do not modify it
+// afterwards) and builds a gateway. Start begins the health checks.
+func New(cfg *Config, opts Options) (*Gateway, error) {
+	if opts.Probe == nil {
+		opts.Probe = defaultProbe()
+	}
+	g := &Gateway{opts: opts, start: time.Now(), ups: map[string]*Upstream{}, buckets: map[string]*bucket{}}
+	if err := g.Reload(cfg); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Gateway) now() int64 {
+	if g.opts.Now != nil {
+		return int64(g.opts.Now())
+	}
+	return int64(time.Since(g.start))
+}
+
+// Snapshot returns the configuration in effect. Take it once per request.
+func (g *Gateway) Snapshot() *Snapshot { return g.cur.Load() }
+
+// Config returns the snapshot's configuration (read-only).
+func (s *Snapshot) Config() *Config { return s.cfg }
+
+// Pools returns the snapshot's pools in configured order (read-only): the
+// metrics owner reads each Upstream's QueueDepth and InFlight from here.
+func (s *Snapshot) Pools() []*Pool { return s.pools }
+
+// Routes returns the snapshot's routes in configured order (read-only).
+func (s *Snapshot) Routes() []*Route { return s.routes }
+
+// Authenticate is Snapshot().Authenticate, for a caller that needs only this.
+func (g *Gateway) Authenticate(authorization []byte) (*Key, *Rejection) {
+	return g.Snapshot().Authenticate(authorization)
+}
+
+// Reload validates cfg, fills its defaults and makes it the configuration
+// for requests that start from now on. Requests in flight keep their
+// Snapshot. Upstreams that stay (same URL) keep their in-flight requests,
+// queue, load and health; removed ones live on until their last release.
+// Keys that stay (same name) keep their quota levels. Health checks restart
+// on the new pools when the gateway is running. On error nothing changes.
+func (g *Gateway) Reload(cfg *Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.Normalize()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, err := g.build(cfg)
+	if err != nil {
+		return err
+	}
+	old := g.cur.Swap(s)
+	if g.running {
+		if old != nil {
+			stopCheckers(old)
+		}
+		g.startCheckers(s)
+	}
+	return nil
+}
+
+// Start begins the active health checks. Stop ends them.
+func (g *Gateway) Start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.running {
+		return
+	}
+	g.running = true
+	g.startCheckers(g.cur.Load())
+}
+
+// Stop ends the active health checks and waits for their goroutines.
+// Requests may still use the gateway (upstreams keep their last verdict).
+func (g *Gateway) Stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.running {
+		return
+	}
+	g.running = false
+	stopCheckers(g.cur.Load())
+}
+
+func (g *Gateway) startCheckers(s *Snapshot) {
+	for _, p := range s.pools {
+		if p.health.Path != "" {
+			p.checker = startChecker(p, g.opts.Probe)
+		}
+	}
+}
+
+func stopCheckers(s *Snapshot) {
+	for _, p := range s.pools {
+		if p.checker != nil {
+			p.checker.stop()
+			p.checker = nil
+		}
+	}
+}
+
+// build makes a Snapshot of a validated, normalized cfg. g.mu is held.
+func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
+	now := g.now()
+	s := &Snapshot{
+		g: g, cfg: cfg, auth: cfg.Auth,
+		keys:  make(map[[32]byte]*Key, len(cfg.Keys)),
+		exact: make(map[string]*Route, len(cfg.Routes)),
+	}
+	// Resolve every key before changing any shared state: the environment
+	// may have changed since Validate.
+	hashes := make([][32]byte, len(cfg.Keys))
+	for i := range cfg.Keys {
+		h, err := resolveKey(cfg.Keys[i].Key)
+		if err != nil {
+			return nil, fmt.Errorf("keys[%d].key: %w", i, err)
+		}
+		hashes[i] = h
+	}
+	buckets := make(map[string]*bucket, len(cfg.Keys))
+	for i := range cfg.Keys {
+		kc, h := &cfg.Keys[i], hashes[i]
+		k := &Key{Name: kc.Name, AllowBreakdown: cfg.KeyDefaults.AllowBreakdown, hash: h}
+		if kc.AllowBreakdown != nil {
+			k.AllowBreakdown = *kc.AllowBreakdown
+		}
+		q := cfg.KeyDefaults.Quota
+		if kc.Quota != nil {
+			q = *kc.Quota
+		}
+		if !q.unlimited() {
+			b := g.buckets[kc.Name]
+			if b == nil {
+				b = newBucket(q, now)
+			} else {
+				b.configure(q, now)
+			}
+			buckets[kc.Name] = b
+			k.quota = b
+		}
+		s.keys[h] = k
+	}
+
+	ups := make(map[string]*Upstream)
+	pools := make(map[string]*Pool, len(cfg.Pools))
+	for i := range cfg.Pools {
+		pc := &cfg.Pools[i]
+		p := &Pool{Name: pc.Name, health: pc.Health}
+		for _, raw := range pc.Upstreams {
+			uu, err := parseUpstreamURL(raw)
+			if err != nil {
+				panic("BUG: upstream URL passed Validate: " + err.Error())
+			}
+			u := g.ups[uu.key]
+			if u == nil {
+				u = newUpstream(g, uu)
+			}
+			u.URL, u.Name = uu.base, uu.name
+			if pc.Health.Path == "" {
+				u.healthy.Store(true) // no checks: no verdict to keep
+			}
+			u.ejectAfter.Store(int32(min(pc.Ejection.ConsecutiveFailures, 1<<30)))
+			u.ejectFor.Store(int64(pc.Ejection.Duration))
+			u.q.configure(pc.MaxInFlight, pc.QueueSize, pc.QueueMaxWait)
+			ups[uu.key] = u
+			p.Upstreams = append(p.Upstreams, u)
+		}
+		pools[pc.Name] = p
+		s.pools = append(s.pools, p)
+	}
+
+	for i := range cfg.Routes {
+		rc := &cfg.Routes[i]
+		r := &Route{
+			Model: rc.Model, Pool: pools[rc.Pool], MaxTokens: rc.MaxTokens, MaxN: rc.MaxN,
+			FirstTokenDeadline: rc.FirstTokenDeadline, TotalDeadline: rc.TotalDeadline,
+			MaxFirstTokenDeadline: rc.MaxFirstTokenDeadline, MaxTotalDeadline: rc.MaxTotalDeadline,
+			glob: isGlob(rc.Model),
+		}
+		s.routes = append(s.routes, r)
+		if r.glob {
+			s.globs = append(s.globs, r)
+		} else {
+			s.exact[r.Model] = r
+		}
+	}
+	g.ups, g.buckets = ups, buckets
+	return s, nil
+}
+
+func isGlob(s string) bool {
+	return slices.ContainsFunc([]byte(s), func(c byte) bool { return c == '*' || c == '?' })
+}
+
+// AppendModels appends the /v1/models answer to dst: every route that names
+// a model exactly (globs are not models), in configured order.
+func (s *Snapshot) AppendModels(dst []byte) []byte {
+	dst = append(dst, `{"object":"list","data":[`...)
+	first := true
+	for _, r := range s.routes {
+		if r.glob {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, `{"id":`...)
+		dst = appendJSONString(dst, r.Model)
+		dst = append(dst, `,"object":"model","created":0,"owned_by":"ttftlens"}`...)
+	}
+	return append(dst, "]}"...)
+}

@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+)
+
+// Route is a configured route: a model (or glob) and its limits. Routes are
+// immutable and belong to their Snapshot.
+type Route struct {
+	// Model is the configured model name or glob.
+	Model string
+	// Pool serves the route.
+	Pool *Pool
+	// MaxTokens caps max_tokens (0: none); MaxN caps n.
+	MaxTokens, MaxN int
+	// The deadlines (0: the proxy's default) and how far a request header
+	// may lengthen them (see Deadlines).
+	FirstTokenDeadline, TotalDeadline       time.Duration
+	MaxFirstTokenDeadline, MaxTotalDeadline time.Duration
+	glob                                    bool
+}
+
+// route finds the route of model: an exact name first, then the globs in
+// file order. Neither allocates.
+func (s *Snapshot) route(model []byte) *Route {
+	if r := s.exact[string(model)]; r != nil {
+		return r
+	}
+	for _, r := range s.globs {
+		if globMatch(r.Model, model) {
+			return r
+		}
+	}
+	return nil
+}
+
+// globMatch reports whether name matches pattern, where '*' matches any run
+// of bytes and '?' one byte. Linear backtracking on the last star.
+func globMatch(pattern string, name []byte) bool {
+	p, n := 0, 0
+	star, mark := -1, 0
+	for n < len(name) {
+		switch {
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == name[n]):
+			p++
+			n++
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, n
+			p++
+		case star >= 0:
+			p = star + 1
+			mark++
+			n = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// Pool is a group of upstreams serving the same routes. Pools belong to
+// their Snapshot; the Upstreams in them outlive reloads that keep them.
+type Pool struct {
+	// Name is the configured name.
+	Name string
+	// Upstreams in configured order.
+	Upstreams []*Upstream
+	rr        atomic.Uint32
+	health    HealthConfig
+	checker   *checker
+}
+
+// Upstream is one model server: its admission queue, its load and its
+// health. An Upstream keeps its identity (and its in-flight requests,
+// queue and health) across reloads that keep its URL; one dropped by a
+// reload lives on until its last request releases it.
+type Upstream struct {
+	// Name labels the upstream in records and metrics: host[:port] as
+	// written in the config.
+	Name string
+	// URL is the base URL, scheme://host[:port].
+	URL string
+
+	outstanding  atomic.Int64 // queued + in flight: the load Pick compares
+	healthy      atomic.Bool  // the active health check's verdict
+	ejectedUntil atomic.Int64 // gateway-clock ns; passive ejection
+	fails        atomic.Int32 // consecutive failures reported by Done
+	ejectAfter   atomic.Int32 // <= 0: never eject
+	ejectFor     atomic.Int64 // ns
+	q            admission
+	releaseFn    func() // u.release, bound once so Acquire does not allocate
+	g            *Gateway
+}
+
+func newUpstream(g *Gateway, u upstreamURL) *Upstream {
+	up := &Upstream{Name: u.name, URL: u.base, g: g}
+	up.healthy.Store(true) // until a probe says otherwise
+	up.releaseFn = up.release
+	return up
+}
+
+// Healthy reports the last active health check's verdict (true without
+// checks).
+func (u *Upstream) Healthy() bool { return u.healthy.Load() }
+
+// Ejected reports whether passive ejection has the upstream out of rotation.
+func (u *Upstream) Ejected() bool { return u.ejectedUntil.Load() > u.g.now() }
+
+// Outstanding returns the requests queued for or in flight on u.
+func (u *Upstream) Outstanding() int64 { return u.outstanding.Load() }
+
+func (u *Upstream) available(now int64) bool {
+	return u.healthy.Load() && u.ejectedUntil.Load() <= now
+}
+
+// Pick chooses the upstream for a request on route r: the available one
+// (healthy, not ejected) with the fewest outstanding requests (queued + in
+// flight), ties going round robin. except, when not nil, is skipped: the
+// upstream that just failed, for the one retry CanRetry allows. With no
+// available upstream it returns a 503 Rejection (worker_failure /
+// no_healthy_upstream); on a retry that means "no other upstream", and the
+// proxy should answer with the first failure instead.
+func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
+	ups := r.Pool.Upstreams
+	n := uint32(len(ups))
+	start := r.Pool.rr.Add(1)
+	now := s.g.now()
+	var best *Upstream
+	var bestLoad int64
+	for i := range n {
+		u := ups[(start+i)%n]
+		if u == except || !u.available(now) {
+			continue
+		}
+		if load := u.outstanding.Load(); best == nil || load < bestLoad {
+			best, bestLoad = u, load
+		}
+	}
+	if best == nil {
+		return nil, noHealthy(r.Pool, except, now)
+	}
+	return best, nil
+}
+
+func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
+	// Retry when the first ejection ends, or after a health-check round.
+	wait := int64(math.MaxInt64)
+	for _, u := range p.Upstreams {
+		if u != except && u.healthy.Load() {
+			wait = min(wait, u.ejectedUntil.Load()-now)
+		}
+	}
+	if wait == math.MaxInt64 {
+		wait = int64(p.health.Interval)
+	}
+	secs := int(min(max((wait+int64(time.Second)-1)/int64(time.Second), 1), 3600))
+	return &Rejection{
+		Status: 503, RetryAfter: secs, Type: "server_error", Code: "no_healthy_upstream",
+		Message: "no healthy upstream in pool " + p.Name + "; retry in " + strconv.Itoa(secs) + "s",
+		Reason:  endreason.WorkerFailure, Detail: DetailNoHealthy,
+	}
+}
+
+// Done reports how a request on u went, for passive ejection: ok false for
+// a failure of the upstream (connect failed, 5xx, closed or reset before
+// the end, engine error), true for anything else. Client cancels, our own
+// deadlines and 4xx say nothing about the upstream: report them as ok or not
+// at all. After ejection.consecutive_failures failures in a row the upstream
+// is out of rotation for ejection.duration.
+func (g *Gateway) Done(u *Upstream, ok bool) {
+	if ok {
+		if u.fails.Load() != 0 { // read first: keep the hot line shared
+			u.fails.Store(0)
+		}
+		return
+	}
+	after := u.ejectAfter.Load()
+	if after <= 0 {
+		return
+	}
+	if u.fails.Add(1) >= after {
+		u.fails.Store(0)
+		u.ejectedUntil.Store(g.now() + u.ejectFor.Load())
+	}
+}
+
+// Failure is how an upstream attempt failed, for CanRetry.
+type Failure uint8
+
+// The failures.
+const (
+	// FailOther is any failure after a response byte arrived, or one that
+	// is not known to be safe to repeat.
+	FailOther Failure = iota
+	// FailConnect: no connection could be made; the upstream saw nothing.
+	FailConnect
+	// FailStaleConn: a reused keep-alive connection was closed by the
+	// upstream before any response byte (it closed it while idle).
+	FailStaleConn
+)
+
+// CanRetry reports whether a failed attempt may be retried on a different
+// upstream (Pick with except = the failed one): only after the first
+// attempt (attempts == 1), and only for a connect failure or a stale
+// keep-alive connection, before any response byte, so the engine cannot
+// have started generating for it. The request body must still be
+// available to send again (the proxy holds the whole body).
+func CanRetry(f Failure, attempts int) bool {
+	return attempts == 1 && (f == FailConnect || f == FailStaleConn)
+}
