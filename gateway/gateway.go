@@ -53,7 +53,7 @@ type Gateway struct {
 
 	mu      sync.Mutex // serializes Reload, Start and Stop
 	running bool
-	ups     map[string]*Upstream // by scheme://host:port
+	ups     map[string]*Upstream // by base URL as written
 	buckets map[string]*bucket   // by key name
 }
 
@@ -228,18 +228,19 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			if err != nil {
 				panic("BUG: upstream URL passed Validate: " + err.Error())
 			}
-			u := g.ups[uu.key]
+			// Reused only when written the same way: Name and URL never
+			// change under a running health check or a record.
+			u := g.ups[uu.base]
 			if u == nil {
 				u = newUpstream(g, uu)
 			}
-			u.URL, u.Name = uu.base, uu.name
 			if pc.Health.Path == "" {
 				u.healthy.Store(true) // no checks: no verdict to keep
 			}
 			u.ejectAfter.Store(int32(min(pc.Ejection.ConsecutiveFailures, 1<<30)))
 			u.ejectFor.Store(int64(pc.Ejection.Duration))
 			u.q.configure(pc.MaxInFlight, pc.QueueSize, pc.QueueMaxWait)
-			ups[uu.key] = u
+			ups[uu.base] = u
 			p.Upstreams = append(p.Upstreams, u)
 		}
 		pools[pc.Name] = p

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -13,3 +14,26 @@ type fakeClock struct{ ns atomic.Int64 }
 
 func (c *fakeClock) Now() time.Duration      { return time.Duration(c.ns.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// newGateway builds a gateway for tests from a config in code, with a fake
+// clock and an always-healthy probe unless opts say otherwise.
+func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{}
+	if opts.Now == nil {
+		opts.Now = clk.Now
+	}
+	if opts.Probe == nil {
+		opts.Probe = okProbe
+	}
+	g, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Stop)
+	return g, clk
+}
+
+func onePool(upstreams ...string) []PoolConfig {
+	return []PoolConfig{{Name: "p", Upstreams: upstreams}}
+}
