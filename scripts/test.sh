@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ ! -x /usr/bin/chromium ]; then # the page's browser test (exporters/web)
+	echo "== installing chromium"
+	apt-get update && apt-get install -y chromium
+fi
+
 echo "== go vet"
 go vet ./...
 echo "== go test -race"

@@ -12,9 +12,11 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel"
 
 	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"
 )
 
@@ -73,7 +75,22 @@ func runServe(args []string) error {
 		return err
 	}
 	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: []string{up.Name}, Version: version()})
-	sinks := exporters.NewFanout(exporters.Named{Name: "log", Sink: records}, exporters.Named{Name: "metrics", Sink: metrics})
+	ring := exporters.NewRing(exporters.RingOptions{}) // the page and /debug/requests
+	named := []exporters.Named{{Name: "log", Sink: records}, {Name: "metrics", Sink: metrics}, {Name: "ring", Sink: ring}}
+	if exporters.OTLPEnabled(os.Getenv) { // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn().Err(err).Msg("otlp trace export") }))
+		traces, err := exporters.NewOTLPSink(context.Background(), exporters.OTLPOptions{ServiceVersion: version()})
+		if err != nil {
+			return fmt.Errorf("otlp traces: %w", err)
+		}
+		defer func() { // after the proxy's shutdown: its last records are exported too
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = traces.Close(ctx)
+		}()
+		named = append(named, exporters.Named{Name: "otlp", Sink: traces})
+	}
+	sinks := exporters.NewFanout(named...)
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
 	p, err := proxy.New(f.cfg, sinks, log)
@@ -89,7 +106,7 @@ func runServe(args []string) error {
 		ln.Close()
 		return err
 	}
-	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, nil), Name: "ttftlens-admin"}
+	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, web.Routes(ring)), Name: "ttftlens-admin"}
 	errc := make(chan error, 2)
 	go func() { errc <- p.Serve(ln) }()
 	go func() { errc <- admin.Serve(adminLn) }()
