@@ -261,7 +261,9 @@ func TestReaderEdges(t *testing.T) {
 
 // TestSGLangText: cumulative and incremental text, and Reset.
 func TestSGLangText(t *testing.T) {
-	ev := func(text string) string { return `{"text":` + strings.ReplaceAll(`"`+text+`"`, "\n", `\n`) + `,"meta_info":{}}` }
+	ev := func(text string) string {
+		return `{"text":` + strings.ReplaceAll(`"`+text+`"`, "\n", `\n`) + `,"meta_info":{}}`
+	}
 	var r SGLangReader
 	seq := []struct {
 		text    string

@@ -64,3 +64,52 @@ func BenchmarkParseServerTiming(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReaderEvent measures Reader.Event per reader, per typical event
+// (ns/event): the content event is the hot path.
+func BenchmarkReaderEvent(b *testing.B) {
+	for _, c := range readerEvents {
+		b.Run(c.kind+"_"+c.name, func(b *testing.B) {
+			r, _ := NewReader(c.kind)
+			var tl stages.Timeline
+			tl.Start(func() int64 { return 0 }, time.Time{})
+			data := []byte(c.data)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Event(data, &tl)
+			}
+		})
+	}
+}
+
+// BenchmarkLineScanner measures splitting Ollama NDJSON lines (ns/line).
+func BenchmarkLineScanner(b *testing.B) {
+	line := []byte(ollamaContent + "\n")
+	var stream []byte
+	for range 64 {
+		stream = append(stream, line...)
+	}
+	sc := NewLineScanner(&loopReader{data: stream}, 0)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := sc.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEnsureIncludeUsage measures the once-per-request rewrite of a
+// typical chat request.
+func BenchmarkEnsureIncludeUsage(b *testing.B) {
+	body := []byte(`{"model":"meta-llama/Llama-3.1-8B-Instruct","stream":true,"max_tokens":256,"temperature":0.7,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Explain the difference between prefill and decode in two sentences."}]}`)
+	dst := make([]byte, 0, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, added, _ := EnsureIncludeUsage(body, dst[:0]); !added {
+			b.Fatal("not added")
+		}
+	}
+}
