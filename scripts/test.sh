@@ -10,6 +10,19 @@ if [ ! -x /usr/bin/chromium ]; then # the page's browser test (exporters/web)
 	apt-get update && apt-get install -y chromium
 fi
 
+# deploy/: promtool for the rules, and the prometheus server the dashboard
+# test (deploy/deploytest, run by go test below) starts on its own port,
+# config and data directory (never the Debian service's).
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+	echo "== installing prometheus"
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		-o DPkg::Lock::Timeout=300 prometheus
+fi
+echo "== promtool: deploy/prometheus"
+promtool check rules deploy/prometheus/recording.yml deploy/prometheus/alerts.yml
+promtool check config deploy/prometheus/prometheus.yml
+promtool test rules deploy/prometheus/alerts_test.yml
+
 echo "== go vet"
 go vet ./...
 echo "== go test -race"

@@ -439,7 +439,7 @@ func loadPlan() []request {
 	add(20, request{name: "plain", body: chat(12, "")})
 	// Long generations keep the engine's running batch non-empty across
 	// scrapes.
-	add(3, request{name: "long", body: chat(150, `"ignore_eos":true,`)})
+	add(3, request{name: "long", body: chat(100, `"ignore_eos":true,`)})
 	add(3, request{name: "queue", fault: "queue_delay=1200ms", body: chat(6, "")})
 	add(2, request{name: "slow tokenizer", fault: "slow_tokenizer=150ms", body: chat(6, "")})
 	add(3, request{name: "503", fault: "http_error=503", body: chat(6, "")})
