@@ -194,7 +194,11 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte("routes: &r\n  - {model: m, pool: p}\npools: [{name: p, upstreams: [http://x]}]\n"))
 	f.Add([]byte("pools: [{name: p, upstreams: [http://x], ejection: {consecutive_failures: -1}}]\nroutes: [{model: '*', pool: p}]"))
+	f.Add([]byte("u: &u [a, a, a, a]\npools: [{upstreams: *u}, {upstreams: *u}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// A slow parse is a bug too (alias expansion, quadratic errors).
+		wd := time.AfterFunc(5*time.Second, func() { panic("Parse took over 5s") })
+		defer wd.Stop()
 		c, err := Parse(data, "fuzz.yaml")
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {

@@ -37,7 +37,7 @@ func Parse(data []byte, name string) (*Config, error) {
 	if root.Kind == 0 || len(root.Content) == 0 {
 		return nil, &ConfigError{File: name, Line: 1, Msg: "empty config"}
 	}
-	d := decoder{c: c}
+	d := decoder{c: c, budget: 2*len(data) + 1024}
 	d.decode(root.Content[0], "", reflect.ValueOf(c).Elem())
 	if err := d.errs.err(); err != nil {
 		return nil, err
@@ -137,6 +137,9 @@ func syntaxError(file string, err error) error {
 type decoder struct {
 	c    *Config
 	errs errorList
+	// budget bounds the values decoded: aliases may repeat a list inside
+	// a list, so a small file could otherwise expand quadratically.
+	budget int
 }
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
@@ -148,6 +151,12 @@ var durationType = reflect.TypeFor[time.Duration]()
 func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value) {
 	for n.Kind == yaml.AliasNode {
 		n = n.Alias
+	}
+	if d.budget--; d.budget < 0 {
+		if d.budget == -1 {
+			d.fail(n, path, "too many values after expanding aliases")
+		}
+		return
 	}
 	if _, seen := d.c.lines[path]; !seen {
 		d.c.lines[path] = n.Line
