@@ -374,6 +374,7 @@ func TestOTLPNeverBlocks(t *testing.T) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
 	defer otel.SetErrorHandler(prev)
 	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so the server notices the client leaving
 		select { // hold the export until the exporter gives up
 		case <-r.Context().Done():
 		case <-time.After(5 * time.Second):
