@@ -374,8 +374,10 @@ func TestOTLPNeverBlocks(t *testing.T) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
 	defer otel.SetErrorHandler(prev)
 	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // so the server notices the client leaving
-		select { // hold the export until the exporter gives up
+		// Read the body, so the server notices the client leaving, then
+		// hold the export until the exporter gives up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
 		case <-r.Context().Done():
 		case <-time.After(5 * time.Second):
 		}
