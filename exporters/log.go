@@ -3,7 +3,6 @@ package exporters
 import (
 	"errors"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -266,11 +265,11 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 	var us [stages.NumStages]int64
 	var ttftUS int64
 	if bd.OK {
-		ttftUS = splitMicros(&us, &bd)
-		b = appendMillis(b[:0], ttftUS)
+		ttftUS = bd.Micros(&us)
+		b = stages.AppendMillis(b[:0], ttftUS)
 		e.RawJSON("ttft_ms", b)
 	}
-	b = appendMillis(b[:0], micros(r.E2E()))
+	b = stages.AppendMillis(b[:0], stages.Micros(r.E2E()))
 	e.RawJSON("e2e_ms", b)
 	if bd.OK {
 		b = append(b[:0], '{')
@@ -281,7 +280,7 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 			b = append(b, '"')
 			b = append(b, stages.Stage(i).String()...)
 			b = append(b, '"', ':')
-			b = appendMillis(b, us[i])
+			b = stages.AppendMillis(b, us[i])
 		}
 		b = append(b, '}')
 		e.RawJSON("stages_ms", b)
@@ -307,7 +306,7 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 			b = append(b, '"')
 			b = append(b, stages.EngineDur(d).String()...)
 			b = append(b, '"', ':')
-			b = appendMillis(b, micros(v))
+			b = stages.AppendMillis(b, stages.Micros(v))
 		}
 		b = append(b, '}')
 		e.RawJSON("engine_ms", b)
@@ -321,11 +320,11 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 	}
 	if g := r.Stream.Gaps(); g.N > 0 {
 		b = append(b[:0], `{"p50":`...)
-		b = appendMillis(b, micros(g.P50))
+		b = stages.AppendMillis(b, stages.Micros(g.P50))
 		b = append(b, `,"p99":`...)
-		b = appendMillis(b, micros(g.P99))
+		b = stages.AppendMillis(b, stages.Micros(g.P99))
 		b = append(b, `,"max":`...)
-		b = appendMillis(b, micros(g.Max))
+		b = stages.AppendMillis(b, stages.Micros(g.Max))
 		b = append(b, '}')
 		e.RawJSON("itl_ms", b)
 	}
@@ -336,61 +335,9 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 	e.Int64("bytes_in", r.BytesIn)
 	e.Int64("bytes_out", r.BytesOut)
 	if cancel {
-		b = appendMillis(b[:0], micros(r.CancelToClose))
+		b = stages.AppendMillis(b[:0], stages.Micros(r.CancelToClose))
 		e.RawJSON("cancel_to_close_ms", b)
 		e.Int("tokens_after_cancel", r.TokensAfterCancel)
 	}
 	sc.b = b
-}
-
-// micros rounds d to whole microseconds, half away from zero.
-func micros(d time.Duration) int64 {
-	if d < 0 {
-		return -((-int64(d) + 500) / 1000)
-	}
-	return (int64(d) + 500) / 1000
-}
-
-// splitMicros rounds bd's stages to whole microseconds so that they add up
-// exactly to the rounded TTFT, which it returns.
-//
-// Rounding each stage on its own can make the sum drift from the rounded
-// TTFT by up to half a microsecond per stage (4 µs over 8 stages), which
-// would break the identity the log promises ("stages_ms adds up to ttft_ms
-// to the microsecond"). Instead the stage boundaries are rounded: with
-// C_k = stage_0 + … + stage_k (nanoseconds, exact), stage k becomes
-// round(C_k) - round(C_{k-1}). The sum telescopes to round(C_7) =
-// round(TTFT) exactly, each stage is within 1 µs of its true value, and no
-// stage goes negative because rounding is monotone and C_k never decreases
-// (stages.Breakdown never yields a negative stage; a negative one would be
-// a bug there and is clamped to 0 here rather than logged).
-func splitMicros(us *[stages.NumStages]int64, bd *stages.Breakdown) int64 {
-	var cum time.Duration
-	var prev int64
-	for i, d := range bd.Stages {
-		cum += max(d, 0)
-		r := micros(cum)
-		us[i] = r - prev
-		prev = r
-	}
-	return prev
-}
-
-// appendMillis appends us microseconds as milliseconds with up to three
-// decimals, exactly ("12.345", "0.007", "3"), without float rounding.
-func appendMillis(b []byte, us int64) []byte {
-	if us < 0 {
-		b = append(b, '-')
-		us = -us
-	}
-	b = strconv.AppendInt(b, us/1000, 10)
-	frac := us % 1000
-	if frac == 0 {
-		return b
-	}
-	b = append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
-	for b[len(b)-1] == '0' {
-		b = b[:len(b)-1]
-	}
-	return b
 }

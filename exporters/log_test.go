@@ -147,41 +147,6 @@ func parseMicros(t *testing.T, s string) int64 {
 	return i*1000 + f
 }
 
-func TestAppendMillis(t *testing.T) {
-	f := func(us int64, want string) {
-		t.Helper()
-		if got := string(appendMillis(nil, us)); got != want {
-			t.Errorf("appendMillis(%d) = %q, want %q", us, got, want)
-		}
-	}
-	f(0, "0")
-	f(1, "0.001")
-	f(10, "0.01")
-	f(12345, "12.345")
-	f(12340, "12.34")
-	f(3000, "3")
-	f(-1500, "-1.5")
-	f(1<<40, "1099511627.776")
-}
-
-func TestMicros(t *testing.T) {
-	f := func(d time.Duration, want int64) {
-		t.Helper()
-		if got := micros(d); got != want {
-			t.Errorf("micros(%d) = %d, want %d", d, got, want)
-		}
-	}
-	f(0, 0)
-	f(499, 0)
-	f(500, 1)
-	f(1499, 1)
-	f(-500, -1)
-	f(-499, 0)
-}
-
-// TestStageSumProperty builds random timelines (marks in order with random
-// gaps, some missing; engine durations random, including negative and
-// larger than the window) and checks the logged identity on each.
 func TestStageSumProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	n := 20000
@@ -212,7 +177,7 @@ func TestStageSumProperty(t *testing.T) {
 		l := line(r)
 		m := checkLine(t, l)
 		bd := r.Breakdown()
-		if got, want := parseMicros(t, string(m["ttft_ms"])), micros(bd.TTFT); got != want {
+		if got, want := parseMicros(t, string(m["ttft_ms"])), stages.Micros(bd.TTFT); got != want {
 			t.Fatalf("ttft_ms = %d µs, true TTFT %v: %s", got, bd.TTFT, l)
 		}
 		// Each stage is within 1 µs of its true value.

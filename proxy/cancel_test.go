@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"testing"
 	"time"
 
@@ -48,43 +49,54 @@ func TestClientCancel(t *testing.T) {
 			}
 		}, "tok "},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			started := make(chan struct{})
-			closed := make(chan time.Time, 1)
-			up := startUpstream(t, func(c *upConn) {
-				tt.upstream(c, started)
-				at, ok := c.waitGone(5 * time.Second)
-				if ok {
-					closed <- at
-				}
-			})
-			addr, sink, _ := startProxy(t, up.url, nil)
-			conn, br := rawClient(t, addr, chatBody)
-			<-started
-			if tt.readFirst != "" {
-				readUntil(t, br, tt.readFirst)
+	serverTLS, clientTLS := testTLS(t)
+	for _, useTLS := range []bool{false, true} {
+		for _, tt := range tests {
+			name := tt.name
+			if useTLS {
+				name += " over TLS"
 			}
-			time.Sleep(50 * time.Millisecond) // let the silence be real
-			left := time.Now()
-			conn.Close()
+			t.Run(name, func(t *testing.T) {
+				started := make(chan struct{})
+				closed := make(chan time.Time, 1)
+				up := startUpstream(t, func(c *upConn) {
+					tt.upstream(c, started)
+					at, ok := c.waitGone(5 * time.Second)
+					if ok {
+						closed <- at
+					}
+				})
+				var srvCfg, cliCfg *tls.Config
+				if useTLS {
+					srvCfg, cliCfg = serverTLS, clientTLS
+				}
+				addr, sink, _ := startProxyTLS(t, up.url, nil, srvCfg)
+				conn, br := rawClientTLS(t, addr, chatBody, cliCfg)
+				<-started
+				if tt.readFirst != "" {
+					readUntil(t, br, tt.readFirst)
+				}
+				time.Sleep(50 * time.Millisecond) // let the silence be real
+				left := time.Now()
+				conn.Close()
 
-			select {
-			case at := <-closed:
-				if d := at.Sub(left); d > maxCloseDelay {
-					t.Errorf("upstream saw the close %v after the client left; want <= %v", d, maxCloseDelay)
+				select {
+				case at := <-closed:
+					if d := at.Sub(left); d > maxCloseDelay {
+						t.Errorf("upstream saw the close %v after the client left; want <= %v", d, maxCloseDelay)
+					}
+				case <-time.After(3 * time.Second):
+					t.Fatal("upstream connection still open 3s after the client left")
 				}
-			case <-time.After(3 * time.Second):
-				t.Fatal("upstream connection still open 3s after the client left")
-			}
-			r := sink.next(t)
-			if r.Reason != endreason.ClientCancel || r.Phase != tt.phase {
-				t.Errorf("record %s/%s phase %s, want client_cancel phase %s", r.Reason, r.Detail, r.Phase, tt.phase)
-			}
-			if r.CancelToClose <= 0 || r.CancelToClose > maxCloseDelay {
-				t.Errorf("cancel_to_close %v, want in (0, %v]", r.CancelToClose, maxCloseDelay)
-			}
-			sink.none(t, 50*time.Millisecond)
-		})
+				r := sink.next(t)
+				if r.Reason != endreason.ClientCancel || r.Phase != tt.phase {
+					t.Errorf("record %s/%s phase %s, want client_cancel phase %s", r.Reason, r.Detail, r.Phase, tt.phase)
+				}
+				if r.CancelToClose <= 0 || r.CancelToClose > maxCloseDelay {
+					t.Errorf("cancel_to_close %v, want in (0, %v]", r.CancelToClose, maxCloseDelay)
+				}
+				sink.none(t, 50*time.Millisecond)
+			})
+		}
 	}
 }

@@ -39,6 +39,7 @@ type exchange struct {
 	req     fasthttp.Request
 	resp    fasthttp.Response
 	body    upstreamBody
+	dec     decoder // for a compressed upstream stream
 	scan    *sse.Scanner
 	oai     signals.OpenAI
 	reqJSON fastjson.Parser
@@ -53,6 +54,12 @@ type exchange struct {
 	lastReturn time.Duration // when the last Read returned
 	readErr    error         // the error Read returned, if any
 	done       bool          // the record was emitted
+
+	// The client asked for its own breakdown; respHeader receives its
+	// Server-Timing trailer (set when the stream starts, cleared at finish).
+	breakdown     bool
+	breakdownSent bool
+	respHeader    *fasthttp.ResponseHeader
 
 	// Read by the deadline timer.
 	firstToken atomic.Bool
@@ -76,6 +83,7 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 		x.rec.RequestID = newRequestID()
 	}
 	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
+	x.breakdown = x.p.cfg.AllowBreakdown && len(ctx.Request.Header.Peek(breakdownHeader)) > 0
 	x.rec.TraceID, x.rec.SpanID, x.rec.ParentID = x.tc.trace, x.tc.span, x.tc.parent
 	x.p.inflight.Add(1)
 	if t := x.p.cfg.Tracker; t != nil {
@@ -174,7 +182,7 @@ func (x *exchange) Read(p []byte) (n int, err error) {
 
 // flushed records that the event handed out last reached the client socket.
 func (x *exchange) flushed(now time.Duration) {
-	x.rec.Stream.MaxResidency = max(x.rec.Stream.MaxResidency, now-x.outParsed)
+	x.rec.Stream.Flushed(now - x.outParsed)
 	if x.outContent {
 		x.rec.Timeline.Mark(stages.FirstTokenFlushed)
 	}
@@ -269,6 +277,13 @@ func (x *exchange) streamEnd(err error) error {
 		if !x.facts.Done && x.facts.Finish == endreason.FinishNone {
 			return x.failStream(errNoDone)
 		}
+		if x.breakdown && !x.breakdownSent {
+			// One more block before the end: the client's own breakdown.
+			// The scanner returns io.EOF again on the next call.
+			x.breakdownSent = true
+			x.out, x.outParsed, x.outContent = x.appendBreakdownComment(), x.rec.Timeline.Now(), false
+			return nil
+		}
 		return io.EOF
 	}
 	x.facts.Read = readEnd(err)
@@ -335,6 +350,10 @@ func (x *exchange) finish() {
 		}
 	}
 	tl.Mark(stages.Done)
+	x.respHeader = nil
+	if x.facts.Stream {
+		x.rec.Buffering |= arrivalBuffering(tl, &x.rec.Stream)
+	}
 
 	// The body is read: trailers have arrived.
 	if x.rec.EngineSource == "" && signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
@@ -387,6 +406,8 @@ func (x *exchange) reset() {
 	x.scan.Reset(nil)
 	x.watch = watchToken{}
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done = nil, 0, false, false, 0, nil, false
+	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
+	x.dec.src = nil
 	x.firstToken.Store(false)
 	x.lastEvent.Store(0)
 }

@@ -113,7 +113,7 @@ func TestKeepsServing(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) {
 		switch {
 		case strings.Contains(c.body, "huge"):
-			c.chunk("data: " + strings.Repeat("x", 2<<20))
+			c.chunk("data: " + strings.Repeat("x", 256<<10)) // over the 64 KiB limit below
 		case strings.Contains(c.body, "garbage"):
 			c.chunk("\x00\x01garbage\n\ndata: {]\n\n")
 		case strings.Contains(c.body, "reset"):
@@ -123,7 +123,7 @@ func TestKeepsServing(t *testing.T) {
 			c.stream(5, 0)
 		}
 	})
-	addr, sink, _ := startProxy(t, up.url, nil)
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.MaxEventBytes = 64 << 10 })
 	const n = 40
 	kinds := []string{"huge", "garbage", "reset", "good"}
 	var wg sync.WaitGroup

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -75,6 +77,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	}
 	status := x.resp.StatusCode()
 	x.facts.Status = status
+	x.rec.Buffering |= shapeBuffering(&x.resp.Header, x.rec.Streaming)
 	if status < 300 && isEventStream(x.resp.Header.ContentType()) {
 		x.startStream(ctx, status)
 		return
@@ -156,12 +159,28 @@ func isEventStream(ct []byte) bool {
 // still gets a proper error response.
 func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
 	x.facts.Stream = true
-	x.scan.Reset(&x.body)
+	var src io.Reader = &x.body
+	if x.rec.Buffering&record.BufferedCompressed != 0 {
+		if !x.dec.reset(&x.body, x.resp.Header.ContentEncoding()) {
+			x.facts.BadContentType = true
+			x.failBeforeFirstEvent(ctx, fmt.Errorf("%w: %q", errUnsupportedEncoding, x.resp.Header.ContentEncoding()))
+			return
+		}
+		src = &x.dec
+	}
+	x.scan.Reset(src)
 	if err := x.nextEvent(); err != nil {
 		x.failBeforeFirstEvent(ctx, err)
 		return
 	}
 	x.copyResponseHeaders(ctx)
+	if src == &x.dec {
+		ctx.Response.Header.Del("Content-Encoding") // the client gets the decoded events
+	}
+	if x.breakdown {
+		_ = ctx.Response.Header.SetTrailer("Server-Timing")
+		x.respHeader = &ctx.Response.Header
+	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -204,6 +223,12 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int, completion b
 		}
 	}
 	x.copyResponseHeaders(ctx)
+	if x.breakdown {
+		if bd := x.rec.Breakdown(); bd.OK {
+			x.scratch = appendServerTiming(x.scratch[:0], &bd)
+			ctx.Response.Header.SetBytesV("Server-Timing", x.scratch)
+		}
+	}
 	ctx.SetStatusCode(status)
 	ctx.SetBody(body)
 	x.rec.Status = status

@@ -3,8 +3,15 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -263,7 +270,10 @@ func (u *testUpstream) serveConn(t *testing.T, conn *net.TCPConn) {
 				c.gone <- time.Now()
 			}
 		}()
-		u.reqs <- c
+		select {
+		case u.reqs <- c: // for tests that look at requests; others never drain it
+		default:
+		}
 		u.script(c)
 		<-watchDone
 		if peekErr != nil {
@@ -297,6 +307,12 @@ func (u *testUpstream) request(t *testing.T) *upConn {
 // startProxy runs a proxy in front of upstreamURL with test defaults.
 func startProxy(t *testing.T, upstreamURL string, mod func(*Config)) (string, *captureSink, *Proxy) {
 	t.Helper()
+	return startProxyTLS(t, upstreamURL, mod, nil)
+}
+
+// startProxyTLS is startProxy with a TLS listener when tlsCfg is not nil.
+func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *tls.Config) (string, *captureSink, *Proxy) {
+	t.Helper()
 	cfg := Config{Upstream: upstreamURL}
 	if mod != nil {
 		mod(&cfg)
@@ -309,6 +325,9 @@ func startProxy(t *testing.T, upstreamURL string, mod func(*Config)) (string, *c
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -349,7 +368,8 @@ func postPath(t *testing.T, addr, path, body string, hdr ...string) (*http.Respo
 	}
 	resp, err := testClient().Do(req)
 	if err != nil {
-		t.Fatal(err)
+		// Callers may run on other goroutines: report, don't Fatal.
+		return &http.Response{Header: http.Header{}}, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -360,7 +380,19 @@ func postPath(t *testing.T, addr, path, body string, hdr ...string) (*http.Respo
 // leave at any moment.
 func rawClient(t *testing.T, addr, body string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	return rawClientTLS(t, addr, body, nil)
+}
+
+// rawClientTLS is rawClient over TLS when tlsCfg is not nil.
+func rawClientTLS(t *testing.T, addr, body string, tlsCfg *tls.Config) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	var conn net.Conn
+	var err error
+	if tlsCfg != nil {
+		conn, err = tls.Dial("tcp", addr, tlsCfg)
+	} else {
+		conn, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,4 +412,35 @@ func readUntil(t *testing.T, br *bufio.Reader, s string) {
 		}
 		got.WriteByte(b)
 	}
+}
+
+// testTLS returns a server config with a fresh self-signed certificate for
+// 127.0.0.1, and a client config that trusts it.
+func testTLS(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "ttftlens test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// MaxBodyBytes bounds a request body and a non-streamed upstream
 	// response body (default 16 MiB).
 	MaxBodyBytes int
+	// AllowBreakdown lets a client ask for its own TTFT breakdown with the
+	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
+	// for a non-streamed response) and a closing SSE comment.
+	AllowBreakdown bool
 	// PassEngineTiming forwards the engine's Server-Timing header and in-band
 	// timing comments to the client instead of consuming them.
 	PassEngineTiming bool

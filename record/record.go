@@ -67,12 +67,54 @@ type Record struct {
 	// "server-timing", "vllm", "llamacpp", ...
 	EngineSource string
 
+	// Buffering is what made this response arrive held back, if anything.
+	Buffering Buffering
+
 	// Cancellation cost, for ClientCancel: from noticing the client left to
 	// closing the upstream connection, and content events the upstream still
 	// sent in that time.
 	CancelToClose     time.Duration
 	TokensAfterCancel int
 }
+
+// Buffering is a set of signs that a response was buffered upstream of the
+// proxy: by the engine or by a middlebox between it and us.
+type Buffering uint8
+
+// The signs. Shape signs come from the response headers; arrival signs from
+// when the content events arrived (thresholds in proxy/buffering.go).
+const (
+	// BufferedBurst: the content events arrived together, not as generated.
+	BufferedBurst Buffering = 1 << iota
+	// BufferedLateFirst: the first token arrived near the end of the stream.
+	BufferedLateFirst
+	// BufferedNotStream: a streaming request got a response that is not an
+	// event stream (the whole answer at once).
+	BufferedNotStream
+	// BufferedContentLength: an event stream with a Content-Length, which
+	// means its sender knew the whole body before sending it.
+	BufferedContentLength
+	// BufferedCompressed: a compressed event stream, which a middlebox may
+	// hold back to fill compression blocks.
+	BufferedCompressed
+	numBufferings = iota
+)
+
+var bufferingNames = [numBufferings]string{"burst", "late_first_token", "not_event_stream", "content_length", "compressed"}
+
+// Kinds returns the names of the signs set in b, for logs and metric labels.
+func (b Buffering) Kinds() []string {
+	var out []string
+	for i, n := range bufferingNames {
+		if b&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// BufferingKinds returns every sign's name, for pre-creating series.
+func BufferingKinds() []string { return bufferingNames[:] }
 
 // Reset clears r for reuse, keeping buffers.
 func (r *Record) Reset() {

@@ -27,6 +27,7 @@ type Stream struct {
 	MaxResidency time.Duration
 
 	gaps    []time.Duration
+	resid   []time.Duration
 	maxGap  time.Duration
 	last    time.Duration
 	hasLast bool
@@ -34,11 +35,24 @@ type Stream struct {
 	sum     Gaps
 }
 
-// Reset empties s, keeping its buffer.
+// Reset empties s, keeping its buffers.
 func (s *Stream) Reset() {
-	gaps := s.gaps[:0]
-	*s = Stream{gaps: gaps}
+	gaps, resid := s.gaps[:0], s.resid[:0]
+	*s = Stream{gaps: gaps, resid: resid}
 }
+
+// Flushed records that an event spent d inside the proxy, from parsed to
+// handed to the client socket.
+func (s *Stream) Flushed(d time.Duration) {
+	s.MaxResidency = max(s.MaxResidency, d)
+	if len(s.resid) < maxGaps {
+		s.resid = append(s.resid, d)
+	}
+}
+
+// Residencies returns the kept per-event residencies, in event order. The
+// slice is owned by s: read it, do not keep it.
+func (s *Stream) Residencies() []time.Duration { return s.resid }
 
 // Content records a content event parsed at offset at. stall is the gap
 // above which the wait counts as a stall (0 = never).
@@ -60,8 +74,8 @@ func (s *Stream) Content(at, stall time.Duration) {
 
 // Gaps summarises the inter-token gaps.
 type Gaps struct {
-	N             int
-	P50, P99, Max time.Duration
+	N                  int
+	P50, P90, P99, Max time.Duration
 }
 
 // Gaps returns the gap percentiles (nearest rank). The first call after the
@@ -79,7 +93,7 @@ func (s *Stream) Gaps() Gaps {
 			i := int(p*float64(n)+0.999999) - 1
 			return s.gaps[min(max(i, 0), n-1)]
 		}
-		s.sum = Gaps{N: n, P50: rank(0.50), P99: rank(0.99), Max: s.maxGap}
+		s.sum = Gaps{N: n, P50: rank(0.50), P90: rank(0.90), P99: rank(0.99), Max: s.maxGap}
 	}
 	s.summed = true
 	return s.sum
@@ -94,6 +108,9 @@ func (s *Stream) GapValues() []time.Duration { return s.gaps }
 func (s *Stream) Release() {
 	if cap(s.gaps) > 4096 {
 		s.gaps = nil
+	}
+	if cap(s.resid) > 4096 {
+		s.resid = nil
 	}
 	s.Reset()
 }

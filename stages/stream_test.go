@@ -35,16 +35,16 @@ func TestStreamContent(t *testing.T) {
 	}{
 		{"none", nil, 0, Gaps{}, 0},
 		{"one event, no gap", []time.Duration{5 * ms}, ms, Gaps{}, 0},
-		{"two events", []time.Duration{5 * ms, 8 * ms}, 0, Gaps{N: 1, P50: 3 * ms, P99: 3 * ms, Max: 3 * ms}, 0},
+		{"two events", []time.Duration{5 * ms, 8 * ms}, 0, Gaps{N: 1, P50: 3 * ms, P90: 3 * ms, P99: 3 * ms, Max: 3 * ms}, 0},
 		{"stall threshold 0 means never", []time.Duration{0, time.Hour}, 0,
-			Gaps{N: 1, P50: time.Hour, P99: time.Hour, Max: time.Hour}, 0},
+			Gaps{N: 1, P50: time.Hour, P90: time.Hour, P99: time.Hour, Max: time.Hour}, 0},
 		{"gap equal to threshold is not a stall", []time.Duration{0, 10 * ms, 21 * ms, 31 * ms}, 10 * ms,
-			Gaps{N: 3, P50: 10 * ms, P99: 11 * ms, Max: 11 * ms}, 1},
+			Gaps{N: 3, P50: 10 * ms, P90: 11 * ms, P99: 11 * ms, Max: 11 * ms}, 1},
 		{"four gaps: p50 is rank 2", []time.Duration{0, 1 * ms, 3 * ms, 6 * ms, 10 * ms}, 2 * ms,
-			Gaps{N: 4, P50: 2 * ms, P99: 4 * ms, Max: 4 * ms}, 2},
-		{"zero gaps", []time.Duration{7, 7, 7}, 1, Gaps{N: 2, P50: 0, P99: 0, Max: 0}, 0},
+			Gaps{N: 4, P50: 2 * ms, P90: 4 * ms, P99: 4 * ms, Max: 4 * ms}, 2},
+		{"zero gaps", []time.Duration{7, 7, 7}, 1, Gaps{N: 2, P50: 0, P90: 0, P99: 0, Max: 0}, 0},
 		{"out of order offsets give a zero gap, never a negative one", []time.Duration{10 * ms, 4 * ms, 6 * ms}, ms,
-			Gaps{N: 2, P50: 0, P99: 2 * ms, Max: 2 * ms}, 1},
+			Gaps{N: 2, P50: 0, P90: 2 * ms, P99: 2 * ms, Max: 2 * ms}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +103,7 @@ func TestStreamGapsOracle(t *testing.T) {
 		if !slices.Equal(values, sorted) {
 			t.Fatalf("n=%d: GapValues differ from the gaps fed", n)
 		}
-		want := Gaps{N: n, P50: nearestRank(sorted, 50), P99: nearestRank(sorted, 99), Max: maxGap}
+		want := Gaps{N: n, P50: nearestRank(sorted, 50), P90: nearestRank(sorted, 90), P99: nearestRank(sorted, 99), Max: maxGap}
 		if got := s.Gaps(); got != want {
 			t.Fatalf("n=%d: Gaps = %+v, want %+v", n, got, want)
 		}
@@ -137,7 +137,7 @@ func TestStreamMaxGapsCap(t *testing.T) {
 		t.Errorf("ContentEvents = %d, want %d", s.ContentEvents, maxGaps+3)
 	}
 	g := s.Gaps()
-	if want := (Gaps{N: maxGaps, P50: ms, P99: ms, Max: time.Hour}); g != want {
+	if want := (Gaps{N: maxGaps, P50: ms, P90: ms, P99: ms, Max: time.Hour}); g != want {
 		t.Errorf("Gaps = %+v, want %+v", g, want)
 	}
 }
@@ -198,7 +198,7 @@ func TestStreamResetRelease(t *testing.T) {
 				t.Errorf("first event after reset made a gap against the old stream")
 			}
 			s.Content(time.Hour+3*ms, ms)
-			if g := s.Gaps(); g != (Gaps{N: 1, P50: 3 * ms, P99: 3 * ms, Max: 3 * ms}) || s.Stalls != 1 {
+			if g := s.Gaps(); g != (Gaps{N: 1, P50: 3 * ms, P90: 3 * ms, P99: 3 * ms, Max: 3 * ms}) || s.Stalls != 1 {
 				t.Errorf("after reset: Gaps %+v Stalls %d", g, s.Stalls)
 			}
 		})
@@ -218,7 +218,7 @@ func TestStreamMaxAfterReset(t *testing.T) {
 func TestStreamGapsCached(t *testing.T) {
 	var s Stream
 	feed(&s, 0, 0, 3*ms, 4*ms, 10*ms)
-	want := Gaps{N: 3, P50: 3 * ms, P99: 6 * ms, Max: 6 * ms}
+	want := Gaps{N: 3, P50: 3 * ms, P90: 6 * ms, P99: 6 * ms, Max: 6 * ms}
 	for i := range 3 {
 		if g := s.Gaps(); g != want {
 			t.Fatalf("call %d: Gaps = %+v, want %+v", i+1, g, want)
@@ -226,7 +226,7 @@ func TestStreamGapsCached(t *testing.T) {
 	}
 	// A content event after Gaps invalidates the summary.
 	s.Content(30*ms, 0)
-	if g, w := s.Gaps(), (Gaps{N: 4, P50: 3 * ms, P99: 20 * ms, Max: 20 * ms}); g != w {
+	if g, w := s.Gaps(), (Gaps{N: 4, P50: 3 * ms, P90: 20 * ms, P99: 20 * ms, Max: 20 * ms}); g != w {
 		t.Fatalf("after more content: Gaps = %+v, want %+v", g, w)
 	}
 	s.Reset()

@@ -1,0 +1,45 @@
+package proxy
+
+import (
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// breakdownHeader is the request header with which a client asks for its
+// own TTFT breakdown (when Config.AllowBreakdown).
+const breakdownHeader = "X-Ttftlens-Breakdown"
+
+// appendServerTiming appends the stages as a W3C Server-Timing value:
+// ttft;dur=35.512, gateway;dur=0.102, … (milliseconds; the stages add up to
+// ttft exactly).
+func appendServerTiming(dst []byte, bd *stages.Breakdown) []byte {
+	var us [stages.NumStages]int64
+	ttft := bd.Micros(&us)
+	dst = append(dst, "ttft;dur="...)
+	dst = stages.AppendMillis(dst, ttft)
+	for s, v := range us {
+		dst = append(dst, ", "...)
+		dst = append(dst, stages.Stage(s).String()...)
+		dst = append(dst, ";dur="...)
+		dst = stages.AppendMillis(dst, v)
+	}
+	return dst
+}
+
+// appendBreakdownComment builds the closing SSE comment with the client's
+// breakdown, and sets the Server-Timing trailer. The result aliases
+// x.scratch.
+func (x *exchange) appendBreakdownComment() []byte {
+	bd := x.rec.Breakdown()
+	if !bd.OK {
+		x.scratch = append(x.scratch[:0], ": ttftlens no token reached the client\n\n"...)
+		return x.scratch
+	}
+	const prefix = ": ttftlens "
+	x.scratch = append(x.scratch[:0], prefix...)
+	x.scratch = appendServerTiming(x.scratch, &bd)
+	if x.respHeader != nil {
+		x.respHeader.SetBytesV("Server-Timing", x.scratch[len(prefix):]) // copies
+	}
+	x.scratch = append(x.scratch, "\n\n"...)
+	return x.scratch
+}

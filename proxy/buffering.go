@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// Thresholds for telling a stream that was held back upstream from one that
+// arrived as it was generated (DESIGN §7). A decoder emits one event per
+// step, and no engine steps a single sequence faster than about 1 ms; events
+// that were buffered arrive back to back, microseconds apart, in one read.
+const (
+	// burstMinEvents: fewer content events say nothing about their arrival.
+	burstMinEvents = 8
+	// burstGap: an inter-token gap below this is a back-to-back read, not a
+	// decode step.
+	burstGap = 500 * time.Microsecond
+	// A stream is a burst when at least 90% of its gaps are back to back
+	// (the p90 gap is below burstGap).
+
+	// lateFirstShare: the first token arrived after this share of the
+	// upstream window (request sent to last token) ...
+	lateFirstShare = 0.9
+	// ... and the tokens after it came back to back, on average.
+	lateFirstMeanGap = burstGap
+)
+
+// shapeBuffering reads the signs of buffering in a response's headers.
+func shapeBuffering(h *fasthttp.ResponseHeader, streaming bool) record.Buffering {
+	var b record.Buffering
+	eventStream := isEventStream(h.ContentType())
+	if streaming && !eventStream && h.StatusCode() < 300 {
+		b |= record.BufferedNotStream
+	}
+	if eventStream && h.ContentLength() >= 0 {
+		b |= record.BufferedContentLength
+	}
+	if ce := h.ContentEncoding(); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+		b |= record.BufferedCompressed
+	}
+	return b
+}
+
+// arrivalBuffering reads the signs of buffering in when content arrived.
+func arrivalBuffering(tl *stages.Timeline, s *stages.Stream) record.Buffering {
+	if s.ContentEvents < burstMinEvents {
+		return 0
+	}
+	var b record.Buffering
+	g := s.Gaps()
+	if g.P90 < burstGap {
+		b |= record.BufferedBurst
+	}
+	sent, _ := tl.At(stages.UpstreamSent)
+	first, _ := tl.At(stages.FirstToken)
+	last, _ := tl.At(stages.LastToken)
+	window := last - sent
+	meanGap := (last - first) / time.Duration(s.ContentEvents-1)
+	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && meanGap < lateFirstMeanGap {
+		b |= record.BufferedLateFirst
+	}
+	return b
+}
+
+var errUnsupportedEncoding = errors.New("upstream event stream has an unsupported Content-Encoding")
+
+// decoder decodes a compressed upstream stream. It creates its decompressor
+// on the first Read, not before: the constructor reads the stream's header,
+// which would otherwise block until the engine's first bytes (prefill).
+// Decompressors are kept across requests.
+type decoder struct {
+	src      io.Reader
+	encoding []byte
+	r        io.Reader
+	gz       *gzip.Reader
+	zs       *zstd.Decoder
+	fl       io.ReadCloser
+}
+
+// reset points d at src with the given Content-Encoding; it reports false
+// for an encoding it cannot decode.
+func (d *decoder) reset(src io.Reader, encoding []byte) bool {
+	d.src, d.encoding, d.r = src, encoding, nil
+	switch string(encoding) {
+	case "gzip", "x-gzip", "deflate", "zstd":
+		return true
+	}
+	return false
+}
+
+func (d *decoder) Read(p []byte) (int, error) {
+	if d.r == nil {
+		if err := d.open(); err != nil {
+			return 0, err
+		}
+	}
+	return d.r.Read(p)
+}
+
+func (d *decoder) open() error {
+	var err error
+	switch string(d.encoding) {
+	case "gzip", "x-gzip":
+		if d.gz == nil {
+			d.gz, err = gzip.NewReader(d.src)
+		} else {
+			err = d.gz.Reset(d.src)
+		}
+		d.r = d.gz
+	case "deflate":
+		if d.fl == nil {
+			d.fl = flate.NewReader(d.src)
+		} else {
+			err = d.fl.(flate.Resetter).Reset(d.src, nil)
+		}
+		d.r = d.fl
+	case "zstd":
+		// One goroutine-free decoder per stream: no read-ahead (research §5).
+		if d.zs == nil {
+			d.zs, err = zstd.NewReader(d.src, zstd.WithDecoderConcurrency(1))
+		} else {
+			err = d.zs.Reset(d.src)
+		}
+		d.r = d.zs
+	default:
+		return errUnsupportedEncoding
+	}
+	if err != nil {
+		d.r = nil
+		return err
+	}
+	return nil
+}

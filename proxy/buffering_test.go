@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// TestBufferingDetected checks each sign of upstream buffering.
+func TestBufferingDetected(t *testing.T) {
+	burst := func(c *upConn) {
+		var all strings.Builder
+		all.WriteString(`data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
+		for i := range 20 {
+			fmt.Fprintf(&all, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+		}
+		all.WriteString(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+		time.Sleep(50 * time.Millisecond) // "generation", held back
+		c.chunk(all.String())             // then everything at once
+		c.end()
+	}
+	tests := []struct {
+		name   string
+		script func(c *upConn)
+		body   string
+		want   record.Buffering
+	}{
+		{"natural stream", func(c *upConn) { c.stream(20, 3*time.Millisecond) }, chatBody, 0},
+		{"burst", burst, chatBody, record.BufferedBurst | record.BufferedLateFirst},
+		{"not an event stream", func(c *upConn) {
+			c.whole(200, "application/json", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
+		}, chatBody, record.BufferedNotStream},
+		{"content length on an event stream", func(c *upConn) {
+			body := `data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"
+			c.whole(200, "text/event-stream", body)
+		}, chatBody, record.BufferedContentLength},
+		{"short stream says nothing about arrival", func(c *upConn) { c.stream(3, 0) }, chatBody, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startUpstream(t, tt.script)
+			addr, sink, _ := startProxy(t, up.url, nil)
+			if _, _, err := post(t, addr, tt.body); err != nil {
+				t.Fatal(err)
+			}
+			r := sink.next(t)
+			if r.Buffering != tt.want {
+				t.Errorf("buffering %v, want %v (gaps %+v)", r.Buffering.Kinds(), tt.want.Kinds(), r.gaps)
+			}
+		})
+	}
+}
+
+// TestNoFalseBuffering runs 1,000 streams whose tokens arrive with natural
+// jitter (gaps of 1–12 ms, occasional 50 ms hiccups, two tokens sometimes
+// in one step) and requires that none is flagged as buffered.
+func TestNoFalseBuffering(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) {
+		rng := rand.New(rand.NewPCG(uint64(len(c.body)), uint64(time.Now().UnixNano())))
+		c.role()
+		n := 8 + rng.IntN(8)
+		for i := range n {
+			c.content(fmt.Sprintf("t%d", i))
+			gap := time.Millisecond + time.Duration(rng.Int64N(int64(11*time.Millisecond)))
+			switch r := rng.Float64(); {
+			case r < 0.03:
+				gap = 50 * time.Millisecond
+			case r < 0.15:
+				gap = 0 // two tokens from one step
+			}
+			time.Sleep(gap)
+		}
+		c.finish("stop")
+		c.done()
+		c.end()
+	})
+	addr, sink, _ := startProxy(t, up.url, nil)
+	// Concurrency stays where two cores under -race keep up: a proxy starved
+	// of CPU reads queued events back to back, which is a burst it did see.
+	const streams, conc = 1000, 16
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, _, err := post(t, addr, fmt.Sprintf(`{"model":"m","stream":true,"n":%d}`, i)); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range streams {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	flagged := 0
+	for range streams {
+		if r := sink.next(t); r.Buffering != 0 {
+			flagged++
+			if flagged <= 3 {
+				t.Errorf("stream flagged %v: gaps %+v", r.Buffering.Kinds(), r.gaps)
+			}
+		}
+	}
+	if flagged > 0 {
+		t.Errorf("%d of %d natural streams flagged as buffered", flagged, streams)
+	}
+}
+
+// TestEngineBufferedFault checks that the reference engine's buffered fault
+// is flagged and its normal streams are not.
+func TestEngineBufferedFault(t *testing.T) {
+	_, url := startEngine(t, engine.Config{})
+	addr, sink, _ := startProxy(t, url, nil)
+	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":24,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
+	for _, tc := range []struct {
+		fault string
+		burst bool
+	}{{"", false}, {"buffered", true}} {
+		if _, _, err := post(t, addr, body, "X-Ttftlens-Fault", tc.fault); err != nil {
+			t.Fatal(err)
+		}
+		r := sink.next(t)
+		if got := r.Buffering&record.BufferedBurst != 0; got != tc.burst {
+			t.Errorf("fault %q: buffering %v, want burst=%v (gaps %+v, content events %d)", tc.fault, r.Buffering.Kinds(), tc.burst, r.gaps, r.Stream.ContentEvents)
+		}
+	}
+}
+
+// TestCompressedUpstream checks a gzip-encoded event stream is decoded
+// incrementally: the first token reaches the client while the engine still
+// holds the rest, and the client gets plain events.
+func TestCompressedUpstream(t *testing.T) {
+	release := make(chan struct{})
+	up := startUpstream(t, func(c *upConn) {
+		c.headers(200, "text/event-stream", "Content-Encoding: gzip")
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		send := func(s string) {
+			zw.Write([]byte(s))
+			zw.Flush() // a sync flush per event, as a streaming compressor does
+			c.chunk(buf.String())
+			buf.Reset()
+		}
+		send(`data: {"choices":[{"index":0,"delta":{"content":"first"}}]}` + "\n\n")
+		<-release
+		send(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+		zw.Close()
+		c.chunk(buf.String())
+		c.end()
+	})
+	addr, sink, _ := startProxy(t, up.url, nil)
+	_, br := rawClient(t, addr, chatBody)
+	readUntil(t, br, `"content":"first"`) // before the engine sends anything more
+	close(release)
+	readUntil(t, br, "data: [DONE]")
+	r := sink.next(t)
+	if r.Reason != endreason.Stop || r.Buffering&record.BufferedCompressed == 0 || !r.bd.OK {
+		t.Errorf("record %s/%s buffering %v ttft=%v", r.Reason, r.Detail, r.Buffering.Kinds(), r.bd.OK)
+	}
+}
+
+// TestClientBreakdown checks the breakdown a client can ask for: a closing
+// SSE comment and a Server-Timing trailer, both adding up to the TTFT the
+// record has; and nothing when it does not ask or it is not allowed.
+func TestClientBreakdown(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(2, 0) })
+	for _, tc := range []struct {
+		name         string
+		allow, asked bool
+	}{{"asked", true, true}, {"not asked", true, false}, {"not allowed", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.AllowBreakdown = tc.allow })
+			var hdr []string
+			if tc.asked {
+				hdr = []string{breakdownHeader, "1", "TE", "trailers"}
+			}
+			resp, body, err := post(t, addr, chatBody, hdr...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := sink.next(t)
+			want := tc.allow && tc.asked
+			comment := strings.Contains(body, ": ttftlens ttft;dur=")
+			trailer := resp.Trailer.Get("Server-Timing")
+			if comment != want || (trailer != "") != want {
+				t.Fatalf("comment %v trailer %q, want both=%v (body %q)", comment, trailer, want, body)
+			}
+			if !want {
+				return
+			}
+			if !strings.HasSuffix(body, "\n\n") || strings.Index(body, "[DONE]") > strings.Index(body, ": ttftlens") {
+				t.Errorf("breakdown is not the last block: %q", body)
+			}
+			var us [stages.NumStages]int64
+			ttft := r.bd.Micros(&us)
+			wantST := string(appendServerTiming(nil, &r.bd))
+			if trailer != wantST || !strings.Contains(body, wantST) {
+				t.Errorf("trailer %q / body, want %q (ttft %dµs)", trailer, wantST, ttft)
+			}
+		})
+	}
+}
+
+// TestResidencyRecorded checks every relayed event's time inside the proxy
+// is kept, and stays small.
+func TestResidencyRecorded(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(10, time.Millisecond) })
+	addr, sink, p := startProxy(t, up.url, nil)
+	_ = p
+	if _, _, err := post(t, addr, chatBody); err != nil {
+		t.Fatal(err)
+	}
+	r := sink.next(t)
+	if r.Stream.MaxResidency <= 0 || r.Stream.MaxResidency > 50*time.Millisecond {
+		t.Errorf("max residency %v", r.Stream.MaxResidency)
+	}
+	_ = http.StatusOK
+}
