@@ -818,5 +818,15 @@ func checkRules(t *testing.T, p *prometheus) {
 	if n == 0 {
 		t.Fatal("prometheus loaded no rules")
 	}
+
+	// The stacked means of the first panel add up to the mean TTFT: per
+	// request the stages add up to its TTFT, so the shares sum to 1.
+	shares := fmt.Sprintf(`sum by (model, upstream) (model_upstream_stage:ttftlens_stage_duration_seconds:share_of_ttft_rate5m{model=%q, upstream=%q})`, modelName, upstreamName)
+	s, err := p.query(shares, time.Now())
+	if err != nil || len(s) != 1 || len(s[0].values()) != 1 {
+		t.Errorf("%s: %v %v", shares, s, err)
+	} else if v := s[0].values()[0]; math.Abs(v-1) > 1e-6 {
+		t.Errorf("stage shares of the mean TTFT add up to %v, want 1", v)
+	}
 	t.Logf("%d rules in %d groups evaluated", n, len(groups))
 }
