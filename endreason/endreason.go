@@ -98,6 +98,15 @@ const (
 	DetailReadFailed       Detail = "upstream_read_failed"
 	DetailClosedBeforeResp Detail = "closed_before_response"
 	DetailMalformedRequest Detail = "malformed_request_body"
+	DetailMissingKey       Detail = "missing_api_key"
+	DetailInvalidKey       Detail = "invalid_api_key"
+	DetailQuotaExceeded    Detail = "quota_exceeded"
+	DetailRequestTooLarge  Detail = "request_body_too_large"
+	DetailUnknownModel     Detail = "unknown_model"
+	DetailInvalidParam     Detail = "invalid_parameter"
+	DetailNoHealthy        Detail = "no_healthy_upstream"
+	DetailQueueFull        Detail = "queue_full"
+	DetailQueueTimeout     Detail = "queue_timeout"
 	DetailProxyPanic       Detail = "proxy_panic"
 )
 
@@ -115,6 +124,15 @@ var detailReasons = map[Detail]Reason{
 	DetailUpstreamLimited:  PolicyBlock,
 	DetailUpstreamRejected: InvalidRequest,
 	DetailMalformedRequest: InvalidRequest,
+	DetailMissingKey:       PolicyBlock,
+	DetailInvalidKey:       PolicyBlock,
+	DetailQuotaExceeded:    PolicyBlock,
+	DetailRequestTooLarge:  InvalidRequest,
+	DetailUnknownModel:     InvalidRequest,
+	DetailInvalidParam:     InvalidRequest,
+	DetailNoHealthy:        WorkerFailure,
+	DetailQueueFull:        WorkerFailure,
+	DetailQueueTimeout:     WorkerFailure,
 	DetailClientClosed:     ClientCancel,
 	DetailTTFTDeadline:     Deadline,
 	DetailTotalDeadline:    Deadline,

@@ -310,6 +310,9 @@ func TestClassifyCovers(t *testing.T) {
 		DetailTruncatedBody: UpstreamDisconnect, DetailEOFWithoutDone: UpstreamDisconnect,
 		DetailReadFailed: UpstreamDisconnect, DetailClosedBeforeResp: UpstreamDisconnect,
 		DetailMalformedRequest: InvalidRequest, DetailProxyPanic: WorkerFailure,
+		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock,
+		DetailRequestTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
+		DetailNoHealthy: WorkerFailure, DetailQueueFull: WorkerFailure, DetailQueueTimeout: WorkerFailure,
 	}
 	// Facts that the classifier decides on its own (no pass-through).
 	var own []Facts
@@ -349,6 +352,10 @@ func TestClassifyCovers(t *testing.T) {
 	passThrough := map[Detail]bool{
 		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true,
 		DetailBodyTooLarge: true, DetailMalformedRequest: true, DetailProxyPanic: true,
+		// The gateway's rejections.
+		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,
+		DetailRequestTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
+		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true,
 	}
 	for d := range passThrough {
 		var f Facts

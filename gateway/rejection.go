@@ -6,22 +6,19 @@ import (
 	"github.com/ttftlens/ttftlens/endreason"
 )
 
-// The end details of gateway rejections that endreason does not have yet.
-// They are here, in one place, until endreason's owner moves them into its
-// table (Details maps each to its reason); a test checks that endreason
-// agrees on every one it already knows.
+// The end details of gateway rejections; endreason owns the set.
 const (
-	DetailMissingKey     endreason.Detail = "missing_api_key"        // policy_block: no or non-Bearer Authorization
-	DetailInvalidKey     endreason.Detail = "invalid_api_key"        // policy_block: a key that is not configured
-	DetailQuotaExceeded  endreason.Detail = "quota_exceeded"         // policy_block: the key's requests or tokens per interval
-	DetailBodyTooLarge   endreason.Detail = "request_body_too_large" // invalid_request: body over max_body_bytes
-	DetailUnknownModel   endreason.Detail = "unknown_model"          // invalid_request: no route for the model
-	DetailInvalidParam   endreason.Detail = "invalid_parameter"      // invalid_request: a parameter out of range or of the wrong type
-	DetailNoHealthy      endreason.Detail = "no_healthy_upstream"    // worker_failure: every upstream of the pool unhealthy or ejected
-	DetailQueueFull      endreason.Detail = "queue_full"             // worker_failure: the upstream's admission queue is full
-	DetailQueueTimeout   endreason.Detail = "queue_timeout"          // worker_failure: waited queue_max_wait without a slot
-	detailMalformedBody                   = endreason.DetailMalformedRequest
-	detailClientClosedEx                  = endreason.DetailClientClosed
+	DetailMissingKey     = endreason.DetailMissingKey      // policy_block: no or non-Bearer Authorization
+	DetailInvalidKey     = endreason.DetailInvalidKey      // policy_block: a key that is not configured
+	DetailQuotaExceeded  = endreason.DetailQuotaExceeded   // policy_block: the key's requests or tokens per interval
+	DetailBodyTooLarge   = endreason.DetailRequestTooLarge // invalid_request: body over max_body_bytes
+	DetailUnknownModel   = endreason.DetailUnknownModel    // invalid_request: no route for the model
+	DetailInvalidParam   = endreason.DetailInvalidParam    // invalid_request: a parameter out of range or of the wrong type
+	DetailNoHealthy      = endreason.DetailNoHealthy       // worker_failure: every upstream of the pool unhealthy or ejected
+	DetailQueueFull      = endreason.DetailQueueFull       // worker_failure: the upstream's admission queue is full
+	DetailQueueTimeout   = endreason.DetailQueueTimeout    // worker_failure: waited queue_max_wait without a slot
+	detailMalformedBody  = endreason.DetailMalformedRequest
+	detailClientClosedEx = endreason.DetailClientClosed
 )
 
 // Details maps every end detail the gateway produces to its reason,
