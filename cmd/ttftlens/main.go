@@ -3,6 +3,7 @@
 //
 //	ttftlens [serve] [flags]   run the proxy (the default)
 //	ttftlens engine [flags]    run the reference CPU engine alone
+//	ttftlens bench [flags]     drive load, join the proxy's records, show the breakdown
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
 // flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
@@ -30,6 +31,10 @@ func main() {
 		err = runServe(args)
 	case "engine":
 		err = runEngine(args)
+	case "bench":
+		err = runBench(args)
+	case "hash-key":
+		err = runHashKey(args)
 	case "help":
 		fmt.Fprint(os.Stdout, usage)
 		return
@@ -48,6 +53,9 @@ commands:
   serve    run the proxy (default); without --upstream it starts the
            reference engine in-process as its upstream
   engine   run the reference CPU engine alone
+  hash-key print the config entry for an API key (reads the key from stdin)
+  bench    drive load against a server and show client-seen TTFT split
+           into the proxy's stages (joined by request id)
   help     show this text
 
 Run "ttftlens serve -h" for the flags of a command.

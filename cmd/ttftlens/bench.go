@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/ttftlens/ttftlens/bench"
+)
+
+// runBench is "ttftlens bench": load against a server, client-side figures
+// joined with the proxy's records.
+func runBench(args []string) error {
+	cfg := bench.Config{PromptTokens: bench.Dist{Min: 64, Max: 64}, OutputTokens: bench.Dist{Min: 64, Max: 64}}
+	hdr := bench.Headers(http.Header{})
+	var promptsFile, sweep string
+	var asJSON, stream bool
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the server (ttftlens or any OpenAI-compatible one)")
+	fs.StringVar(&cfg.Admin, "admin", "http://127.0.0.1:9464", "ttftlens admin listener to join records from (empty: none)")
+	fs.StringVar(&cfg.Model, "model", "ttftlens-ref", "model name sent")
+	fs.IntVar(&cfg.Concurrency, "c", 1, "closed loop: clients, each sending its next request when the last is over")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: requests per second, Poisson arrivals (overrides -c)")
+	fs.IntVar(&cfg.Requests, "n", 0, "measured requests (default 100 when -d is not given)")
+	fs.DurationVar(&cfg.Duration, "d", 0, "start requests for this long (e.g. 30s)")
+	fs.IntVar(&cfg.Warmup, "warmup", 0, "requests sent first and left out of the figures")
+	fs.Var(&cfg.PromptTokens, "prompt-tokens", "prompt length in tokens: N, or A:B for uniform (ignored with --prompts)")
+	fs.Var(&cfg.OutputTokens, "output-tokens", "max_tokens: N, or A:B for uniform (0: not sent)")
+	fs.BoolVar(&cfg.IgnoreEOS, "ignore-eos", true, `send "ignore_eos": true so generations run to max_tokens`)
+	fs.StringVar(&promptsFile, "prompts", "", `JSONL file of prompts, one {"prompt": "..."} or {"messages": [...]} per line`)
+	fs.BoolVar(&stream, "stream", true, "ask for an event stream (--stream=false: whole responses)")
+	fs.BoolVar(&cfg.Completions, "completions", false, "use /v1/completions instead of /v1/chat/completions")
+	fs.Var(hdr, "H", `header for every request, "Key: Value" (repeatable)`)
+	fs.StringVar(&cfg.APIKey, "api-key", "", "sent as Authorization: Bearer KEY")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "give up on a request after this long (0: never)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for the lengths drawn (0: random)")
+	fs.StringVar(&sweep, "sweep", "", "closed-loop concurrency levels to run in turn, e.g. 1,2,4,8")
+	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ttftlens bench [flags]\n\nflags (each also TTFTLENS_BENCH_<NAME>):")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, "TTFTLENS_BENCH_"); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	cfg.NoStream = !stream
+	cfg.Header = http.Header(hdr)
+	if cfg.Requests == 0 && cfg.Duration == 0 {
+		cfg.Requests = 100
+	}
+	if promptsFile != "" {
+		f, err := os.Open(promptsFile)
+		if err != nil {
+			return err
+		}
+		cfg.Prompts, err = bench.ReadPrompts(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if fi, err := os.Stderr.Stat(); err == nil {
+		cfg.Progress, cfg.ProgressTTY = os.Stderr, fi.Mode()&os.ModeCharDevice != 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if sweep == "" {
+		run, err := cfg.Run(ctx)
+		if err != nil {
+			return err
+		}
+		s := bench.Summarize(run)
+		if asJSON {
+			return json.NewEncoder(os.Stdout).Encode(s)
+		}
+		s.WriteText(os.Stdout, "ttftlens bench: "+cfg.URL+", "+cfg.Describe())
+		return nil
+	}
+	levels, err := parseLevels(sweep)
+	if err != nil {
+		return err
+	}
+	if cfg.Rate > 0 {
+		return errors.New("--sweep varies the closed loop's concurrency: drop --rate")
+	}
+	var rows []bench.SweepRow
+	for _, c := range levels {
+		cfg.Concurrency = c
+		if !asJSON {
+			fmt.Fprintf(os.Stderr, "bench: concurrency %d\n", c)
+		}
+		run, err := cfg.Run(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, bench.SweepRow{Concurrency: c, Summary: bench.Summarize(run)})
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(rows)
+	}
+	cfg.Concurrency = 0
+	fmt.Printf("ttftlens bench sweep: %s, %s\n", cfg.URL, strings.Replace(cfg.Describe(), "closed loop c=1", "closed loop", 1))
+	bench.WriteSweep(os.Stdout, rows)
+	return nil
+}
+
+// parseLevels reads "1,2,4,8".
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > 100000 {
+			return nil, fmt.Errorf("--sweep %q: want positive concurrency levels separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
