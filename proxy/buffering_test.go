@@ -97,7 +97,7 @@ func TestNoFalseBuffering(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if _, _, err := post(t, addr, fmt.Sprintf(`{"model":"m","stream":true,"n":%d}`, i)); err != nil {
+				if _, _, err := post(t, addr, fmt.Sprintf(`{"model":"m","stream":true,"user":"u%d","messages":[{"role":"user","content":"hi"}]}`, i)); err != nil {
 					t.Error(err)
 				}
 			}

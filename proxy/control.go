@@ -38,6 +38,7 @@ type control struct {
 	abortedAt time.Duration // when the abort was requested
 	closedAt  time.Duration // when the upstream connection was closed for it (0: none was open)
 	timer     *time.Timer
+	abortCh   chan struct{} // closed by the abort, for waits that select on it
 }
 
 // begin readies c for a new request and returns its generation.
@@ -48,7 +49,16 @@ func (c *control) begin(clock func() time.Duration) uint64 {
 	c.active = true
 	c.clock = clock
 	c.conn, c.cause, c.abortedAt, c.closedAt = nil, nil, 0, 0
+	c.abortCh = make(chan struct{})
 	return c.gen
+}
+
+// aborts returns a channel closed when the request is aborted: a wait in
+// our admission queue selects on it.
+func (c *control) aborts() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.abortCh
 }
 
 // end makes every later callback for this generation a no-op and stops the
@@ -76,6 +86,7 @@ func (c *control) abort(gen uint64, cause error) {
 	}
 	c.cause = cause
 	c.abortedAt = c.clock()
+	close(c.abortCh)
 	if c.conn != nil {
 		_ = c.conn.Close()
 		c.closedAt = c.clock()

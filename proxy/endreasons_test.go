@@ -98,7 +98,7 @@ func TestEndReasons(t *testing.T) {
 			want{status: 502, reason: endreason.WorkerFailure, detail: endreason.DetailBadContentType, errObj: true}},
 		{"non-streamed completion", func(c *upConn) {
 			c.whole(200, "application/json", `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
-		}, nil, `{"model":"m","messages":[]}`, want{status: 200, reason: endreason.Stop, detail: endreason.DetailStop, ttft: true, body: `"content":"hi"`}},
+		}, nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, want{status: 200, reason: endreason.Stop, detail: endreason.DetailStop, ttft: true, body: `"content":"hi"`}},
 		{"first-token deadline before headers", func(c *upConn) { c.waitGone(5 * time.Second) },
 			func(c *Config) { c.FirstTokenTimeout = 150 * time.Millisecond }, chatBody,
 			want{status: 504, reason: endreason.Deadline, detail: endreason.DetailTTFTDeadline, errObj: true}},

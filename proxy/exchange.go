@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy/signals"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
@@ -46,6 +47,14 @@ type exchange struct {
 	watch   watchToken
 	scratch []byte
 
+	// What the gateway gave this request.
+	dl        deadlines
+	up        *gateway.Upstream // nil until routed
+	release   func()            // the admission slot; nil when none is held
+	res       gateway.Reservation
+	hasRes    bool
+	promptEst int // the gateway's prompt-token estimate, for settling quota
+
 	// The event being handed to fasthttp.
 	out        []byte        // its bytes not yet returned by Read
 	outParsed  time.Duration // when it was parsed
@@ -55,8 +64,9 @@ type exchange struct {
 	readErr    error         // the error Read returned, if any
 	done       bool          // the record was emitted
 
-	// The client asked for its own breakdown; respHeader receives its
-	// Server-Timing trailer (set when the stream starts, cleared at finish).
+	// The client asked for its own breakdown (and its key may have it);
+	// respHeader receives its Server-Timing trailer (set when the stream
+	// starts, cleared at finish).
 	breakdown     bool
 	breakdownSent bool
 	respHeader    *fasthttp.ResponseHeader
@@ -83,7 +93,7 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 		x.rec.RequestID = newRequestID()
 	}
 	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
-	x.breakdown = x.p.cfg.AllowBreakdown && len(ctx.Request.Header.Peek(breakdownHeader)) > 0
+	x.breakdown = len(ctx.Request.Header.Peek(breakdownHeader)) > 0
 	x.rec.TraceID, x.rec.SpanID, x.rec.ParentID = x.tc.trace, x.tc.span, x.tc.parent
 	x.p.inflight.Add(1)
 	if t := x.p.cfg.Tracker; t != nil {
@@ -253,7 +263,7 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 		if !x.firstToken.Swap(true) && x.p.cfg.IdleTimeout > 0 {
 			// From now on the idle deadline applies; the timer rechecks
 			// it when it fires, so this is the only reset.
-			x.ctl.rearm(x.gen, nextDeadline(x.p.deadlines(), now, true, now))
+			x.ctl.rearm(x.gen, nextDeadline(x.dl, now, true, now))
 		}
 		x.rec.Stream.Content(now, x.p.cfg.StallThreshold)
 	}
@@ -361,6 +371,7 @@ func (x *exchange) finish() {
 	}
 	x.applyCause(cause, abortedAt, closedAt)
 	x.rec.Reason, x.rec.Detail = endreason.Classify(x.facts)
+	x.settleGateway()
 	if x.rec.Reason == endreason.ClientCancel {
 		x.rec.Phase = endreason.PhaseOf(tl.Has(stages.Admitted), tl.Has(stages.FirstToken))
 	}
@@ -373,6 +384,37 @@ func (x *exchange) finish() {
 		t.RequestEnded()
 	}
 	x.p.release(x)
+}
+
+// settleGateway gives back what the gateway lent: the upstream's health
+// verdict, the admission slot, the quota reservation (charged with the real
+// usage, or the estimate where the upstream reported none).
+func (x *exchange) settleGateway() {
+	if x.up != nil {
+		x.p.gw.Done(x.up, !upstreamFault(&x.facts))
+	}
+	if x.release != nil {
+		x.release()
+	}
+	if x.hasRes {
+		if x.facts.Rejected != 0 {
+			x.res.Cancel()
+		} else {
+			in := x.rec.TokensIn
+			if in == 0 {
+				in = x.promptEst
+			}
+			x.res.Settle(in + x.rec.TokensOut)
+		}
+	}
+}
+
+// upstreamFault reports failures that count against the upstream's health:
+// it could not be reached, failed, or broke the stream.
+func upstreamFault(f *endreason.Facts) bool {
+	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 || f.ErrorEvent ||
+		f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
+		f.Read == endreason.ReadTruncated || f.Read == endreason.ReadFailed
 }
 
 // applyCause turns an abort cause into facts and the cancellation cost.
@@ -407,6 +449,7 @@ func (x *exchange) reset() {
 	x.watch = watchToken{}
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done = nil, 0, false, false, 0, nil, false
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
+	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil
 	x.firstToken.Store(false)
 	x.lastEvent.Store(0)

@@ -132,7 +132,7 @@ func TestKeepsServing(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			kind := kinds[i%len(kinds)]
-			resp, body, err := post(t, addr, `{"model":"m","stream":true,"kind":"`+kind+`"}`)
+			resp, body, err := post(t, addr, `{"model":"m","stream":true,"messages":[{"role":"user","content":"`+kind+`"}]}`)
 			if kind == "good" && (err != nil || resp.StatusCode != 200 || !strings.Contains(body, "[DONE]")) {
 				t.Errorf("good request failed: %v %d", err, resp.StatusCode)
 			}

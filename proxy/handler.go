@@ -9,9 +9,9 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy/signals"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
@@ -47,27 +47,76 @@ var (
 )
 
 // serve runs the request up to the point where the response is streaming
-// (fasthttp then owns x until CloseWithError) or finished.
+// (fasthttp then owns x until CloseWithError) or finished. Each gateway step
+// sits between two marks of the request clock.
 func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	p, tl := x.p, &x.rec.Timeline
+	snap := p.gw.Snapshot() // one configuration for the whole request
+	// Watch the client from the start: one that leaves our queue is seen too.
+	x.watch = p.watcher.watch(ctx.Conn(), x.onClientGone(x.gen))
+
+	key, rej := snap.Authenticate(ctx.Request.Header.Peek("Authorization"))
+	if rej != nil {
+		x.rejectGateway(ctx, rej)
+		return
+	}
+	if key != nil {
+		x.rec.Key = key.Name
+	}
+	x.breakdown = x.breakdown && snap.AllowBreakdown(key)
+	route, dl := snap.Routes()[0], gateway.Deadlines{FirstToken: p.cfg.FirstTokenTimeout, Total: p.cfg.TotalTimeout}
 	path := ctx.Path()
-	completion := ctx.IsPost() && (bytes.Equal(path, pathChat) || bytes.Equal(path, pathCompletions))
+	ep, completion := completionEndpoint(ctx.IsPost(), path)
 	if completion {
-		if err := x.readCompletionRequest(ctx.PostBody()); err != nil {
-			x.reject(ctx, fasthttp.StatusBadRequest, endreason.InvalidRequest, endreason.DetailMalformedRequest, err.Error())
+		req, rej := snap.CheckRequest(&x.reqJSON, ep, ctx.PostBody())
+		if rej != nil {
+			x.rejectGateway(ctx, rej)
 			return
 		}
+		x.rec.Model, x.rec.Streaming, x.promptEst, route = string(req.Model), req.Stream, req.PromptTokens, req.Route
+		if x.res, rej = snap.Admit(key, req.Reserve()); rej != nil {
+			x.rejectGateway(ctx, rej)
+			return
+		}
+		x.hasRes = true
+		h := &ctx.Request.Header
+		if dl, rej = route.Deadlines(dl, h.Peek(gateway.HeaderDeadline), h.Peek(gateway.HeaderTTFTDeadline)); rej != nil {
+			x.rejectGateway(ctx, rej)
+			return
+		}
+	} else if !p.ownGW && ctx.IsGet() && bytes.Equal(path, pathModels) {
+		// With a config file, the routes are the models.
+		tl.Mark(stages.GatewayDone)
+		x.scratch = snap.AppendModels(x.scratch[:0])
+		x.respondJSON(ctx, fasthttp.StatusOK, x.scratch)
+		x.finish()
+		return
 	}
 	tl.Mark(stages.GatewayDone)
-	up := p.up
-	x.rec.Upstream = up.Name
-	tl.Mark(stages.Routed)
-	tl.Mark(stages.Admitted)
+	x.dl = deadlines{ttft: dl.FirstToken, total: dl.Total, idle: p.cfg.IdleTimeout}
+	x.armDeadlines(x.dl)
 
-	x.watch = p.watcher.watch(ctx.Conn(), x.onClientGone(x.gen))
-	x.armDeadlines(p.deadlines())
-	x.buildUpstreamRequest(ctx, up)
-	if err := up.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body); err != nil {
+	client, ok := x.admit(ctx, snap, route, nil)
+	if !ok {
+		return
+	}
+	stripAuth := snap.Config().Auth == gateway.AuthKeys
+	x.buildUpstreamRequest(ctx, client, stripAuth)
+	err := client.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body)
+	if connectFailed(err) && x.ctl.aborted() == nil && gateway.CanRetry(gateway.FailConnect, 1) {
+		// Nothing reached the engine: one more try, on another upstream.
+		failed := x.up
+		p.gw.Done(failed, false)
+		x.up = nil
+		x.releaseSlot()
+		if client, ok = x.admit(ctx, snap, route, failed); ok {
+			x.buildUpstreamRequest(ctx, client, stripAuth)
+			err = client.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body)
+		} else if x.done {
+			return // the retry itself was answered (a full queue, the client gone)
+		} // else no other upstream: answer with the first failure
+	}
+	if err != nil {
 		x.failBeforeResponse(ctx, err)
 		return
 	}
@@ -85,18 +134,68 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	x.relayWhole(ctx, status, completion)
 }
 
-// readCompletionRequest reads what the proxy needs from a completion request.
-func (x *exchange) readCompletionRequest(body []byte) error {
-	v, err := x.reqJSON.ParseBytes(body)
+// admit picks an upstream for route (not except) and waits for a slot in
+// its admission queue: the route and queue stages. It answers the request
+// itself when that fails, except when a retry (except != nil) finds no
+// other upstream: then it returns false with nothing sent.
+func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route *gateway.Route, except *gateway.Upstream) (*Upstream, bool) {
+	tl := &x.rec.Timeline
+	up, rej := snap.Pick(route, except)
+	if rej != nil {
+		if except == nil {
+			x.rejectGateway(ctx, rej)
+		}
+		return nil, false
+	}
+	client, err := x.p.client(up)
 	if err != nil {
-		return errors.New("request body is not valid JSON: " + err.Error())
+		x.rejectGateway(ctx, &gateway.Rejection{Status: fasthttp.StatusBadGateway, Type: "upstream_error",
+			Message: err.Error(), Reason: endreason.WorkerFailure, Detail: endreason.DetailConnectFailed})
+		return nil, false
 	}
-	if v.Type() != fastjson.TypeObject {
-		return errors.New("request body must be a JSON object")
+	x.up, x.rec.Upstream = up, client.Name
+	tl.Mark(stages.Routed)
+	release, rej := up.Acquire(x.ctl.aborts())
+	if rej != nil {
+		if cause := x.ctl.aborted(); cause != nil {
+			x.failAborted(ctx, cause) // the client left, or a deadline fired, while queued
+		} else {
+			x.rejectGateway(ctx, rej)
+		}
+		return nil, false
 	}
-	x.rec.Model = string(v.GetStringBytes("model"))
-	x.rec.Streaming = v.GetBool("stream")
-	return nil
+	x.release = release
+	tl.Mark(stages.Admitted)
+	return client, true
+}
+
+// releaseSlot gives the admission slot back early (before a retry).
+func (x *exchange) releaseSlot() {
+	if x.release != nil {
+		x.release()
+		x.release = nil
+	}
+}
+
+func connectFailed(err error) bool {
+	var xe *exchangeError
+	return errors.As(err, &xe) && xe.connect
+}
+
+var pathModels = []byte("/v1/models")
+
+// completionEndpoint says whether a request is a completion the gateway
+// checks, and which kind.
+func completionEndpoint(post bool, path []byte) (gateway.Endpoint, bool) {
+	switch {
+	case !post:
+		return 0, false
+	case bytes.Equal(path, pathChat):
+		return gateway.Chat, true
+	case bytes.Equal(path, pathCompletions):
+		return gateway.Completions, true
+	}
+	return 0, false
 }
 
 // hopByHop are the headers that describe one connection, not the message
@@ -107,8 +206,10 @@ var hopByHop = []string{
 }
 
 // buildUpstreamRequest copies the client's request for the upstream, with
-// the trace and request-id headers and without hop-by-hop headers.
-func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *Upstream) {
+// the trace and request-id headers and without hop-by-hop headers (nor the
+// client's key, when the gateway checked it: the key is ours, not the
+// engine's).
+func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *Upstream, stripAuth bool) {
 	req := &x.req
 	ctx.Request.Header.CopyTo(&req.Header)
 	for _, k := range connectionTokens(&ctx.Request.Header) {
@@ -116,6 +217,9 @@ func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *Upstream) 
 	}
 	for _, h := range hopByHop {
 		req.Header.Del(h)
+	}
+	if stripAuth {
+		req.Header.Del("Authorization")
 	}
 	req.Header.ResetConnectionClose()
 	req.SetRequestURIBytes(ctx.Request.Header.RequestURI())
@@ -301,11 +405,11 @@ func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
 		return
 	case errors.As(err, &xe) && xe.connect:
 		x.facts.ConnectFailed = true
-		x.rec.Error = "upstream " + x.p.up.Name + " unreachable: " + err.Error()
+		x.rec.Error = "upstream " + x.rec.Upstream + " unreachable: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", x.rec.Error)
 	default:
 		x.facts.ClosedBeforeResponse = true
-		x.rec.Error = "upstream " + x.p.up.Name + " closed the connection before responding: " + err.Error()
+		x.rec.Error = "upstream " + x.rec.Upstream + " closed the connection before responding: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.rec.Error)
 	}
 	x.finish()
@@ -339,17 +443,21 @@ func (x *exchange) failAborted(ctx *fasthttp.RequestCtx, cause error) {
 	x.finish()
 }
 
-// reject answers a request the gateway refused.
-func (x *exchange) reject(ctx *fasthttp.RequestCtx, status int, r endreason.Reason, d endreason.Detail, msg string) {
-	x.facts.Rejected, x.facts.RejectedDetail = r, d
-	x.rec.Error = msg
-	x.respondError(ctx, status, "invalid_request_error", msg)
+// rejectGateway answers a request the gateway refused, with the
+// rejection's status, Retry-After and OpenAI-style body.
+func (x *exchange) rejectGateway(ctx *fasthttp.RequestCtx, rej *gateway.Rejection) {
+	x.facts.Rejected, x.facts.RejectedDetail = rej.Reason, rej.Detail
+	x.rec.Error = rej.Message
+	x.scratch = rej.AppendJSON(x.scratch[:0])
+	x.respondJSON(ctx, rej.Status, x.scratch)
+	if rej.RetryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(rej.RetryAfter))
+	}
 	x.finish()
 }
 
-// respondError writes an OpenAI-style error body.
-func (x *exchange) respondError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	body, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: msg, Type: typ, Code: string(x.detailGuess())}})
+// respondJSON writes a whole JSON response.
+func (x *exchange) respondJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
@@ -357,6 +465,12 @@ func (x *exchange) respondError(ctx *fasthttp.RequestCtx, status int, typ, msg s
 	ctx.SetBody(body)
 	x.rec.Status = status
 	x.rec.BytesOut = int64(len(body))
+}
+
+// respondError writes an OpenAI-style error body.
+func (x *exchange) respondError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	body, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: msg, Type: typ, Code: string(x.detailGuess())}})
+	x.respondJSON(ctx, status, body)
 }
 
 // detailGuess gives the error body a machine-readable code: the end detail

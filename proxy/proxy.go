@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
@@ -23,10 +24,15 @@ import (
 // Config is the proxy's configuration. Zero values take the documented
 // defaults (see Normalize).
 type Config struct {
-	// Upstream is the base URL of the model server, e.g. http://127.0.0.1:8000.
+	// Gateway decides auth, quotas, validation, routing and admission.
+	// Nil means a pass-through gateway built from Upstream: no keys, every
+	// model to that one upstream, no admission queue.
+	Gateway *gateway.Gateway
+	// Upstream is the base URL of the model server when Gateway is nil,
+	// e.g. http://127.0.0.1:8000.
 	Upstream string
-	// UpstreamName labels the upstream in records and metrics (default: its
-	// host:port).
+	// UpstreamName labels that upstream in records and metrics (default:
+	// its host:port).
 	UpstreamName string
 	// FirstTokenTimeout bounds the time from receipt to the first token
 	// (default 120s; negative = none).
@@ -67,8 +73,8 @@ type Tracker interface {
 
 // Normalize fills defaults and rejects contradictions.
 func (c *Config) Normalize() error {
-	if c.Upstream == "" {
-		return errors.New("no upstream: give --upstream URL")
+	if c.Upstream == "" && c.Gateway == nil {
+		return errors.New("no upstream: give --upstream URL or --config FILE")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		switch {
@@ -94,10 +100,12 @@ func (c *Config) Normalize() error {
 	return nil
 }
 
-// Proxy serves clients and forwards to the upstream.
+// Proxy serves clients and forwards to the upstreams the gateway picks.
 type Proxy struct {
 	cfg      Config
-	up       *Upstream
+	gw       *gateway.Gateway
+	ownGW    bool     // gw was built here from Config.Upstream: started and stopped here
+	clients  sync.Map // upstream base URL → *Upstream (connection pool)
 	sink     record.Sink
 	log      zerolog.Logger
 	clock    stages.Clock
@@ -113,15 +121,22 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
-	up, err := NewUpstream(cfg.Upstream, cfg.UpstreamName, cfg.Dial)
-	if err != nil {
-		return nil, err
+	gw, own := cfg.Gateway, false
+	if gw == nil {
+		var err error
+		if gw, err = gateway.New(passThrough(&cfg), gateway.Options{}); err != nil {
+			return nil, err
+		}
+		own = true
 	}
 	w, err := newWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("client disconnect watcher: %w", err)
 	}
-	p := &Proxy{cfg: cfg, up: up, sink: sink, log: log, clock: cfg.Clock, watcher: w}
+	if own {
+		gw.Start()
+	}
+	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w}
 	p.pool.New = func() any { return newExchange(p) }
 	p.server = &fasthttp.Server{
 		Handler:            p.Handler(),
@@ -144,25 +159,75 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
 	p.watcher.close()
-	p.up.hc.CloseIdleConnections()
+	if p.ownGW {
+		p.gw.Stop()
+	}
+	p.clients.Range(func(_, v any) bool {
+		v.(*Upstream).hc.CloseIdleConnections()
+		return true
+	})
 	return err
 }
+
+// passThrough is the gateway of a proxy without a config file: no keys, every
+// model (and any path) to the one upstream, no admission queue, never ejected.
+func passThrough(c *Config) *gateway.Config {
+	return &gateway.Config{
+		Auth:         gateway.AuthNone,
+		MaxBodyBytes: c.MaxBodyBytes,
+		KeyDefaults:  gateway.KeyDefaults{AllowBreakdown: c.AllowBreakdown},
+		Routes:       []gateway.RouteConfig{{Model: "*", Pool: "default"}},
+		Pools: []gateway.PoolConfig{{
+			Name:      "default",
+			Upstreams: []string{c.Upstream},
+			Ejection:  gateway.EjectionConfig{ConsecutiveFailures: -1},
+		}},
+	}
+}
+
+// client returns the connection pool for a gateway upstream.
+func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
+	if c, ok := p.clients.Load(u.URL); ok {
+		return c.(*Upstream), nil
+	}
+	name := u.Name
+	if p.ownGW && p.cfg.UpstreamName != "" {
+		name = p.cfg.UpstreamName
+	}
+	c, err := NewUpstream(u.URL, name, p.cfg.Dial)
+	if err != nil {
+		return nil, err
+	}
+	actual, _ := p.clients.LoadOrStore(u.URL, c)
+	return actual.(*Upstream), nil
+}
+
+// Gateway returns the proxy's gateway (for reloads and metrics).
+func (p *Proxy) Gateway() *gateway.Gateway { return p.gw }
 
 // InFlight returns the requests between receipt and their record.
 func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 
-// Upstreams names the configured upstreams.
-func (p *Proxy) Upstreams() []string { return []string{p.up.Name} }
+// Upstreams names the upstreams of the current configuration.
+func (p *Proxy) Upstreams() []string {
+	var out []string
+	for _, pool := range p.gw.Snapshot().Pools() {
+		for _, u := range pool.Upstreams {
+			name := u.Name
+			if p.ownGW && p.cfg.UpstreamName != "" {
+				name = p.cfg.UpstreamName
+			}
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
 
 func (p *Proxy) release(x *exchange) {
 	x.reset()
 	p.pool.Put(x)
-}
-
-func (p *Proxy) deadlines() deadlines {
-	return deadlines{ttft: p.cfg.FirstTokenTimeout, total: p.cfg.TotalTimeout, idle: p.cfg.IdleTimeout}
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly aborted connections,

@@ -54,17 +54,17 @@ func prefixedFlags(fs *flag.FlagSet, prefix string, fn func(*flag.FlagSet)) {
 }
 
 // startEmbeddedEngine runs the reference engine in this process on a
-// loopback port and returns its base URL and a function that stops it.
-func startEmbeddedEngine(cfg engine.Config) (string, func(), error) {
+// loopback port and returns it and its base URL. Close stops it.
+func startEmbeddedEngine(cfg engine.Config) (*engine.Server, string, error) {
 	srv, err := engine.New(cfg)
 	if err != nil {
-		return "", nil, fmt.Errorf("embedded engine: %w", err)
+		return nil, "", fmt.Errorf("embedded engine: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		srv.Close()
-		return "", nil, err
+		return nil, "", err
 	}
 	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+	return srv, "http://" + ln.Addr().String(), nil
 }

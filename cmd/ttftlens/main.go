@@ -33,6 +33,8 @@ func main() {
 		err = runEngine(args)
 	case "bench":
 		err = runBench(args)
+	case "hash-key":
+		err = runHashKey(args)
 	case "help":
 		fmt.Fprint(os.Stdout, usage)
 		return
@@ -51,6 +53,7 @@ commands:
   serve    run the proxy (default); without --upstream it starts the
            reference engine in-process as its upstream
   engine   run the reference CPU engine alone
+  hash-key print the config entry for an API key (reads the key from stdin)
   bench    drive load against a server and show client-seen TTFT split
            into the proxy's stages (joined by request id)
   help     show this text

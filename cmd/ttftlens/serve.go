@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +25,10 @@ import (
 // serveFlags are the flags of "ttftlens serve".
 type serveFlags struct {
 	listen, adminListen string
+	tlsCert, tlsKey     string
+	configPath          string
+	checkConfig         bool
+	metricModels        string
 	logLevel            string
 	grace               time.Duration
 	cfg                 proxy.Config
@@ -32,7 +38,12 @@ type serveFlags struct {
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for /metrics and /health")
-	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty: the embedded reference engine)")
+	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine)")
+	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it (see gateway/example.yaml)")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "validate --config and exit")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file (PEM) to serve clients over TLS")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file (PEM) for --tls-cert")
+	fs.StringVar(&f.metricModels, "metric-models", "", "comma-separated model names kept as the model label (others: other); default: the config's routes or the embedded model")
 	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
 	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", -1, "deadline for the whole request (negative: none)")
 	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
@@ -58,24 +69,49 @@ func runServe(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
-	if f.cfg.Upstream == "" {
-		url, stop, err := startEmbeddedEngine(f.engine)
+	if f.checkConfig {
+		return checkConfig(f.configPath)
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+
+	adminRoutes := map[string]fasthttp.RequestHandler{}
+	var models []string
+	switch {
+	case f.configPath != "":
+		gw, err := loadGateway(f.configPath)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		gw.Start()
+		defer gw.Stop()
+		f.cfg.Gateway = gw
+		models = routeModels(gw)
+		go reloadOnHUP(gw, f.configPath, log)
+	case f.cfg.Upstream == "":
+		srv, url, err := startEmbeddedEngine(f.engine)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
 		f.cfg.Upstream, f.cfg.UpstreamName = url, "embedded-engine"
+		models = []string{srv.Config().ModelName}
+		adminRoutes["/engine/metrics"] = engineMetrics(srv) // its vllm:* series, scrapeable
 		log.Info().Str("upstream", url).Msg("no --upstream: started the reference engine in-process")
+	}
+	if f.metricModels != "" {
+		models = strings.Split(f.metricModels, ",")
 	}
 
 	reg := exporters.NewRegistry()
 	records := exporters.NewLogSink(os.Stdout, exporters.LogOptions{})
 	defer records.Close()
-	up, err := proxy.NewUpstream(f.cfg.Upstream, f.cfg.UpstreamName, nil)
+	upstreams, err := upstreamNames(&f.cfg)
 	if err != nil {
 		return err
 	}
-	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: []string{up.Name}, Version: version()})
+	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: upstreams, Models: models, Version: version()})
 	ring := exporters.NewRing(exporters.RingOptions{}) // the page and /debug/requests
 	named := []exporters.Named{{Name: "log", Sink: records}, {Name: "metrics", Sink: metrics}, {Name: "ring", Sink: ring}}
 	if exporters.OTLPEnabled(os.Getenv) { // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set
@@ -98,7 +134,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	reg.MustRegister(gatewayCollector{p.Gateway()})
+	ln, err := listen(f.listen, f.tlsCert, f.tlsKey)
 	if err != nil {
 		return err
 	}
@@ -107,12 +144,15 @@ func runServe(args []string) error {
 		ln.Close()
 		return err
 	}
-	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, web.Routes(ring)), Name: "ttftlens-admin"}
+	for path, h := range web.Routes(ring) {
+		adminRoutes[path] = h
+	}
+	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, adminRoutes), Name: "ttftlens-admin"}
 	errc := make(chan error, 2)
 	go func() { errc <- p.Serve(ln) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	log.Info().Str("listen", ln.Addr().String()).Str("admin", adminLn.Addr().String()).
-		Str("upstream", f.cfg.Upstream).Msg("ttftlens serving")
+		Strs("upstreams", upstreams).Bool("tls", f.tlsCert != "").Msg("ttftlens serving")
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
