@@ -38,7 +38,7 @@ const (
 // shapeBuffering reads the signs of buffering in a response's headers.
 func shapeBuffering(h *fasthttp.ResponseHeader, streaming bool) record.Buffering {
 	var b record.Buffering
-	eventStream := isEventStream(h.ContentType())
+	eventStream := isEventStream(h.ContentType()) || isNDJSON(h.ContentType())
 	if streaming && !eventStream && h.StatusCode() < 300 {
 		b |= record.BufferedNotStream
 	}

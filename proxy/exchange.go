@@ -42,10 +42,20 @@ type exchange struct {
 	body    upstreamBody
 	dec     decoder // for a compressed upstream stream
 	scan    *sse.Scanner
-	oai     signals.OpenAI
+	lines   *signals.LineScanner // for NDJSON streams (Ollama's native API)
+	ndjson  bool
+	readers []signals.Reader // one per engine kind met, kept with the exchange
+	rd      signals.Reader   // this request's
+	peek    func(name string) []byte
 	reqJSON fastjson.Parser
-	watch   watchToken
-	scratch []byte
+
+	// vLLM's usage chunk carries its timing: asked for when the client did
+	// not, and then kept from the client.
+	includeUsage bool
+	dropUsage    bool
+	sendBody     []byte // the upstream request body when it differs from the client's
+	watch        watchToken
+	scratch      []byte
 
 	// What the gateway gave this request.
 	dl        deadlines
@@ -77,7 +87,9 @@ type exchange struct {
 }
 
 func newExchange(p *Proxy) *exchange {
-	return &exchange{p: p, scan: sse.NewScanner(nil, p.cfg.MaxEventBytes)}
+	x := &exchange{p: p, scan: sse.NewScanner(nil, p.cfg.MaxEventBytes), lines: signals.NewLineScanner(nil, p.cfg.MaxEventBytes)}
+	x.peek = func(name string) []byte { return x.resp.Header.Peek(name) }
+	return x
 }
 
 // begin starts a request: the clock runs from here.
@@ -204,7 +216,7 @@ func (x *exchange) flushed(now time.Duration) {
 func (x *exchange) nextEvent() error {
 	tl := &x.rec.Timeline
 	for {
-		ev, err := x.scan.Next()
+		ev, err := x.next()
 		if err != nil {
 			return x.streamEnd(err)
 		}
@@ -222,7 +234,7 @@ func (x *exchange) nextEvent() error {
 		if ev.HasData {
 			tl.Mark(stages.FirstEvent)
 			x.rec.Stream.Events++
-			s := x.oai.Inspect(ev.Data)
+			s := x.rd.Event(ev.Data, tl)
 			if s.BadUTF8 {
 				x.facts.Read = endreason.ReadBadUTF8
 				return x.failStream(errInvalidUTF8)
@@ -233,6 +245,9 @@ func (x *exchange) nextEvent() error {
 			}
 			x.observe(s, now)
 			content = s.Content
+			if x.dropUsage && s.UsageOnly {
+				continue // we asked for it; the client did not
+			}
 		}
 		x.out, x.outParsed, x.outContent = ev.Raw, now, content
 		if len(x.out) > 0 {
@@ -241,8 +256,21 @@ func (x *exchange) nextEvent() error {
 	}
 }
 
+// next returns the next upstream block: an SSE event, or an NDJSON line in
+// the same shape.
+func (x *exchange) next() (sse.Event, error) {
+	if !x.ndjson {
+		return x.scan.Next()
+	}
+	raw, line, err := x.lines.Next()
+	return sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}, err
+}
+
 // observe folds what an event said into the request's facts and clock.
 func (x *exchange) observe(s signals.Event, now time.Duration) {
+	if s.Timing {
+		x.rec.EngineSource = x.rd.Kind()
+	}
 	if s.Error {
 		x.facts.ErrorEvent = true
 	}
@@ -284,10 +312,13 @@ func (x *exchange) streamEnd(err error) error {
 	}
 	if err == io.EOF {
 		x.facts.Read = endreason.ReadClean
-		if !x.facts.Done && x.facts.Finish == endreason.FinishNone {
+		// A stream that ends cleanly after an error event is ended by the
+		// engine: the client has the error. Any other end without a finish
+		// or an end marker is cut, so it is never taken for complete.
+		if !x.facts.Done && x.facts.Finish == endreason.FinishNone && !x.facts.ErrorEvent {
 			return x.failStream(errNoDone)
 		}
-		if x.breakdown && !x.breakdownSent {
+		if x.breakdown && !x.breakdownSent && !x.ndjson {
 			// One more block before the end: the client's own breakdown.
 			// The scanner returns io.EOF again on the next call.
 			x.breakdownSent = true
@@ -368,6 +399,12 @@ func (x *exchange) finish() {
 	// The body is read: trailers have arrived.
 	if x.rec.EngineSource == "" && signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
+	}
+	if x.rd != nil && x.rd.Header(x.peek, tl) {
+		x.rec.EngineSource = x.rd.Kind()
+	}
+	if signals.InferQueue(tl) {
+		x.rec.EngineInferred = true
 	}
 	x.applyCause(cause, abortedAt, closedAt)
 	x.rec.Reason, x.rec.Detail = endreason.Classify(x.facts)
@@ -451,6 +488,8 @@ func (x *exchange) reset() {
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil
+	x.lines.Reset(nil)
+	x.ndjson, x.rd, x.includeUsage, x.dropUsage, x.sendBody = false, nil, false, false, x.sendBody[:0]
 	x.firstToken.Store(false)
 	x.lastEvent.Store(0)
 }

@@ -74,6 +74,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		x.rec.Model, x.rec.Streaming, x.promptEst, route = string(req.Model), req.Stream, req.PromptTokens, req.Route
+		x.includeUsage = req.IncludeUsage
 		if x.res, rej = snap.Admit(key, req.Reserve()); rej != nil {
 			x.rejectGateway(ctx, rej)
 			return
@@ -100,6 +101,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	x.chooseReader(path, client, completion, ctx.PostBody())
 	stripAuth := snap.Config().Auth == gateway.AuthKeys
 	x.buildUpstreamRequest(ctx, client, stripAuth)
 	err := client.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body)
@@ -124,14 +126,18 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	if signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
 	}
+	if x.rd.Header(x.peek, tl) {
+		x.rec.EngineSource = x.rd.Kind()
+	}
 	status := x.resp.StatusCode()
 	x.facts.Status = status
 	x.rec.Buffering |= shapeBuffering(&x.resp.Header, x.rec.Streaming)
-	if status < 300 && isEventStream(x.resp.Header.ContentType()) {
+	if ct := x.resp.Header.ContentType(); status < 300 && (isEventStream(ct) || isNDJSON(ct)) {
+		x.ndjson = isNDJSON(ct)
 		x.startStream(ctx, status)
 		return
 	}
-	x.relayWhole(ctx, status, completion)
+	x.relayWhole(ctx, status)
 }
 
 // admit picks an upstream for route (not except) and waits for a slot in
@@ -167,6 +173,19 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 	x.release = release
 	tl.Mark(stages.Admitted)
 	return client, true
+}
+
+// chooseReader picks how the upstream's signals are read, and asks vLLM for
+// its usage chunk (which carries its timing) when the client did not.
+func (x *exchange) chooseReader(path []byte, u *Upstream, completion bool, body []byte) {
+	kind := readerKind(path, u)
+	x.rd = x.reader(kind)
+	if kind == signals.KindVLLM && completion && x.rec.Streaming && !x.includeUsage {
+		body, added, err := signals.EnsureIncludeUsage(body, x.sendBody[:0])
+		if err == nil && added {
+			x.sendBody, x.dropUsage = body, true
+		}
+	}
 }
 
 // releaseSlot gives the admission slot back early (before a retry).
@@ -229,7 +248,11 @@ func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *Upstream, 
 	}
 	req.URI().SetHost(up.Addr)
 	req.Header.SetHost(up.Addr)
-	req.SetBodyRaw(ctx.Request.Body())
+	if len(x.sendBody) > 0 {
+		req.SetBodyRaw(x.sendBody)
+	} else {
+		req.SetBodyRaw(ctx.Request.Body())
+	}
 	// The relay parses events: ask for them uncompressed.
 	req.Header.Set("Accept-Encoding", "identity")
 	req.Header.Set("X-Request-Id", x.rec.RequestID)
@@ -272,7 +295,11 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
 		}
 		src = &x.dec
 	}
-	x.scan.Reset(src)
+	if x.ndjson {
+		x.lines.Reset(src)
+	} else {
+		x.scan.Reset(src)
+	}
 	if err := x.nextEvent(); err != nil {
 		x.failBeforeFirstEvent(ctx, err)
 		return
@@ -294,7 +321,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
 
 // relayWhole forwards a response that is not an event stream: an upstream
 // error, a non-streamed completion, or any other path.
-func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int, completion bool) {
+func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	tl := &x.rec.Timeline
 	body, err := x.readWhole()
 	if err != nil {
@@ -319,8 +346,8 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int, completion b
 		x.finish()
 		return
 	}
-	if completion && status < 300 {
-		s := x.oai.Inspect(body)
+	if status < 300 && isJSON {
+		s := x.rd.Event(body, tl)
 		x.observe(s, tl.Now())
 		if s.Content {
 			tl.Mark(stages.FirstTokenFlushed) // written with the whole body

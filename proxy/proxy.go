@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/proxy/signals"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
@@ -49,6 +50,12 @@ type Config struct {
 	// MaxBodyBytes bounds a request body and a non-streamed upstream
 	// response body (default 16 MiB).
 	MaxBodyBytes int
+	// Engine is the kind of engine behind the upstreams, which decides how
+	// its timing signals are read: one of signals.Kinds, or EngineAuto to
+	// identify each upstream from what it serves. Empty means generic (the
+	// OpenAI fields only; the reference engine's Server-Timing is always
+	// read).
+	Engine string
 	// AllowBreakdown lets a client ask for its own TTFT breakdown with the
 	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
 	// for a non-streamed response) and a closing SSE comment.
@@ -96,6 +103,11 @@ func (c *Config) Normalize() error {
 	}
 	if c.Clock == nil {
 		c.Clock = stages.Monotonic
+	}
+	if c.Engine != "" && c.Engine != EngineAuto {
+		if _, err := signals.NewReader(c.Engine); err != nil {
+			return fmt.Errorf("--engine: %w", err)
+		}
 	}
 	return nil
 }
@@ -198,8 +210,17 @@ func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	actual, _ := p.clients.LoadOrStore(u.URL, c)
-	return actual.(*Upstream), nil
+	actual, loaded := p.clients.LoadOrStore(u.URL, c)
+	if c = actual.(*Upstream); !loaded {
+		switch p.cfg.Engine {
+		case EngineAuto:
+			go p.detectEngine(c, u.URL)
+		case "":
+		default:
+			c.kind.set(p.cfg.Engine)
+		}
+	}
+	return c, nil
 }
 
 // Gateway returns the proxy's gateway (for reloads and metrics).

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttftlens/ttftlens/proxy/signals"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -42,6 +43,9 @@ func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
 // run relays the whole stream and returns the events seen.
 func (h *relayHarness) run(tb testing.TB, stream []byte) int {
 	x := h.x
+	if x.rd == nil {
+		x.rd = x.reader(signals.KindGeneric)
+	}
 	x.rec.Timeline.Start(stages.Monotonic, time.Time{})
 	x.rec.Stream.Reset()
 	x.facts.Done, x.handedOut, x.out = false, false, nil

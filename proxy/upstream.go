@@ -22,6 +22,7 @@ type Upstream struct {
 	// Addr is host:port.
 	Addr string
 	hc   *fasthttp.HostClient
+	kind engineKind // the engine behind it, for its signal reader
 }
 
 // NewUpstream parses an http:// or https:// base URL. name labels the

@@ -66,6 +66,9 @@ type Record struct {
 	// EngineSource names where the engine durations came from ("" = none):
 	// "server-timing", "vllm", "llamacpp", ...
 	EngineSource string
+	// EngineInferred: part of the engine report was inferred, not measured
+	// (the queue of an engine that reports only its prefill).
+	EngineInferred bool
 
 	// Buffering is what made this response arrive held back, if anything.
 	Buffering Buffering

@@ -20,6 +20,7 @@ import (
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"
+	"github.com/ttftlens/ttftlens/proxy/signals"
 )
 
 // serveFlags are the flags of "ttftlens serve".
@@ -39,6 +40,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for /metrics and /health")
 	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine)")
+	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: auto, reference, vllm, llamacpp, ollama, sglang, tgi, generic")
 	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it (see gateway/example.yaml)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "validate --config and exit")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file (PEM) to serve clients over TLS")
@@ -95,7 +97,7 @@ func runServe(args []string) error {
 			return err
 		}
 		defer srv.Close()
-		f.cfg.Upstream, f.cfg.UpstreamName = url, "embedded-engine"
+		f.cfg.Upstream, f.cfg.UpstreamName, f.cfg.Engine = url, "embedded-engine", signals.KindReference
 		models = []string{srv.Config().ModelName}
 		adminRoutes["/engine/metrics"] = engineMetrics(srv) // its vllm:* series, scrapeable
 		log.Info().Str("upstream", url).Msg("no --upstream: started the reference engine in-process")
