@@ -146,4 +146,3 @@ func TestProofEndReasons(t *testing.T) {
 		})
 	}
 }
-
