@@ -52,7 +52,9 @@ func base(r *record.Record) {
 }
 
 // stream adds n content events to r starting at first, with gaps drawn
-// from a seeded generator around mean, and marks first and last token.
+// from a seeded generator around mean, and marks first and last token. Every
+// event (n plus a role and a usage chunk) is flushed after 5-30 µs inside
+// the proxy, one of them after 37 µs.
 func stream(r *record.Record, first time.Duration, n int, mean time.Duration, seed uint64) time.Duration {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	at := first
@@ -63,7 +65,13 @@ func stream(r *record.Record, first time.Duration, n int, mean time.Duration, se
 		r.Stream.Content(at, 250*ms)
 	}
 	r.Stream.Events = n + 2 // role chunk and usage chunk
-	r.Stream.MaxResidency = 37 * us
+	for i := range r.Stream.Events {
+		d := 5*us + time.Duration(rng.Int64N(int64(25*us)))
+		if i == n/2 {
+			d = 37 * us
+		}
+		r.Stream.Flushed(d)
+	}
 	r.Timeline.MarkAt(stages.FirstToken, first)
 	r.Timeline.MarkAt(stages.LastToken, at)
 	return at
@@ -97,6 +105,7 @@ var fixtures = []fixture{
 		r.EngineSource = "server-timing"
 		r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
 		r.TokensOut, r.TokensIn, r.UsageReported = 200, 512, true
+		r.Stream.Blocked = 1234567 // the socket writes of a fast client
 		r.BytesOut = 48213
 	}},
 	{"stop_unsplit", func(r *record.Record) {
@@ -140,6 +149,7 @@ var fixtures = []fixture{
 		r.EngineSource = "server-timing"
 		r.Reason, r.Detail, r.Phase = endreason.ClientCancel, endreason.DetailClientClosed, endreason.PhaseDecoding
 		r.TokensOut = 40
+		r.Stream.Blocked = 412345678 // a client that reads slowly
 		r.CancelToClose = 1234567
 		r.TokensAfterCancel = 3
 		r.BytesOut = 9800
@@ -167,6 +177,28 @@ var fixtures = []fixture{
 		r.BytesOut = 96
 	}},
 }
+
+// bufferedFixture is a stream a middlebox held back. It is kept out of
+// fixtures (whose count other tests rely on); the log and metrics goldens
+// include it through allFixtures.
+var bufferedFixture = fixture{"buffered_burst", func(r *record.Record) {
+	// A middlebox held a compressed stream back and let it go at the
+	// end: 40 content events tens of microseconds apart, after 900 ms.
+	base(r)
+	r.Upstream = "vllm-b"
+	proxyMarks(r)
+	r.Timeline.MarkAt(stages.FirstEvent, 900*ms)
+	last := stream(r, 900*ms+80*us, 40, 60*us, 5)
+	r.Timeline.MarkAt(stages.FirstTokenFlushed, 900*ms+95*us)
+	r.Timeline.MarkAt(stages.Done, last+30*us)
+	r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
+	r.Buffering = record.BufferedBurst | record.BufferedLateFirst | record.BufferedCompressed
+	r.TokensOut = 40
+	r.BytesOut = 7400
+}}
+
+// allFixtures is fixtures plus the ones kept apart.
+func allFixtures() []fixture { return append(fixtures[:len(fixtures):len(fixtures)], bufferedFixture) }
 
 // build returns a fresh record for f.
 func (f fixture) record() *record.Record {

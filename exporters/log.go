@@ -332,6 +332,30 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 		e.Int("stalls", r.Stream.Stalls)
 	}
 	e.Int("events", r.Stream.Events)
+	if r.Stream.MaxResidency > 0 {
+		b = stages.AppendMillis(b[:0], stages.Micros(r.Stream.MaxResidency))
+		e.RawJSON("residency_max_ms", b)
+	}
+	if us := stages.Micros(r.Stream.Blocked); us > 0 {
+		b = stages.AppendMillis(b[:0], us)
+		e.RawJSON("transport_blocked_ms", b)
+	}
+	if r.Buffering != 0 {
+		b = append(b[:0], '[')
+		for i, k := range record.BufferingKinds() {
+			if r.Buffering&(1<<i) == 0 {
+				continue
+			}
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, k...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+		e.RawJSON("buffering", b)
+	}
 	e.Int64("bytes_in", r.BytesIn)
 	e.Int64("bytes_out", r.BytesOut)
 	if cancel {

@@ -31,7 +31,7 @@ func line(r *record.Record) []byte {
 }
 
 func TestLogGolden(t *testing.T) {
-	for _, f := range fixtures {
+	for _, f := range allFixtures() {
 		t.Run(f.name, func(t *testing.T) {
 			got := line(f.record())
 			checkLine(t, got)

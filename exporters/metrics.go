@@ -47,11 +47,23 @@ var (
 		0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
 		0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10,
 	}
-	// ResidencyBuckets cover the time an event spends inside the proxy
-	// (parsed to flushed), which must stay in microseconds (DESIGN §7).
+	// ResidencyBuckets cover the time one event spends inside the proxy
+	// (parsed to flushed), which must stay in microseconds (DESIGN §7): a
+	// 1-2.5-5 series from 1 µs to 1 s (19 buckets, steps of 2 to 2.5x), so
+	// the microsecond range where a healthy proxy lives is resolved as
+	// finely as the millisecond range where a stuck one shows up.
 	ResidencyBuckets = []float64{
 		0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
-		0.00025, 0.0005, 0.001, 0.01, 0.1, 1,
+		0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+		0.25, 0.5, 1,
+	}
+	// BlockedBuckets cover the time a stream spent waiting for its client
+	// to take bytes after the first token, summed over the stream: tens of
+	// microseconds (the socket writes of a fast client) to minutes (a
+	// client that reads slowly for a whole long generation).
+	BlockedBuckets = []float64{
+		0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 	}
 	// CancelBuckets cover the time from noticing a client left to closing
 	// the upstream connection (the budget is 300 ms).
@@ -140,6 +152,8 @@ type Metrics struct {
 	cancelToClose     prometheus.Observer
 	tokensAfterCancel prometheus.Counter
 	residency         prometheus.Observer
+	blocked           prometheus.Observer
+	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
 }
 
@@ -158,7 +172,10 @@ type Metrics struct {
 // ttftlens_engine_report_inconsistent_total{upstream};
 // ttftlens_records_dropped_total{sink}; ttftlens_client_cancel_phase_total{phase};
 // ttftlens_cancel_to_close_seconds; ttftlens_tokens_after_cancel_total;
-// ttftlens_event_residency_seconds; ttftlens_build_info{version, revision, goversion}.
+// ttftlens_event_residency_seconds (one observation per event);
+// ttftlens_transport_blocked_seconds (one per streamed request with a first
+// token); ttftlens_buffered_streams_total{upstream, kind};
+// ttftlens_build_info{version, revision, goversion}.
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m := &Metrics{
 		models:    make(map[string]int, len(opts.Models)),
@@ -219,7 +236,15 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m.tokensAfterCancel = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "tokens_after_cancel_total", Help: "Content events the upstream still sent after the client left (wasted work)."})
 	residency := prometheus.NewHistogram(histOpts("event_residency_seconds",
-		"Per request, the longest time an event spent inside the proxy, parsed to flushed.", ResidencyBuckets, opts.ClassicOnly))
+		"Time each event spent inside the proxy, parsed to flushed to the client socket; one observation per event.",
+		ResidencyBuckets, opts.ClassicOnly))
+	blocked := prometheus.NewHistogram(histOpts("transport_blocked_seconds",
+		"Per streamed request with a first token, the time the proxy waited for the client to take bytes after the first token (a slow client shows here, not as decode).",
+		BlockedBuckets, opts.ClassicOnly))
+	bufferedVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "buffered_streams_total",
+		Help: "Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response (DESIGN §7)."},
+		[]string{"upstream", "kind"})
 	m.drops = &dropCollector{desc: prometheus.NewDesc("ttftlens_records_dropped_total",
 		"Records a sink dropped instead of blocking the request (full queue, closed sink, write error, panic).",
 		[]string{"sink"}, nil)}
@@ -231,13 +256,18 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 
 	reg.MustRegister(m.ttftVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec,
 		m.requestsVec, m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
-		m.tokensAfterCancel, residency, m.drops, buildInfo)
+		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, buildInfo)
 
 	m.cancelToClose = cancelToClose
 	m.residency = residency
+	m.blocked = blocked
+	kinds := record.BufferingKinds()
 	for _, name := range m.upNames {
 		m.unsplit = append(m.unsplit, unsplitVec.WithLabelValues(name))
 		m.inconsistent = append(m.inconsistent, inconsistentVec.WithLabelValues(name))
+		for _, k := range kinds {
+			m.buffered = append(m.buffered, bufferedVec.WithLabelValues(name, k))
+		}
 	}
 	for p := endreason.PhaseQueued; p <= endreason.PhaseDecoding; p++ {
 		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
@@ -392,8 +422,19 @@ func (m *Metrics) Emit(r *record.Record) {
 			m.tokensAfterCancel.Add(float64(r.TokensAfterCancel))
 		}
 	}
-	if r.Stream.Events > 0 {
-		m.residency.Observe(r.Stream.MaxResidency.Seconds())
+	for _, d := range r.Stream.Residencies() {
+		m.residency.Observe(d.Seconds())
+	}
+	if r.Streaming && r.Timeline.Has(stages.FirstToken) {
+		m.blocked.Observe(r.Stream.Blocked.Seconds())
+	}
+	if b := r.Buffering; b != 0 {
+		n := len(record.BufferingKinds())
+		for i, c := range m.buffered[ui*n : (ui+1)*n] {
+			if b&(1<<i) != 0 {
+				c.Inc()
+			}
+		}
 	}
 }
 

@@ -42,6 +42,8 @@ var ourMetrics = []string{
 	"ttftlens_cancel_to_close_seconds",
 	"ttftlens_tokens_after_cancel_total",
 	"ttftlens_event_residency_seconds",
+	"ttftlens_transport_blocked_seconds",
+	"ttftlens_buffered_streams_total",
 }
 
 // emitFixtures returns a registry holding Metrics fed with every fixture,
@@ -54,7 +56,7 @@ func emitFixtures(t *testing.T) (*prometheus.Registry, *Metrics) {
 	m.RequestStarted()
 	m.RequestStarted()
 	m.RequestEnded()
-	for _, f := range fixtures {
+	for _, f := range allFixtures() {
 		m.Emit(f.record())
 	}
 	return reg, m
@@ -130,6 +132,75 @@ func TestMetricsPrecreated(t *testing.T) {
 	for _, p := range []string{"queued", "prefill", "decoding"} {
 		if !bytes.Contains(text, []byte(`ttftlens_client_cancel_phase_total{phase="`+p+`"} 0`)) {
 			t.Errorf("missing cancel phase %s", p)
+		}
+	}
+	for _, k := range record.BufferingKinds() {
+		for _, up := range append(testMetricOpts.Upstreams, LabelOther, LabelNone) {
+			want := `ttftlens_buffered_streams_total{kind="` + k + `",upstream="` + up + `"} 0`
+			if !bytes.Contains(text, []byte(want)) {
+				t.Errorf("missing %s", want)
+			}
+		}
+	}
+	for _, want := range []string{"ttftlens_transport_blocked_seconds_count 0", "ttftlens_event_residency_seconds_count 0"} {
+		if !bytes.Contains(text, []byte(want)) {
+			t.Errorf("missing %s", want)
+		}
+	}
+}
+
+// TestMetricsTransport checks the per-event residency (every event, not the
+// maximum per request), the blocked time of streams with a first token only,
+// and one buffered_streams_total increment per sign.
+func TestMetricsTransport(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testMetricOpts)
+	r := bufferedFixture.record()
+	r.Stream.Blocked = 3 * ms
+	m.Emit(r)
+	m.Emit(fixtureByName(t, "worker_failure_5xx")) // no first token, not streamed
+	m.Emit(fixtureByName(t, "deadline_before_first_token"))
+	want := `
+# HELP ttftlens_buffered_streams_total Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response (DESIGN §7).
+# TYPE ttftlens_buffered_streams_total counter
+ttftlens_buffered_streams_total{kind="burst",upstream="none"} 0
+ttftlens_buffered_streams_total{kind="burst",upstream="other"} 0
+ttftlens_buffered_streams_total{kind="burst",upstream="vllm-a"} 0
+ttftlens_buffered_streams_total{kind="burst",upstream="vllm-b"} 1
+ttftlens_buffered_streams_total{kind="compressed",upstream="none"} 0
+ttftlens_buffered_streams_total{kind="compressed",upstream="other"} 0
+ttftlens_buffered_streams_total{kind="compressed",upstream="vllm-a"} 0
+ttftlens_buffered_streams_total{kind="compressed",upstream="vllm-b"} 1
+ttftlens_buffered_streams_total{kind="content_length",upstream="none"} 0
+ttftlens_buffered_streams_total{kind="content_length",upstream="other"} 0
+ttftlens_buffered_streams_total{kind="content_length",upstream="vllm-a"} 0
+ttftlens_buffered_streams_total{kind="content_length",upstream="vllm-b"} 0
+ttftlens_buffered_streams_total{kind="late_first_token",upstream="none"} 0
+ttftlens_buffered_streams_total{kind="late_first_token",upstream="other"} 0
+ttftlens_buffered_streams_total{kind="late_first_token",upstream="vllm-a"} 0
+ttftlens_buffered_streams_total{kind="late_first_token",upstream="vllm-b"} 1
+ttftlens_buffered_streams_total{kind="not_event_stream",upstream="none"} 0
+ttftlens_buffered_streams_total{kind="not_event_stream",upstream="other"} 0
+ttftlens_buffered_streams_total{kind="not_event_stream",upstream="vllm-a"} 0
+ttftlens_buffered_streams_total{kind="not_event_stream",upstream="vllm-b"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ttftlens_buffered_streams_total"); err != nil {
+		t.Error(err)
+	}
+	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, "ttftlens_event_residency_seconds", "ttftlens_transport_blocked_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"ttftlens_event_residency_seconds_count 42\n", // every event of the one stream that flushed any
+		`ttftlens_event_residency_seconds_bucket{le="2.5e-05"} `,
+		`ttftlens_event_residency_seconds_bucket{le="5e-05"} 42` + "\n",
+		"ttftlens_transport_blocked_seconds_count 1\n", // the stream with a first token only
+		`ttftlens_transport_blocked_seconds_bucket{le="0.0025"} 0` + "\n",
+		`ttftlens_transport_blocked_seconds_bucket{le="0.005"} 1` + "\n",
+	} {
+		if !bytes.Contains(text, []byte(want)) {
+			t.Errorf("missing %q in\n%s", want, text)
 		}
 	}
 }
