@@ -4,6 +4,8 @@
 //	ttftlens [serve] [flags]   run the proxy (the default)
 //	ttftlens engine [flags]    run the reference CPU engine alone
 //	ttftlens bench [flags]     drive load, join the proxy's records, show the breakdown
+//	ttftlens report LOGFILE    stage breakdown and end reasons from the JSON log
+//	ttftlens demo SCENARIO     inject a cause in-process and print the diagnosis
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
 // flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
@@ -33,6 +35,10 @@ func main() {
 		err = runEngine(args)
 	case "bench":
 		err = runBench(args)
+	case "report":
+		err = runReport(args)
+	case "demo":
+		err = runDemo(args)
 	case "hash-key":
 		err = runHashKey(args)
 	case "help":
@@ -56,6 +62,9 @@ commands:
   hash-key print the config entry for an API key (reads the key from stdin)
   bench    drive load against a server and show client-seen TTFT split
            into the proxy's stages (joined by request id)
+  report   per route and model: stage p50/p95, end reasons, and the
+           dominant stage of the slowest requests, from the JSON log
+  demo     run a scenario in-process (demo list) and print the diagnosis
   help     show this text
 
 Run "ttftlens serve -h" for the flags of a command.
