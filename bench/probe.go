@@ -226,7 +226,7 @@ func newProbe(c Config) (*probe, error) {
 		p.total = c.Warmup + c.Requests
 	}
 	if c.Admin != "" {
-		p.joiner = &Joiner{Admin: c.Admin}
+		p.joiner = &Joiner{Admin: c.Admin, Client: &http.Client{Transport: tr, Timeout: 2 * time.Second}}
 	}
 	return p, nil
 }
