@@ -525,7 +525,7 @@ func (c *chunk) content() bool {
 // arrives (bufio only holds what one read returned) and times each event
 // on the run clock the moment the line that completes it is read.
 func (p *probe) readStream(ctx context.Context, r *Result, body io.Reader, due time.Duration) {
-	br := bufio.NewReaderSize(body, 64<<10)
+	br := bufio.NewReaderSize(body, 4<<10)
 	var data []byte // the event's data, lines joined with \n
 	var long []byte // a line longer than the buffer, being assembled
 	var last time.Duration
