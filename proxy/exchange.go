@@ -293,7 +293,10 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 			// it when it fires, so this is the only reset.
 			x.ctl.rearm(x.gen, nextDeadline(x.dl, now, true, now))
 		}
-		x.rec.Stream.Content(now, x.p.cfg.StallThreshold)
+		// Gaps are measured without the time the proxy was blocked writing to
+		// the client (it does not read the upstream meanwhile): a slow client
+		// shows up as transport, not as decode.
+		x.rec.Stream.Content(now-x.rec.Stream.Blocked, x.p.cfg.StallThreshold)
 	}
 }
 

@@ -46,8 +46,9 @@ var fasthttpSleepers = []goleak.Option{
 // parts computed at Emit time.
 type gotRecord struct {
 	record.Record
-	bd   stages.Breakdown
-	gaps stages.Gaps
+	bd     stages.Breakdown
+	gaps   stages.Gaps
+	gapSum time.Duration // decode time between the first and the last token
 }
 
 // captureSink collects records and checks the stage identity on each.
@@ -62,6 +63,9 @@ func newCaptureSink(t *testing.T) *captureSink {
 
 func (s *captureSink) Emit(r *record.Record) {
 	g := gotRecord{Record: *r, bd: r.Breakdown(), gaps: r.Stream.Gaps()}
+	for _, d := range r.Stream.GapValues() {
+		g.gapSum += d
+	}
 	g.Stream = stages.Stream{Events: r.Stream.Events, ContentEvents: r.Stream.ContentEvents,
 		Stalls: r.Stream.Stalls, Blocked: r.Stream.Blocked, MaxResidency: r.Stream.MaxResidency}
 	checkIdentity(s.t, &g)

@@ -78,7 +78,9 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 
 	var err error
 	ctlErr := rc.Control(func(fd uintptr) {
-		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+		// One-shot: once the peer has gone the socket would otherwise be
+		// reported again on every wait until unwatch, spinning this loop.
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
 		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
 	})
 	if err != nil || ctlErr != nil {
@@ -124,7 +126,7 @@ func (w *watcher) loop() {
 			}
 			w.mu.Lock()
 			gone, ok := w.entries[id]
-			delete(w.entries, id) // level-triggered: report once
+			delete(w.entries, id) // report once
 			w.mu.Unlock()
 			if ok {
 				gone()
