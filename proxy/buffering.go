@@ -31,8 +31,9 @@ const (
 	// lateFirstShare: the first token arrived after this share of the
 	// upstream window (request sent to last token) ...
 	lateFirstShare = 0.9
-	// ... and the tokens after it came back to back, on average.
-	lateFirstMeanGap = burstGap
+	// ... and the tokens after it came back to back (the median gap, so one
+	// scheduling hiccup does not hide it).
+	lateFirstGap = burstGap
 )
 
 // shapeBuffering reads the signs of buffering in a response's headers.
@@ -65,8 +66,7 @@ func arrivalBuffering(tl *stages.Timeline, s *stages.Stream) record.Buffering {
 	first, _ := tl.At(stages.FirstToken)
 	last, _ := tl.At(stages.LastToken)
 	window := last - sent
-	meanGap := (last - first) / time.Duration(s.ContentEvents-1)
-	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && meanGap < lateFirstMeanGap {
+	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && g.P50 < lateFirstGap {
 		b |= record.BufferedLateFirst
 	}
 	return b
