@@ -313,6 +313,9 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 	}
 	if r.EngineSource != "" {
 		e.Str("engine_report", r.EngineSource)
+		if r.EngineInferred {
+			e.Bool("engine_report_inferred", true) // part of it (the queue) inferred, not measured
+		}
 	}
 	e.Int("tokens_out", r.TokensOut)
 	if r.TokensIn != 0 {
