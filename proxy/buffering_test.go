@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/engine"
@@ -231,4 +234,67 @@ func TestResidencyRecorded(t *testing.T) {
 		t.Errorf("max residency %v", r.Stream.MaxResidency)
 	}
 	_ = http.StatusOK
+}
+
+// TestCompressedToClient checks compression of the stream to the client:
+// every event is flushed on its own (the first token arrives while the
+// upstream holds the rest), the decompressed bytes are the upstream's, and a
+// client that does not accept the coding gets plain events.
+func TestCompressedToClient(t *testing.T) {
+	for _, coding := range []string{CompressGzip, CompressZstd} {
+		t.Run(coding, func(t *testing.T) {
+			release := make(chan struct{})
+			up := startUpstream(t, func(c *upConn) {
+				c.role()
+				c.content("first")
+				<-release
+				c.finish("stop")
+				c.done()
+				c.end()
+			})
+			addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.CompressStreams = coding })
+			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(chatBody))
+			req.Header.Set("Accept-Encoding", coding)
+			resp, err := testClient().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.Header.Get("Content-Encoding") != coding {
+				t.Fatalf("Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+			}
+			var plain io.Reader
+			if coding == CompressGzip {
+				zr, err := gzip.NewReader(resp.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plain = zr
+			} else {
+				zr, err := zstd.NewReader(resp.Body, zstd.WithDecoderConcurrency(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer zr.Close()
+				plain = zr
+			}
+			br := bufio.NewReader(plain)
+			readUntil(t, br, `"content":"first"`) // before the upstream sends more
+			close(release)
+			rest, err := io.ReadAll(br)
+			if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+				t.Fatalf("rest %q, %v", rest, err)
+			}
+			if r := sink.next(t); r.Reason != endreason.Stop {
+				t.Errorf("record %s/%s", r.Reason, r.Detail)
+			}
+		})
+	}
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.CompressStreams = CompressGzip })
+	resp, body, err := post(t, addr, chatBody, "Accept-Encoding", "identity, gzip;q=0")
+	if err != nil || resp.Header.Get("Content-Encoding") != "" || !strings.Contains(body, "[DONE]") {
+		t.Errorf("refused coding: %q %q %v", resp.Header.Get("Content-Encoding"), body, err)
+	}
+	sink.next(t)
 }

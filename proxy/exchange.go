@@ -40,7 +40,8 @@ type exchange struct {
 	req     fasthttp.Request
 	resp    fasthttp.Response
 	body    upstreamBody
-	dec     decoder // for a compressed upstream stream
+	dec     decoder  // for a compressed upstream stream
+	enc     *encoder // for a compressed stream to the client
 	scan    *sse.Scanner
 	lines   *signals.LineScanner // for NDJSON streams (Ollama's native API)
 	ndjson  bool
@@ -193,6 +194,9 @@ func (x *exchange) Read(p []byte) (n int, err error) {
 		if err := x.nextEvent(); err != nil {
 			return 0, err
 		}
+		if x.enc != nil && !x.enc.closed {
+			x.out = x.enc.encode(x.out)
+		}
 	}
 	n = copy(p, x.out)
 	x.out = x.out[n:]
@@ -326,6 +330,10 @@ func (x *exchange) streamEnd(err error) error {
 			// The scanner returns io.EOF again on the next call.
 			x.breakdownSent = true
 			x.out, x.outParsed, x.outContent = x.appendBreakdownComment(), x.rec.Timeline.Now(), false
+			return nil
+		}
+		if x.enc != nil && !x.enc.closed {
+			x.out, x.outParsed, x.outContent = x.enc.close(), x.rec.Timeline.Now(), false
 			return nil
 		}
 		return io.EOF
@@ -491,6 +499,10 @@ func (x *exchange) reset() {
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil
+	if x.enc != nil {
+		x.enc.release()
+		x.enc = nil
+	}
 	x.lines.Reset(nil)
 	x.ndjson, x.rd, x.includeUsage, x.dropUsage, x.sendBody = false, nil, false, false, x.sendBody[:0]
 	x.firstToken.Store(false)

@@ -312,6 +312,11 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
 		_ = ctx.Response.Header.SetTrailer("Server-Timing")
 		x.respHeader = &ctx.Response.Header
 	}
+	if x.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); x.enc != nil {
+		ctx.Response.Header.Set("Content-Encoding", x.enc.name)
+		ctx.Response.Header.Add("Vary", "Accept-Encoding")
+		x.out = x.enc.encode(x.out) // the first event, read before the response started
+	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")

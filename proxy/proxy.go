@@ -60,6 +60,9 @@ type Config struct {
 	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
 	// for a non-streamed response) and a closing SSE comment.
 	AllowBreakdown bool
+	// CompressStreams compresses event streams to clients that accept it:
+	// CompressGzip or CompressZstd, one flush per event. Empty: off.
+	CompressStreams string
 	// PassEngineTiming forwards the engine's Server-Timing header and in-band
 	// timing comments to the client instead of consuming them.
 	PassEngineTiming bool
@@ -103,6 +106,11 @@ func (c *Config) Normalize() error {
 	}
 	if c.Clock == nil {
 		c.Clock = stages.Monotonic
+	}
+	switch c.CompressStreams {
+	case "", CompressGzip, CompressZstd:
+	default:
+		return fmt.Errorf("--compress-streams %q: want gzip or zstd", c.CompressStreams)
 	}
 	if c.Engine != "" && c.Engine != EngineAuto {
 		if _, err := signals.NewReader(c.Engine); err != nil {
