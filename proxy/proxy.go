@@ -210,11 +210,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
 	if c, ok := p.clients.Load(u.URL); ok {
 		return c.(*Upstream), nil
 	}
-	name := u.Name
-	if p.ownGW && p.cfg.UpstreamName != "" {
-		name = p.cfg.UpstreamName
-	}
-	c, err := NewUpstream(u.URL, name, p.cfg.Dial)
+	c, err := NewUpstream(u.URL, p.UpstreamLabel(u), p.cfg.Dial)
 	if err != nil {
 		return nil, err
 	}
@@ -237,16 +233,20 @@ func (p *Proxy) Gateway() *gateway.Gateway { return p.gw }
 // InFlight returns the requests between receipt and their record.
 func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 
+// UpstreamLabel is the name an upstream has in records and metrics.
+func (p *Proxy) UpstreamLabel(u *gateway.Upstream) string {
+	if p.ownGW && p.cfg.UpstreamName != "" {
+		return p.cfg.UpstreamName
+	}
+	return u.Name
+}
+
 // Upstreams names the upstreams of the current configuration.
 func (p *Proxy) Upstreams() []string {
 	var out []string
 	for _, pool := range p.gw.Snapshot().Pools() {
 		for _, u := range pool.Upstreams {
-			name := u.Name
-			if p.ownGW && p.cfg.UpstreamName != "" {
-				name = p.cfg.UpstreamName
-			}
-			out = append(out, name)
+			out = append(out, p.UpstreamLabel(u))
 		}
 	}
 	return out

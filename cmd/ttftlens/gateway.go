@@ -135,7 +135,10 @@ func engineMetrics(srv *engine.Server) fasthttp.RequestHandler {
 // gatewayCollector exports the gateway's per-upstream state at scrape time:
 // admission queue depth, requests in flight, health and ejection. Upstreams
 // come from the current configuration, so a reload shows at the next scrape.
-type gatewayCollector struct{ gw *gateway.Gateway }
+type gatewayCollector struct {
+	gw    *gateway.Gateway
+	label func(*gateway.Upstream) string // the upstream's name in records and metrics
+}
 
 var (
 	queueDepthDesc = prometheus.NewDesc("ttftlens_queue_depth", "Requests waiting in the upstream's admission queue.", []string{"upstream"}, nil)
@@ -156,9 +159,10 @@ func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 			if u.Healthy() && !u.Ejected() {
 				healthy = 1
 			}
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(u.QueueDepth()), u.Name)
-			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), u.Name)
-			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, u.Name)
+			name := c.label(u)
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(u.QueueDepth()), name)
+			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), name)
+			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, name)
 		}
 	}
 }

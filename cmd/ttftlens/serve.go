@@ -137,7 +137,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(gatewayCollector{p.Gateway()})
+	reg.MustRegister(gatewayCollector{gw: p.Gateway(), label: p.UpstreamLabel})
 	ln, err := listen(f.listen, f.tlsCert, f.tlsKey)
 	if err != nil {
 		return err
