@@ -8,7 +8,8 @@ import (
 )
 
 // TestAliasExpansionBounded: aliases repeating a list inside a list cannot
-// make a small file expand into millions of values.
+// make a small file expand into millions of values: decoding stops at the
+// value budget with an error (3000 × 3000 would be 9 million values).
 func TestAliasExpansionBounded(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("u: &u [")
@@ -20,13 +21,9 @@ func TestAliasExpansionBounded(t *testing.T) {
 		b.WriteString("{upstreams: *u},")
 	}
 	b.WriteString("]\n")
-	start := time.Now()
 	_, err := Parse([]byte(b.String()), "bomb.yaml")
 	if err == nil || !strings.Contains(err.Error(), "too many values after expanding aliases") {
 		t.Fatalf("err = %v", err)
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("took %v", el)
 	}
 }
 

@@ -178,7 +178,9 @@ func (s *Scanner) Buffered() int { return s.w - s.r }
 // the returned Event's Raw (other fields unset); ErrEventTooLarge; an error of the
 // underlying reader is returned as is, after the complete blocks read before it,
 // with the pending bytes of an unfinished block in Raw. Errors are sticky: later
-// calls return the same error with an empty Event, until Reset.
+// calls return the same error with an empty Event, until Reset. The exception is a
+// reader error whose Timeout() is true (a read deadline passed): it is returned with
+// an empty Event, nothing is lost, and the next call reads on.
 func (s *Scanner) Next() (Event, error) {
 	if s.stop != nil {
 		return Event{Retry: -1}, s.stop
@@ -194,6 +196,13 @@ func (s *Scanner) Next() (Event, error) {
 		}
 		if s.rerr != nil {
 			err := s.rerr
+			if isTimeout(err) {
+				// A read deadline passed: nothing is lost and the stream may
+				// go on. Report it without ending the stream; the partial
+				// block stays buffered (Buffered() > 0 says one is pending).
+				s.rerr = nil
+				return Event{Retry: -1}, err
+			}
 			if err == io.EOF {
 				if s.r == s.w {
 					s.stop = io.EOF
@@ -439,6 +448,13 @@ func (s *Scanner) fill() {
 	} else if s.emptyReads++; s.emptyReads >= maxEmptyReads {
 		s.rerr = io.ErrNoProgress
 	}
+}
+
+// isTimeout reports a reader error that only says a deadline passed
+// (net.Error's Timeout), after which reading may go on.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // shift moves every index d bytes towards the front after the pending bytes moved.

@@ -403,3 +403,57 @@ func repeat(size, total int) []int {
 	}
 	return out
 }
+
+// timeoutReader returns a deadline error at the given reads, data otherwise.
+type timeoutReader struct {
+	chunks []string // "" = a timeout
+}
+
+type deadlineErr struct{}
+
+func (deadlineErr) Error() string { return "i/o timeout" }
+func (deadlineErr) Timeout() bool { return true }
+
+func (r *timeoutReader) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	c := r.chunks[0]
+	r.chunks = r.chunks[1:]
+	if c == "" {
+		return 0, deadlineErr{}
+	}
+	return copy(p, c), nil
+}
+
+// TestTimeoutIsTransient checks that a read deadline between or inside
+// blocks is reported without ending the stream or losing bytes.
+func TestTimeoutIsTransient(t *testing.T) {
+	r := &timeoutReader{chunks: []string{"data: a\n\n", "", "data: b", "", "\n\n", ""}}
+	s := sse.NewScanner(r, 0)
+	var got []string
+	timeouts, pendingAtTimeout := 0, []int{}
+	for {
+		ev, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var te interface{ Timeout() bool }
+			if !errors.As(err, &te) {
+				t.Fatalf("error %v", err)
+			}
+			timeouts++
+			pendingAtTimeout = append(pendingAtTimeout, s.Buffered())
+			continue
+		}
+		got = append(got, string(ev.Data))
+	}
+	if strings.Join(got, ",") != "a,b" || timeouts != 3 {
+		t.Fatalf("events %q, timeouts %d", got, timeouts)
+	}
+	// Between blocks nothing is pending; inside "data: b" it is.
+	if pendingAtTimeout[0] != 0 || pendingAtTimeout[1] == 0 || pendingAtTimeout[2] != 0 {
+		t.Errorf("pending bytes at the timeouts %v, want [0 >0 0]", pendingAtTimeout)
+	}
+}
