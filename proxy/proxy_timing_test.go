@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -48,6 +49,34 @@ func benchUpstream(b *testing.B, events int, gap time.Duration) string {
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// benchProxy runs the proxy in front of up, emitting to sink, and returns
+// its base URL and a client keeping up to 2*conc idle connections. Both are
+// closed when the benchmark run ends.
+func benchProxy(b *testing.B, up string, sink record.Sink, conc int) (string, *http.Client) {
+	p, err := New(Config{Upstream: up}, sink, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go p.Serve(ln)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * conc, DisableCompression: true}}
+	b.Cleanup(func() {
+		client.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String(), client
+}
+
+// quantileUS is the q-quantile of sorted s, in microseconds.
+func quantileUS(s []time.Duration, q float64) float64 {
+	return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / 1e3
 }
 
 // discardSink drops records; the benchmark measures the relay, not export.
@@ -109,19 +138,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 
 func benchAdded(b *testing.B, conc, events int, gap time.Duration, take func(time.Duration, []time.Duration, *[]time.Duration), what string) {
 	up := benchUpstream(b, events, gap)
-	p, err := New(Config{Upstream: up}, discardSink{}, zerolog.Nop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Shutdown(b.Context())
-	via := "http://" + ln.Addr().String()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * conc, DisableCompression: true}}
-	defer client.CloseIdleConnections()
+	via, client := benchProxy(b, up, discardSink{}, conc)
 
 	var mu sync.Mutex
 	var direct, proxied []time.Duration
@@ -157,12 +174,9 @@ func benchAdded(b *testing.B, conc, events int, gap time.Duration, take func(tim
 	b.StopTimer()
 	slices.Sort(direct)
 	slices.Sort(proxied)
-	pct := func(s []time.Duration, q float64) float64 {
-		return float64(s[min(int(q*float64(len(s))), len(s)-1)].Nanoseconds()) / 1e3
-	}
-	b.ReportMetric(pct(direct, 0.5), what+"_direct_p50_us")
-	b.ReportMetric(pct(proxied, 0.5), what+"_proxied_p50_us")
-	b.ReportMetric(pct(proxied, 0.5)-pct(direct, 0.5), what+"_added_p50_us")
-	b.ReportMetric(pct(proxied, 0.99)-pct(direct, 0.99), what+"_added_p99_us")
+	b.ReportMetric(quantileUS(direct, 0.5), what+"_direct_p50_us")
+	b.ReportMetric(quantileUS(proxied, 0.5), what+"_proxied_p50_us")
+	b.ReportMetric(quantileUS(proxied, 0.5)-quantileUS(direct, 0.5), what+"_added_p50_us")
+	b.ReportMetric(quantileUS(proxied, 0.99)-quantileUS(direct, 0.99), what+"_added_p99_us")
 	b.ReportMetric(0, "ns/op")
 }

@@ -5,10 +5,8 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -21,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/ttftlens/ttftlens/record"
@@ -478,19 +475,7 @@ func BenchmarkResidency(b *testing.B) {
 func benchResidency(b *testing.B, conc, events int, gap time.Duration) {
 	up := benchUpstream(b, events, gap)
 	sink := &residencySink{}
-	p, err := New(Config{Upstream: up}, sink, zerolog.Nop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Shutdown(context.Background())
-	via := "http://" + ln.Addr().String()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * conc, DisableCompression: true}}
-	defer client.CloseIdleConnections()
+	via, client := benchProxy(b, up, sink, conc)
 
 	run := func(total int) {
 		var wg sync.WaitGroup
@@ -522,16 +507,13 @@ func benchResidency(b *testing.B, conc, events int, gap time.Duration) {
 	}
 	slices.Sort(sink.resid)
 	slices.Sort(sink.blocked)
-	us := func(s []time.Duration, q float64) float64 {
-		return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / 1e3
-	}
 	b.ReportMetric(float64(len(sink.resid))/float64(sink.streams), "events/stream")
-	b.ReportMetric(us(sink.resid, 0.5), "residency_p50_us")
-	b.ReportMetric(us(sink.resid, 0.99), "residency_p99_us")
-	b.ReportMetric(us(sink.resid, 0.999), "residency_p99.9_us")
-	b.ReportMetric(us(sink.resid, 1), "residency_max_us")
-	b.ReportMetric(us(sink.blocked, 0.5), "blocked_p50_us")
-	b.ReportMetric(us(sink.blocked, 0.99), "blocked_p99_us")
+	b.ReportMetric(quantileUS(sink.resid, 0.5), "residency_p50_us")
+	b.ReportMetric(quantileUS(sink.resid, 0.99), "residency_p99_us")
+	b.ReportMetric(quantileUS(sink.resid, 0.999), "residency_p99.9_us")
+	b.ReportMetric(quantileUS(sink.resid, 1), "residency_max_us")
+	b.ReportMetric(quantileUS(sink.blocked, 0.5), "blocked_p50_us")
+	b.ReportMetric(quantileUS(sink.blocked, 0.99), "blocked_p99_us")
 }
 
 // waitRecords waits (up to 5 s) until the sink has seen n streams: records

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -31,6 +32,14 @@ type StackConfig struct {
 	Proxy func(*proxy.Config)
 	// Log, when set, receives the proxy's JSON log lines.
 	Log io.Writer
+	// Sink, when set, receives every record after the ring.
+	Sink record.Sink
+	// Registry, when set, is what the admin listener serves at /metrics
+	// (default: exporters.NewRegistry(), the Go and process collectors).
+	Registry *prometheus.Registry
+	// AdminRoutes, when set, returns the admin listener's routes besides
+	// /metrics (default: the ring's own, /debug/requests).
+	AdminRoutes func(*exporters.Ring) map[string]fasthttp.RequestHandler
 }
 
 // Stack is the reference engine and the proxy in front of it, on free
@@ -41,6 +50,8 @@ type Stack struct {
 	// EngineURL, URL and Admin are the base URLs of the engine, the proxy
 	// and the proxy's admin listener.
 	EngineURL, URL, Admin string
+	// Ring holds the proxy's recent and slowest records.
+	Ring *exporters.Ring
 
 	proxy *proxy.Proxy
 	admin *fasthttp.Server
@@ -71,10 +82,14 @@ func Start(cfg StackConfig) (*Stack, error) {
 		cfg.Proxy(&pc)
 	}
 	ring := exporters.NewRing(exporters.RingOptions{})
+	s.Ring = ring
 	sinks := record.Sinks{ring, s.flags}
 	if cfg.Log != nil {
 		s.log = exporters.NewLogSink(cfg.Log, exporters.LogOptions{})
 		sinks = append(sinks, s.log)
+	}
+	if cfg.Sink != nil {
+		sinks = append(sinks, cfg.Sink)
 	}
 	p, err := proxy.New(pc, sinks, zerolog.Nop())
 	if err != nil {
@@ -84,7 +99,14 @@ func Start(cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.proxy = p
-	s.admin = &fasthttp.Server{Handler: exporters.AdminHandler(exporters.NewRegistry(), ring.Routes()), Name: "ttftlens-admin"}
+	reg, routes := cfg.Registry, ring.Routes()
+	if reg == nil {
+		reg = exporters.NewRegistry()
+	}
+	if cfg.AdminRoutes != nil {
+		routes = cfg.AdminRoutes(ring)
+	}
+	s.admin = &fasthttp.Server{Handler: exporters.AdminHandler(reg, routes), Name: "ttftlens-admin"}
 	s.URL = "http://" + lns[1].Addr().String()
 	s.Admin = "http://" + lns[2].Addr().String()
 	s.wg.Add(2)

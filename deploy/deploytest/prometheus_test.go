@@ -21,9 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-	"github.com/valyala/fasthttp"
-
+	"github.com/ttftlens/ttftlens/bench/lab"
 	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
@@ -65,8 +63,7 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 	}
 	start := time.Now()
 
-	engineAddr := startEngine(t)
-	proxyAddr, adminAddr := startProxy(t, "http://"+engineAddr)
+	engineAddr, proxyAddr, adminAddr := startStack(t)
 	prom := startPrometheus(t, promBin, adminAddr, engineAddr)
 	t.Logf("engine %s, proxy %s, admin %s, prometheus %s (up after %v)", engineAddr, proxyAddr, adminAddr, prom.base, time.Since(start).Round(time.Millisecond))
 
@@ -121,56 +118,31 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 
 // ---- the system under test
 
-func startEngine(t *testing.T) string {
-	t.Helper()
-	srv, err := engine.New(engine.Config{ModelName: modelName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
-}
-
-// startProxy wires the proxy and its metrics as cmd/ttftlens/serve.go does,
-// with the admin handler on a loopback port.
-func startProxy(t *testing.T, upstream string) (proxyAddr, adminAddr string) {
+// startStack runs bench/lab's stack (the reference engine and the proxy)
+// with the proxy's metrics wired as cmd/ttftlens/serve.go wires them, served
+// by the admin listener. It returns the three listeners' host:port.
+func startStack(t *testing.T) (engineAddr, proxyAddr, adminAddr string) {
 	t.Helper()
 	reg := exporters.NewRegistry()
 	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{
 		Models: []string{modelName}, Upstreams: []string{upstreamName}, Version: "deploytest"})
 	sinks := exporters.NewFanout(exporters.Named{Name: "metrics", Sink: metrics})
 	sinks.Track(metrics)
-	cfg := proxy.Config{Upstream: upstream, UpstreamName: upstreamName, Tracker: metrics}
-	p, err := proxy.New(cfg, sinks, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, nil), Name: "ttftlens-admin"}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = p.Serve(ln) }()
-	go func() { defer wg.Done(); _ = admin.Serve(adminLn) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-		_ = admin.ShutdownWithContext(ctx)
-		wg.Wait()
+	s, err := lab.Start(lab.StackConfig{
+		Engine: engine.Config{ModelName: modelName},
+		Proxy: func(c *proxy.Config) {
+			c.UpstreamName = upstreamName
+			c.Tracker = metrics
+		},
+		Sink:     sinks,
+		Registry: reg,
 	})
-	return ln.Addr().String(), adminLn.Addr().String()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	host := func(u string) string { return strings.TrimPrefix(u, "http://") }
+	return host(s.EngineURL), host(s.URL), host(s.Admin)
 }
 
 // ---- Prometheus

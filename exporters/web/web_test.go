@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,13 +16,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/bench/lab"
 	"github.com/ttftlens/ttftlens/exporters"
-	"github.com/ttftlens/ttftlens/proxy"
 )
 
 func TestMain(m *testing.M) {
@@ -38,8 +35,8 @@ func TestMain(m *testing.M) {
 
 const chromium = "/usr/bin/chromium"
 
-// stack is the proxy in front of the reference engine, with a ring as its
-// sink and the admin handler serving the page.
+// stack is bench/lab's stack: the proxy in front of the reference engine,
+// with the admin handler serving the page and the ring.
 type stack struct {
 	proxyAddr, adminAddr string
 	ring                 *exporters.Ring
@@ -47,46 +44,19 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	eng, err := engine.New(engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	engLn := listen(t)
-	go eng.Serve(engLn)
-	t.Cleanup(func() { eng.Close() })
-
-	ring := exporters.NewRing(exporters.RingOptions{})
-	p, err := proxy.New(proxy.Config{Upstream: "http://" + engLn.Addr().String(), UpstreamName: "embedded-engine"}, ring, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := listen(t)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("proxy shutdown: %v", err)
-		}
-		<-served
+	s, err := lab.Start(lab.StackConfig{
+		Registry:    prometheus.NewRegistry(),
+		AdminRoutes: Routes,
 	})
-
-	admin := &fasthttp.Server{Handler: exporters.AdminHandler(prometheus.NewRegistry(), Routes(ring))}
-	adminLn := listen(t)
-	adminDone := make(chan struct{})
-	go func() { defer close(adminDone); _ = admin.Serve(adminLn) }()
-	t.Cleanup(func() { _ = admin.Shutdown(); <-adminDone })
-	return &stack{proxyAddr: ln.Addr().String(), adminAddr: adminLn.Addr().String(), ring: ring}
-}
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ln
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("stack close: %v", err)
+		}
+	})
+	return &stack{proxyAddr: strings.TrimPrefix(s.URL, "http://"), adminAddr: strings.TrimPrefix(s.Admin, "http://"), ring: s.Ring}
 }
 
 // send posts a request with the given id through the proxy and waits for
