@@ -219,9 +219,20 @@ func (x *exchange) flushed(now time.Duration) {
 // unless configured otherwise.
 func (x *exchange) nextEvent() error {
 	tl := &x.rec.Timeline
+	hb := x.p.cfg.Heartbeat
 	for {
+		if hb > 0 && !x.ndjson {
+			_ = x.body.conn.SetReadDeadline(time.Now().Add(hb))
+		}
 		ev, err := x.next()
 		if err != nil {
+			if hb > 0 && isTimeout(err) && x.ctl.aborted() == nil {
+				// The client is always between two whole events here (an
+				// upstream event arriving in pieces stays in the scanner), so
+				// the heartbeat never splits one.
+				x.out, x.outParsed, x.outContent = heartbeat, tl.Now(), false
+				return nil
+			}
 			return x.streamEnd(err)
 		}
 		now := tl.Now()
@@ -302,6 +313,16 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 		// shows up as transport, not as decode.
 		x.rec.Stream.Content(now-x.rec.Stream.Blocked, x.p.cfg.StallThreshold)
 	}
+}
+
+// heartbeat is the comment block sent after Config.Heartbeat of upstream
+// silence, at an event boundary only. Clients ignore comments.
+var heartbeat = []byte(": keep-alive\n\n")
+
+// isTimeout reports a read deadline passing (the heartbeat's wake-up).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 var (

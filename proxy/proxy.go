@@ -60,6 +60,12 @@ type Config struct {
 	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
 	// for a non-streamed response) and a closing SSE comment.
 	AllowBreakdown bool
+	// Heartbeat, when positive, sends an SSE comment after that much upstream
+	// silence, at event boundaries only, for clients behind load balancers
+	// with idle timeouts. A heartbeat before the first event starts the
+	// response early, so a failure after it cuts the stream instead of
+	// answering with an error. Off by default.
+	Heartbeat time.Duration
 	// CompressStreams compresses event streams to clients that accept it:
 	// CompressGzip or CompressZstd, one flush per event. Empty: off.
 	CompressStreams string
