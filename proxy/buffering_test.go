@@ -298,3 +298,22 @@ func TestCompressedToClient(t *testing.T) {
 	}
 	sink.next(t)
 }
+
+// TestWholeBodyWithBreakdown: a non-streamed response with the client's
+// breakdown keeps its body intact (the header value once overwrote it).
+func TestWholeBodyWithBreakdown(t *testing.T) {
+	const whole = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello hello hello hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`
+	up := startUpstream(t, func(c *upConn) { c.whole(200, "application/json", whole) })
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.AllowBreakdown = true })
+	resp, body, err := post(t, addr, `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, breakdownHeader, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.next(t)
+	if body != whole {
+		t.Fatalf("client body corrupted:\n got %q\nwant %q", body, whole)
+	}
+	if !strings.HasPrefix(resp.Header.Get("Server-Timing"), "ttft;dur=") {
+		t.Errorf("Server-Timing %q", resp.Header.Get("Server-Timing"))
+	}
+}

@@ -84,6 +84,10 @@ func (c *control) abort(gen uint64, cause error) {
 	if gen != c.gen || !c.active || c.cause != nil {
 		return
 	}
+	c.abortLocked(cause)
+}
+
+func (c *control) abortLocked(cause error) {
 	c.cause = cause
 	c.abortedAt = c.clock()
 	close(c.abortCh)
@@ -138,23 +142,26 @@ func (c *control) rearm(gen uint64, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// arm starts the deadline timer. check runs on the timer's goroutine and
-// returns the abort cause, or the delay until it should look again.
+// arm starts the deadline timer. check runs on the timer's goroutine, under
+// c's lock and only while this generation is active (so end, which takes the
+// lock, waits for a running check and the request's state cannot be reused
+// under it), and returns the abort cause, or the delay until it should look
+// again. check must not call c's methods.
 func (c *control) arm(gen uint64, first time.Duration, check func() (error, time.Duration)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var t *time.Timer
 	t = time.AfterFunc(first, func() {
-		cause, again := check()
-		if cause != nil {
-			c.abort(gen, cause)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if gen != c.gen || !c.active || c.cause != nil {
 			return
 		}
-		c.mu.Lock()
-		if gen == c.gen && c.active && c.cause == nil {
+		if cause, again := check(); cause != nil {
+			c.abortLocked(cause)
+		} else {
 			t.Reset(again)
 		}
-		c.mu.Unlock()
 	})
 	c.timer = t
 }

@@ -74,6 +74,7 @@ type exchange struct {
 	lastReturn time.Duration // when the last Read returned
 	readErr    error         // the error Read returned, if any
 	done       bool          // the record was emitted
+	streaming  bool          // handed to fasthttp as the response body
 
 	// The client asked for its own breakdown (and its key may have it);
 	// respHeader receives its Server-Timing trailer (set when the stream
@@ -393,6 +394,7 @@ func (x *exchange) CloseWithError(err error) error {
 		x.ctl.abort(x.gen, errClientGone)
 	}
 	x.finish()
+	x.p.release(x)
 	return nil
 }
 
@@ -407,7 +409,8 @@ func (x *exchange) panicked(v any) error {
 }
 
 // finish is the one finalizer: it releases the upstream, decides the end
-// reason, emits the record and returns the exchange to the pool.
+// reason and emits the record. Whoever owns x then returns it to the pool:
+// the handler, or CloseWithError for a streamed response.
 func (x *exchange) finish() {
 	if x.done {
 		return
@@ -447,12 +450,11 @@ func (x *exchange) finish() {
 	if !x.rec.UsageReported {
 		x.rec.TokensOut = x.rec.Stream.ContentEvents
 	}
-	x.p.sink.Emit(&x.rec)
 	x.p.inflight.Add(-1)
 	if t := x.p.cfg.Tracker; t != nil {
 		t.RequestEnded()
 	}
-	x.p.release(x)
+	x.p.sink.Emit(&x.rec) // last: a sink that panics cannot skip the rest
 }
 
 // settleGateway gives back what the gateway lent: the upstream's health
@@ -466,8 +468,8 @@ func (x *exchange) settleGateway() {
 		x.release()
 	}
 	if x.hasRes {
-		if x.facts.Rejected != 0 {
-			x.res.Cancel()
+		if x.facts.Rejected != 0 || !x.rec.Timeline.Has(stages.UpstreamSent) {
+			x.res.Cancel() // refused, or never reached the engine: not charged
 		} else {
 			in := x.rec.TokensIn
 			if in == 0 {
@@ -516,7 +518,7 @@ func (x *exchange) reset() {
 	x.body = upstreamBody{}
 	x.scan.Reset(nil)
 	x.watch = watchToken{}
-	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done = nil, 0, false, false, 0, nil, false
+	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done, x.streaming = nil, 0, false, false, 0, nil, false, false
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil

@@ -29,12 +29,16 @@ func (p *Proxy) Handler() fasthttp.RequestHandler {
 		x := p.acquire()
 		x.begin(ctx)
 		defer func() {
-			if v := recover(); v != nil {
+			v := recover()
+			if v != nil && !x.done {
 				err := x.panicked(v)
-				if !x.done {
-					x.respondError(ctx, fasthttp.StatusInternalServerError, "internal_error", err.Error())
-					x.finish()
-				}
+				x.respondError(ctx, fasthttp.StatusInternalServerError, "internal_error", err.Error())
+				x.finish()
+			} else if v != nil {
+				p.log.Error().Str("request_id", x.rec.RequestID).Interface("panic", v).Msg("recovered after the record")
+			}
+			if !x.streaming { // a streamed x belongs to fasthttp until CloseWithError
+				p.release(x)
 			}
 		}()
 		x.serve(ctx)
@@ -112,6 +116,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 		x.up = nil
 		x.releaseSlot()
 		if client, ok = x.admit(ctx, snap, route, failed); ok {
+			x.chooseReader(path, client, completion, ctx.PostBody()) // it may run another engine
 			x.buildUpstreamRequest(ctx, client, stripAuth)
 			err = client.roundTrip(&x.req, &x.resp, &x.ctl, tl, &x.body)
 		} else if x.done {
@@ -160,6 +165,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 		return nil, false
 	}
 	x.up, x.rec.Upstream = up, client.Name
+	x.rec.EngineWaiting, x.rec.EngineRunning = client.load.waiting.Load(), client.load.running.Load()
 	tl.Mark(stages.Routed)
 	release, rej := up.Acquire(x.ctl.aborts())
 	if rej != nil {
@@ -180,6 +186,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 func (x *exchange) chooseReader(path []byte, u *Upstream, completion bool, body []byte) {
 	kind := readerKind(path, u)
 	x.rd = x.reader(kind)
+	x.sendBody, x.dropUsage = x.sendBody[:0], false
 	if kind == signals.KindVLLM && completion && x.rec.Streaming && !x.includeUsage {
 		body, added, err := signals.EnsureIncludeUsage(body, x.sendBody[:0])
 		if err == nil && added {
@@ -321,6 +328,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	x.rec.Status = status
+	x.streaming = true
 	ctx.SetBodyStream(x, -1) // fasthttp now owns x until CloseWithError
 }
 
@@ -361,8 +369,8 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	x.copyResponseHeaders(ctx)
 	if x.breakdown {
 		if bd := x.rec.Breakdown(); bd.OK {
-			x.scratch = appendServerTiming(x.scratch[:0], &bd)
-			ctx.Response.Header.SetBytesV("Server-Timing", x.scratch)
+			var v [256]byte // not x.scratch: body aliases it
+			ctx.Response.Header.SetBytesV("Server-Timing", appendServerTiming(v[:0], &bd))
 		}
 	}
 	ctx.SetStatusCode(status)

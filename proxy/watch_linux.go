@@ -32,6 +32,7 @@ type watcher struct {
 	mu      sync.Mutex
 	next    uint64
 	entries map[uint64]func()
+	closed  bool // epfd is closed: watch and unwatch do nothing
 	done    chan struct{}
 }
 
@@ -71,10 +72,13 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 		return watchToken{}
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return watchToken{}
+	}
 	id := w.next
 	w.next++
 	w.entries[id] = gone
-	w.mu.Unlock()
 
 	var err error
 	ctlErr := rc.Control(func(fd uintptr) {
@@ -84,27 +88,29 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
 	})
 	if err != nil || ctlErr != nil {
-		w.mu.Lock()
 		delete(w.entries, id)
-		w.mu.Unlock()
 		return watchToken{}
 	}
 	return watchToken{id: id, rc: rc}
 }
 
 // unwatch stops watching. It must be called while the connection is still
-// open (before fasthttp closes or reuses it). After it returns, gone will not
-// be called for this registration.
+// open (before fasthttp closes or reuses it). A gone callback already taken
+// by the loop may still run after unwatch returns: callers make gone safe to
+// run late (control.abort checks the request's generation).
 func (w *watcher) unwatch(t watchToken) {
 	if t.id == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
 		return
 	}
 	_ = t.rc.Control(func(fd uintptr) {
 		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
-	w.mu.Lock()
 	delete(w.entries, t.id)
-	w.mu.Unlock()
 }
 
 func (w *watcher) loop() {
@@ -135,13 +141,19 @@ func (w *watcher) loop() {
 	}
 }
 
-// close stops the loop and waits for it.
+// close stops the loop and waits for it. Streams still in flight (a
+// shutdown that timed out) may call watch and unwatch afterwards: they do
+// nothing, so the closed epoll fd's number, which the process may reuse, is
+// never touched.
 func (w *watcher) close() {
 	var one = [8]byte{1}
 	_, _ = unix.Write(w.wake, one[:])
 	<-w.done
+	w.mu.Lock()
+	w.closed = true
 	unix.Close(w.epfd)
 	unix.Close(w.wake)
+	w.mu.Unlock()
 }
 
 // rawConn finds the socket under conn, unwrapping TLS.
