@@ -60,6 +60,11 @@ type Config struct {
 	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
 	// for a non-streamed response) and a closing SSE comment.
 	AllowBreakdown bool
+	// ScrapeEngineMetrics, when positive, polls each upstream's /metrics at
+	// that interval and annotates every record with the engine's waiting
+	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
+	// gauge names): a queue seen where it cannot be measured per request.
+	ScrapeEngineMetrics time.Duration
 	// Heartbeat, when positive, sends an SSE comment after that much upstream
 	// silence, at event boundaries only, for clients behind load balancers
 	// with idle timeouts. A heartbeat before the first event starts the
@@ -137,6 +142,9 @@ type Proxy struct {
 	clock    stages.Clock
 	watcher  *watcher
 	pool     sync.Pool
+	scrapers sync.WaitGroup // the engine-load scrapers, stopped by stop
+	stop     context.CancelFunc
+	stopCtx  context.Context
 	inflight atomic.Int64
 	server   *fasthttp.Server
 }
@@ -163,6 +171,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		gw.Start()
 	}
 	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w}
+	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
 	p.server = &fasthttp.Server{
 		Handler:            p.Handler(),
@@ -184,6 +193,8 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
 // and stops the watcher.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
+	p.stop()
+	p.scrapers.Wait()
 	p.watcher.close()
 	if p.ownGW {
 		p.gw.Stop()
@@ -222,6 +233,13 @@ func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*Upstream); !loaded {
+		if iv := p.cfg.ScrapeEngineMetrics; iv > 0 {
+			p.scrapers.Add(1)
+			go func() {
+				defer p.scrapers.Done()
+				c.load.scrapeLoad(p.stopCtx, u.URL, iv)
+			}()
+		}
 		switch p.cfg.Engine {
 		case EngineAuto:
 			go p.detectEngine(c, u.URL)

@@ -23,6 +23,7 @@ type Upstream struct {
 	Addr string
 	hc   *fasthttp.HostClient
 	kind engineKind // the engine behind it, for its signal reader
+	load engineLoad // its waiting and running counts, when scraped
 }
 
 // NewUpstream parses an http:// or https:// base URL. name labels the
@@ -52,7 +53,7 @@ func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error)
 	if name == "" {
 		name = u.Host
 	}
-	return &Upstream{
+	up := &Upstream{
 		Name: name,
 		Addr: addr,
 		hc: &fasthttp.HostClient{
@@ -72,7 +73,9 @@ func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error)
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
 		},
-	}, nil
+	}
+	up.load.init()
+	return up, nil
 }
 
 // errAbortedBeforeSend means the request was aborted before it reached the

@@ -70,6 +70,11 @@ type Record struct {
 	// (the queue of an engine that reports only its prefill).
 	EngineInferred bool
 
+	// EngineWaiting and EngineRunning are the engine's own waiting and
+	// running request counts, as last scraped from its /metrics before the
+	// request was routed; -1 when not scraped.
+	EngineWaiting, EngineRunning int64
+
 	// Buffering is what made this response arrive held back, if anything.
 	Buffering Buffering
 
@@ -123,7 +128,7 @@ func BufferingKinds() []string { return bufferingNames[:] }
 func (r *Record) Reset() {
 	stream := r.Stream
 	stream.Reset()
-	*r = Record{Stream: stream}
+	*r = Record{Stream: stream, EngineWaiting: -1, EngineRunning: -1}
 }
 
 // Breakdown derives r's stages.

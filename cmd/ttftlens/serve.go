@@ -53,6 +53,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", true, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header")
+	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval and record the engine's waiting and running counts on every request (0: off)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
