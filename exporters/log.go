@@ -317,6 +317,10 @@ func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
 			e.Bool("engine_report_inferred", true) // part of it (the queue) inferred, not measured
 		}
 	}
+	if r.EngineLoad {
+		e.Int64("engine_waiting", r.EngineWaiting)
+		e.Int64("engine_running", r.EngineRunning)
+	}
 	e.Int("tokens_out", r.TokensOut)
 	if r.TokensIn != 0 {
 		e.Int("tokens_in", r.TokensIn)

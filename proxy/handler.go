@@ -165,7 +165,9 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 		return nil, false
 	}
 	x.up, x.rec.Upstream = up, client.Name
-	x.rec.EngineWaiting, x.rec.EngineRunning = client.load.waiting.Load(), client.load.running.Load()
+	if w, r := client.load.waiting.Load(), client.load.running.Load(); w >= 0 && r >= 0 {
+		x.rec.EngineLoad, x.rec.EngineWaiting, x.rec.EngineRunning = true, w, r
+	}
 	tl.Mark(stages.Routed)
 	release, rej := up.Acquire(x.ctl.aborts())
 	if rej != nil {

@@ -70,9 +70,10 @@ type Record struct {
 	// (the queue of an engine that reports only its prefill).
 	EngineInferred bool
 
-	// EngineWaiting and EngineRunning are the engine's own waiting and
-	// running request counts, as last scraped from its /metrics before the
-	// request was routed; -1 when not scraped.
+	// EngineLoad says EngineWaiting and EngineRunning hold the engine's own
+	// waiting and running request counts, as last scraped from its /metrics
+	// before the request was routed.
+	EngineLoad                   bool
 	EngineWaiting, EngineRunning int64
 
 	// Buffering is what made this response arrive held back, if anything.
@@ -128,7 +129,7 @@ func BufferingKinds() []string { return bufferingNames[:] }
 func (r *Record) Reset() {
 	stream := r.Stream
 	stream.Reset()
-	*r = Record{Stream: stream, EngineWaiting: -1, EngineRunning: -1}
+	*r = Record{Stream: stream}
 }
 
 // Breakdown derives r's stages.
