@@ -322,8 +322,14 @@ var heartbeat = []byte(": keep-alive\n\n")
 
 // isTimeout reports a read deadline passing (the heartbeat's wake-up).
 func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	// Unwrapped by hand: errors.As into an interface variable allocates, and
+	// this runs at every stream's end.
+	for ; err != nil; err = errors.Unwrap(err) {
+		if t, ok := err.(interface{ Timeout() bool }); ok {
+			return t.Timeout()
+		}
+	}
+	return false
 }
 
 var (

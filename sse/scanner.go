@@ -453,8 +453,14 @@ func (s *Scanner) fill() {
 // isTimeout reports a reader error that only says a deadline passed
 // (net.Error's Timeout), after which reading may go on.
 func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	// Unwrapped by hand: errors.As into an interface variable allocates, and
+	// this runs at every stream's end.
+	for ; err != nil; err = errors.Unwrap(err) {
+		if t, ok := err.(interface{ Timeout() bool }); ok {
+			return t.Timeout()
+		}
+	}
+	return false
 }
 
 // shift moves every index d bytes towards the front after the pending bytes moved.
