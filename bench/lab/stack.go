@@ -103,6 +103,7 @@ func Start(cfg StackConfig) (*Stack, error) {
 	if reg == nil {
 		reg = exporters.NewRegistry()
 	}
+	reg.MustRegister(exporters.NewGatewayCollector(p.Gateway(), p.UpstreamLabel))
 	if cfg.AdminRoutes != nil {
 		routes = cfg.AdminRoutes(ring)
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -130,39 +129,4 @@ func listen(addr, certFile, keyFile string) (net.Listener, error) {
 // admin listener, since the engine itself listens on a private port.
 func engineMetrics(srv *engine.Server) fasthttp.RequestHandler {
 	return fasthttpadaptor.NewFastHTTPHandler(http.StripPrefix("/engine", srv.Handler()))
-}
-
-// gatewayCollector exports the gateway's per-upstream state at scrape time:
-// admission queue depth, requests in flight, health and ejection. Upstreams
-// come from the current configuration, so a reload shows at the next scrape.
-type gatewayCollector struct {
-	gw    *gateway.Gateway
-	label func(*gateway.Upstream) string // the upstream's name in records and metrics
-}
-
-var (
-	queueDepthDesc = prometheus.NewDesc("ttftlens_queue_depth", "Requests waiting in the upstream's admission queue.", []string{"upstream"}, nil)
-	upInFlightDesc = prometheus.NewDesc("ttftlens_upstream_in_flight", "Requests holding one of the upstream's admission slots.", []string{"upstream"}, nil)
-	upHealthyDesc  = prometheus.NewDesc("ttftlens_upstream_healthy", "1 when the upstream is healthy and not ejected.", []string{"upstream"}, nil)
-)
-
-func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- queueDepthDesc
-	ch <- upInFlightDesc
-	ch <- upHealthyDesc
-}
-
-func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.gw.Snapshot().Pools() {
-		for _, u := range p.Upstreams {
-			healthy := 0.0
-			if u.Healthy() && !u.Ejected() {
-				healthy = 1
-			}
-			name := c.label(u)
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(u.QueueDepth()), name)
-			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), name)
-			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, name)
-		}
-	}
 }

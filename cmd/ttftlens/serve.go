@@ -139,7 +139,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(gatewayCollector{gw: p.Gateway(), label: p.UpstreamLabel})
+	reg.MustRegister(exporters.NewGatewayCollector(p.Gateway(), p.UpstreamLabel))
 	ln, err := listen(f.listen, f.tlsCert, f.tlsKey)
 	if err != nil {
 		return err

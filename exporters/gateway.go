@@ -1,0 +1,49 @@
+package exporters
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttftlens/ttftlens/gateway"
+)
+
+// GatewayCollector exports the gateway's per-upstream state at scrape time:
+// admission queue depth, requests in flight, health and ejection. Upstreams
+// come from the current configuration, so a reload shows at the next scrape.
+type GatewayCollector struct {
+	gw    *gateway.Gateway
+	label func(*gateway.Upstream) string // the upstream's name in records and metrics
+}
+
+// NewGatewayCollector returns a collector of gw's per-upstream state;
+// label names each upstream as records and the other series do
+// (proxy.Proxy.UpstreamLabel).
+func NewGatewayCollector(gw *gateway.Gateway, label func(*gateway.Upstream) string) GatewayCollector {
+	return GatewayCollector{gw: gw, label: label}
+}
+
+var (
+	queueDepthDesc = prometheus.NewDesc("ttftlens_queue_depth", "Requests waiting in the upstream's admission queue.", []string{"upstream"}, nil)
+	upInFlightDesc = prometheus.NewDesc("ttftlens_upstream_in_flight", "Requests holding one of the upstream's admission slots.", []string{"upstream"}, nil)
+	upHealthyDesc  = prometheus.NewDesc("ttftlens_upstream_healthy", "1 when the upstream is healthy and not ejected.", []string{"upstream"}, nil)
+)
+
+func (c GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueDepthDesc
+	ch <- upInFlightDesc
+	ch <- upHealthyDesc
+}
+
+func (c GatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.gw.Snapshot().Pools() {
+		for _, u := range p.Upstreams {
+			healthy := 0.0
+			if u.Healthy() && !u.Ejected() {
+				healthy = 1
+			}
+			name := c.label(u)
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(u.QueueDepth()), name)
+			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), name)
+			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, name)
+		}
+	}
+}
