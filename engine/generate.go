@@ -512,9 +512,9 @@ func (g *gen) afterToken(ctx context.Context) bool {
 	return false
 }
 
-// appendChunkStart appends the common head of a stream chunk up to the
-// opening of its only choice.
-func (g *gen) appendChunkStart(b []byte) []byte {
+// appendChunkHead appends the fields every stream chunk starts with: id,
+// object, created, model.
+func (g *gen) appendChunkHead(b []byte) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, g.id)
 	if g.a.chat {
@@ -524,8 +524,13 @@ func (g *gen) appendChunkStart(b []byte) []byte {
 	}
 	b = strconv.AppendInt(b, g.created, 10)
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, g.s.cfg.ModelName)
-	return append(b, `,"choices":[{"index":0,`...)
+	return appendJSONString(b, g.s.cfg.ModelName)
+}
+
+// appendChunkStart appends the common head of a stream chunk up to the
+// opening of its only choice.
+func (g *gen) appendChunkStart(b []byte) []byte {
+	return append(g.appendChunkHead(b), `,"choices":[{"index":0,`...)
 }
 
 func (g *gen) appendUsage(b []byte) []byte {
@@ -668,17 +673,7 @@ func (g *gen) finish(reason string) {
 	b = append(b, `,"stop_reason":null}]}`...)
 	g.event(b)
 	if g.a.includeUsage {
-		b = append(b[:0], `{"id":`...)
-		b = appendJSONString(b, g.id)
-		if g.a.chat {
-			b = append(b, `,"object":"chat.completion.chunk","created":`...)
-		} else {
-			b = append(b, `,"object":"text_completion","created":`...)
-		}
-		b = strconv.AppendInt(b, g.created, 10)
-		b = append(b, `,"model":`...)
-		b = appendJSONString(b, g.s.cfg.ModelName)
-		b = append(b, `,"choices":[],`...)
+		b = append(g.appendChunkHead(b[:0]), `,"choices":[],`...)
 		b = g.appendUsage(b)
 		b = append(b, '}')
 		g.event(b)
