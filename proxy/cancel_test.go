@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"crypto/tls"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +100,46 @@ func TestClientCancel(t *testing.T) {
 				sink.none(t, 50*time.Millisecond)
 			})
 		}
+	}
+}
+
+// TestClientCancelKeepAlive: the disconnect registration is made once per
+// client connection and moved from request to request; a client that leaves
+// during the second request on a keep-alive connection still cancels that
+// request (and closes its upstream), and the first ends normally.
+func TestClientCancelKeepAlive(t *testing.T) {
+	closed := make(chan time.Time, 1)
+	var n atomic.Int32
+	up := startUpstream(t, func(c *upConn) {
+		if n.Add(1) == 1 {
+			c.stream(2, 0)
+			return
+		}
+		c.sse()
+		c.role() // then silence: prefill
+		if at, ok := c.waitGone(5 * time.Second); ok {
+			closed <- at
+		}
+	})
+	addr, sink, _ := startProxy(t, up.url, nil)
+	conn, br := rawClient(t, addr, chatBody)
+	readUntil(t, br, "0\r\n\r\n") // the first response's last chunk
+	if r := sink.next(t); r.Reason != endreason.Stop {
+		t.Fatalf("first request %s/%s", r.Reason, r.Detail)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	time.Sleep(100 * time.Millisecond)
+	left := time.Now()
+	conn.Close()
+	select {
+	case at := <-closed:
+		if d := at.Sub(left); d > maxCloseDelay {
+			t.Errorf("upstream closed %v after the client left", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("upstream still open 3s after the client left")
+	}
+	if r := sink.next(t); r.Reason != endreason.ClientCancel || r.Phase != endreason.PhasePrefill {
+		t.Errorf("second request %s/%s phase %s", r.Reason, r.Detail, r.Phase)
 	}
 }

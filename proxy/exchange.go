@@ -54,8 +54,9 @@ type exchange struct {
 	// not, and then kept from the client.
 	includeUsage bool
 	dropUsage    bool
-	sendBody     []byte // the upstream request body when it differs from the client's
-	watch        watchToken
+	sendBody     []byte     // the upstream request body when it differs from the client's
+	cw           *connWatch // the client connection's disconnect registration
+	gone         func()     // this request's callback on it
 	scratch      []byte
 
 	// What the gateway gave this request.
@@ -115,9 +116,17 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// clientGone is the watcher's callback.
-func (x *exchange) onClientGone(gen uint64) func() {
-	return func() { x.ctl.abort(gen, errClientGone) }
+// watchClient points the client connection's disconnect registration at
+// this request: if the client leaves, the request is aborted.
+func (x *exchange) watchClient(conn any) {
+	v, ok := x.p.conns.Load(conn)
+	if !ok {
+		return // a connection the watcher cannot see (a wrapper hiding its socket)
+	}
+	gen := x.gen
+	x.gone = func() { x.ctl.abort(gen, errClientGone) }
+	x.cw = v.(*connWatch)
+	x.cw.arm(&x.gone)
 }
 
 // armDeadlines starts the deadline timer for this request.
@@ -422,7 +431,9 @@ func (x *exchange) finish() {
 		return
 	}
 	x.done = true
-	x.p.watcher.unwatch(x.watch)
+	if x.cw != nil {
+		x.cw.disarm()
+	}
 	tl := &x.rec.Timeline
 	cause, abortedAt, closedAt := x.ctl.end()
 	if x.body.open {
@@ -523,7 +534,7 @@ func (x *exchange) reset() {
 	x.resp.Reset()
 	x.body = upstreamBody{}
 	x.scan.Reset(nil)
-	x.watch = watchToken{}
+	x.cw, x.gone = nil, nil
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done, x.streaming = nil, 0, false, false, 0, nil, false, false
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0

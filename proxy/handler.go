@@ -57,7 +57,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	p, tl := x.p, &x.rec.Timeline
 	snap := p.gw.Snapshot() // one configuration for the whole request
 	// Watch the client from the start: one that leaves our queue is seen too.
-	x.watch = p.watcher.watch(ctx.Conn(), x.onClientGone(x.gen))
+	x.watchClient(ctx.Conn())
 
 	key, rej := snap.Authenticate(ctx.Request.Header.Peek("Authorization"))
 	if rej != nil {

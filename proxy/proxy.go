@@ -141,6 +141,7 @@ type Proxy struct {
 	log      zerolog.Logger
 	clock    stages.Clock
 	watcher  *watcher
+	conns    sync.Map // client net.Conn → *connWatch, from accept to close
 	pool     sync.Pool
 	scrapers sync.WaitGroup // the engine-load scrapers, stopped by stop
 	stop     context.CancelFunc
@@ -182,6 +183,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		TCPKeepalive:       true, // half-open clients are found eventually
 		CloseOnShutdown:    true,
 		Logger:             fasthttpLogger{log},
+		ConnState:          p.connState,
 	}
 	return p, nil
 }
@@ -281,6 +283,23 @@ func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
 func (p *Proxy) release(x *exchange) {
 	x.reset()
 	p.pool.Put(x)
+}
+
+// connState registers each client connection with the disconnect watcher
+// once, when accepted, and ends the registration when fasthttp is done with
+// it (StateClosed comes after the close, which drops the socket from the
+// epoll set by itself).
+func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		if cw := p.watcher.watchConn(c); cw != nil {
+			p.conns.Store(c, cw)
+		}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		if v, ok := p.conns.LoadAndDelete(c); ok {
+			p.watcher.endConn(v.(*connWatch))
+		}
+	}
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly aborted connections,

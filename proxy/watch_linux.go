@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -171,3 +172,43 @@ func rawConn(conn net.Conn) syscall.RawConn {
 	}
 	return rc
 }
+
+// connWatch is one client connection's registration, made when fasthttp
+// accepts it and kept across its keep-alive requests, so a request costs no
+// epoll_ctl: it only points the registration at itself (arm) and away again
+// (disarm). Requests on one connection are sequential in fasthttp.
+type connWatch struct {
+	tok  watchToken
+	gone atomic.Bool            // the client left (FIN or RST seen)
+	cur  atomic.Pointer[func()] // the current request's callback; nil between requests
+}
+
+// watchConn registers conn for its whole life; endConn ends it.
+func (w *watcher) watchConn(conn net.Conn) *connWatch {
+	cw := new(connWatch)
+	cw.tok = w.watch(conn, cw.fire)
+	return cw
+}
+
+func (w *watcher) endConn(cw *connWatch) { w.unwatch(cw.tok) }
+
+func (cw *connWatch) fire() {
+	cw.gone.Store(true)
+	if f := cw.cur.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// arm makes gone the callback for the request now served. A client that
+// left before (between requests, or while this one was being read) fires it
+// at once: gone is set before cur is read in fire, and cur before gone is
+// read here, so one of the two sees the other.
+func (cw *connWatch) arm(gone *func()) {
+	cw.cur.Store(gone)
+	if cw.gone.Load() {
+		(*gone)()
+	}
+}
+
+// disarm detaches the finished request.
+func (cw *connWatch) disarm() { cw.cur.Store(nil) }
