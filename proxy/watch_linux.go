@@ -23,6 +23,9 @@ import (
 // the connection is undisturbed, and because the signal is the TCP state,
 // not data, it works for TLS clients as well (a close_notify alert in front
 // of the FIN does not hide it). An idle watched socket costs no CPU.
+// Each client connection is registered once, when accepted (watchConn), and
+// its registration is pointed at whichever request it is serving (arm,
+// disarm), so a request costs no system call here.
 //
 // A client that half-closes its sending side on purpose while still reading
 // is indistinguishable and counts as gone (as in nginx).
