@@ -50,16 +50,29 @@ func loadGateway(path string) (*gateway.Gateway, error) {
 	return gateway.New(cfg, gateway.Options{})
 }
 
-// checkConfig is --check-config: validate and say what the file holds.
-func checkConfig(path string) error {
-	if path == "" {
-		return fmt.Errorf("--check-config needs --config FILE")
+// checkConfig is --check-config: the flags were parsed already; validate
+// their values and the config file, if any, as serve would, and say what
+// they hold. Nothing is started.
+func checkConfig(f *serveFlags) error {
+	cfg := f.cfg
+	if f.configPath != "" {
+		gw, err := loadGateway(f.configPath)
+		if err != nil {
+			return err
+		}
+		cfg.Gateway = gw
+	} else if cfg.Upstream == "" {
+		cfg.Upstream = "http://127.0.0.1:0" // the embedded engine's place
 	}
-	cfg, err := gateway.Load(path)
-	if err != nil {
+	if err := cfg.Normalize(); err != nil {
 		return err
 	}
-	fmt.Printf("%s: ok (auth %s, %d keys, %d routes, %d pools)\n", path, cfg.Auth, len(cfg.Keys), len(cfg.Routes), len(cfg.Pools))
+	if cfg.Gateway == nil {
+		fmt.Println("flags ok (no --config)")
+		return nil
+	}
+	c := cfg.Gateway.Snapshot().Config()
+	fmt.Printf("flags ok; %s: ok (auth %s, %d keys, %d routes, %d pools)\n", f.configPath, c.Auth, len(c.Keys), len(c.Routes), len(c.Pools))
 	return nil
 }
 

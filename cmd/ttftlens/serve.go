@@ -42,7 +42,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine)")
 	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: auto, reference, vllm, llamacpp, ollama, sglang, tgi, generic")
 	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it (see gateway/example.yaml)")
-	fs.BoolVar(&f.checkConfig, "check-config", false, "validate --config and exit")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the flags and --config, then exit")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file (PEM) to serve clients over TLS")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file (PEM) for --tls-cert")
 	fs.StringVar(&f.metricModels, "metric-models", "", "comma-separated model names kept as the model label (others: other); default: the config's routes or the embedded model")
@@ -75,7 +75,7 @@ func runServe(args []string) error {
 	}
 	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
 	if f.checkConfig {
-		return checkConfig(f.configPath)
+		return checkConfig(&f)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
