@@ -63,7 +63,7 @@ func (c *control) aborts() <-chan struct{} {
 
 // end makes every later callback for this generation a no-op and stops the
 // timer. It returns the abort cause and its times.
-func (c *control) end() (cause error, abortedAt, closedAt time.Duration) {
+func (c *control) end() (abortedAt, closedAt time.Duration, cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.active = false
@@ -72,7 +72,7 @@ func (c *control) end() (cause error, abortedAt, closedAt time.Duration) {
 		c.timer.Stop()
 		c.timer = nil
 	}
-	return c.cause, c.abortedAt, c.closedAt
+	return c.abortedAt, c.closedAt, c.cause
 }
 
 // abort records cause (the first one wins) and closes the attached upstream
@@ -147,7 +147,7 @@ func (c *control) rearm(gen uint64, d time.Duration) {
 // lock, waits for a running check and the request's state cannot be reused
 // under it), and returns the abort cause, or the delay until it should look
 // again. check must not call c's methods.
-func (c *control) arm(gen uint64, first time.Duration, check func() (error, time.Duration)) {
+func (c *control) arm(gen uint64, first time.Duration, check func() (time.Duration, error)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var t *time.Timer
@@ -157,7 +157,7 @@ func (c *control) arm(gen uint64, first time.Duration, check func() (error, time
 		if gen != c.gen || !c.active || c.cause != nil {
 			return
 		}
-		if cause, again := check(); cause != nil {
+		if again, cause := check(); cause != nil {
 			c.abortLocked(cause)
 		} else {
 			t.Reset(again)

@@ -139,23 +139,23 @@ func (x *exchange) armDeadlines(d deadlines) {
 	if first < 0 {
 		return
 	}
-	x.ctl.arm(x.gen, first, func() (error, time.Duration) {
+	x.ctl.arm(x.gen, first, func() (time.Duration, error) {
 		now := x.rec.Timeline.Now()
 		sawFirst := x.firstToken.Load()
 		last := time.Duration(x.lastEvent.Load())
 		switch {
 		case d.total > 0 && now >= d.total:
-			return errTotalDeadline, 0
+			return 0, errTotalDeadline
 		case !sawFirst && d.ttft > 0 && now >= d.ttft:
-			return errTTFTDeadline, 0
+			return 0, errTTFTDeadline
 		case sawFirst && d.idle > 0 && now-last >= d.idle:
-			return errIdleDeadline, 0
+			return 0, errIdleDeadline
 		}
 		next := nextDeadline(d, now, sawFirst, last)
 		if next < 0 {
 			next = time.Hour // nothing left to enforce: look again much later
 		}
-		return nil, next
+		return next, nil
 	})
 }
 
@@ -435,7 +435,7 @@ func (x *exchange) finish() {
 		x.cw.disarm()
 	}
 	tl := &x.rec.Timeline
-	cause, abortedAt, closedAt := x.ctl.end()
+	abortedAt, closedAt, cause := x.ctl.end()
 	if x.body.open {
 		x.body.close(cause != nil || x.facts.Read != endreason.ReadClean)
 		if cause != nil && closedAt == 0 {

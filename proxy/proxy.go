@@ -267,17 +267,6 @@ func (p *Proxy) UpstreamLabel(u *gateway.Upstream) string {
 	return u.Name
 }
 
-// Upstreams names the upstreams of the current configuration.
-func (p *Proxy) Upstreams() []string {
-	var out []string
-	for _, pool := range p.gw.Snapshot().Pools() {
-		for _, u := range pool.Upstreams {
-			out = append(out, p.UpstreamLabel(u))
-		}
-	}
-	return out
-}
-
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
 
 func (p *Proxy) release(x *exchange) {

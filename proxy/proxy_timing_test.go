@@ -79,11 +79,6 @@ func quantileUS(s []time.Duration, q float64) float64 {
 	return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / 1e3
 }
 
-// discardSink drops records; the benchmark measures the relay, not export.
-type discardSink struct{}
-
-func (discardSink) Emit(*record.Record) {}
-
 // ownTimeSink keeps, per record, the proxy's own time on the request path:
 // receipt → request written upstream, plus first token parsed → flushed to
 // the client. Noise outside the proxy does not inflate it.
