@@ -113,10 +113,20 @@ func TestProbe(t *testing.T) {
 					if !r.HasTTFT || r.TTFT < 20*time.Millisecond || r.Tokens != 4 || len(r.Gaps) != 3 || r.Finish != "length" {
 						t.Errorf("result %+v", r)
 					}
+					// Gaps are inter-arrival times: none is negative and they
+					// fit between the first token and the end of the body,
+					// which the server reaches no sooner than 20 + 3×5 ms.
+					// (One gap alone may be shorter than the server's 5 ms
+					// when the token before it arrived late.)
+					sum := r.TTFT
 					for _, g := range r.Gaps {
-						if g < 4*time.Millisecond {
-							t.Errorf("gap %v shorter than the server's 5ms", g)
+						if g < 0 {
+							t.Errorf("gap %v", g)
 						}
+						sum += g
+					}
+					if sum > r.E2E || r.E2E < 35*time.Millisecond {
+						t.Errorf("TTFT + gaps = %v, end to end %v (the server needs at least 35ms)", sum, r.E2E)
 					}
 					h := f.seen[r.ID]
 					if h.Get("Authorization") != "Bearer k" || h.Get("X-Extra") != "1" || !strings.HasPrefix(r.ID, "bench-") {
