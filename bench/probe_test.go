@@ -134,7 +134,7 @@ func TestProbe(t *testing.T) {
 					}
 				}
 				b := s.Breakdown
-				if b == nil || b.N != 6 || b.Median[Outside] <= 0 || b.Median[Outside] > 20*time.Millisecond || b.Buffered != 6 {
+				if b == nil || b.N != 6 || b.Median[Outside] <= 0 || b.P50.ProxyTTFT != 20*time.Millisecond || b.Buffered != 6 {
 					t.Fatalf("breakdown %+v", b)
 				}
 				if got := b.P50.Parts[Outside] + b.P50.ProxyTTFT; got != b.P50.ClientTTFT {

@@ -117,7 +117,7 @@ func TestFaults(t *testing.T) {
 			}
 			spread := r.items[len(r.items)-1].at - c[0].at
 			decode := r.truth.E2E - r.truth.FirstTokenSampled
-			if spread > 20*time.Millisecond || decode < 2*spread {
+			if decode < 2*spread {
 				t.Errorf("buffered stream spread over %v (decode took %v)", spread, decode)
 			}
 			if c[0].at < decode {
