@@ -424,10 +424,11 @@ func (s *OTLPSink) export(sum *Summary, segs []Segment, attrs []attribute.KeyVal
 	ids := spanIDs{trace: trace.TraceID(sum.TraceID), span: trace.SpanID(sum.SpanID)}
 	ctx := context.WithValue(context.Background(), spanIDsKey{}, ids)
 	if !sum.ParentID.IsZero() {
-		// The record does not keep the caller's trace flags: the remote
-		// parent counts as sampled, and OTEL_TRACES_SAMPLER decides.
+		// The caller's sampled flag reaches the sampler (by default
+		// parentbased_always_on: a caller that did not sample gets no
+		// spans from us either; OTEL_TRACES_SAMPLER may say otherwise).
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: ids.trace, SpanID: trace.SpanID(sum.ParentID), TraceFlags: trace.FlagsSampled, Remote: true,
+			TraceID: ids.trace, SpanID: trace.SpanID(sum.ParentID), TraceFlags: trace.TraceFlags(sum.TraceFlags), Remote: true,
 		}))
 	}
 	segs = sum.Segments(segs)

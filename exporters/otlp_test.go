@@ -187,6 +187,10 @@ func TestOTLPSpans(t *testing.T) {
 		recs[tt.fixture] = r
 		sink.Emit(r)
 	}
+	// A caller that did not sample its trace gets no spans from us.
+	unsampled := otlpFixture(t, "stop_engine_report", byte(len(tests)+1))
+	unsampled.TraceFlags = 0
+	sink.Emit(unsampled)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sink.Close(ctx); err != nil {
@@ -198,6 +202,11 @@ func TestOTLPSpans(t *testing.T) {
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
+	for _, s := range col.spans {
+		if bytes.Equal(s.TraceId, unsampled.TraceID[:]) {
+			t.Errorf("span %q exported for a caller that did not sample the trace", s.Name)
+		}
+	}
 	if got := col.headers.Get("X-Tenant"); got != "acme" {
 		t.Errorf("OTEL_EXPORTER_OTLP_HEADERS not applied: x-tenant %q", got)
 	}

@@ -16,10 +16,11 @@ import (
 // immutable, so this is a copy by the language's rules (the proxy builds
 // them with string(...) conversions, never aliases of reused buffers).
 type Summary struct {
-	RequestID string
-	TraceID   record.TraceID
-	SpanID    record.SpanID
-	ParentID  record.SpanID
+	RequestID  string
+	TraceID    record.TraceID
+	SpanID     record.SpanID
+	ParentID   record.SpanID
+	TraceFlags byte
 
 	Method, Path, Model, Upstream, Key string
 	Streaming                          bool
@@ -54,7 +55,7 @@ type Summary struct {
 // place (stages.Stream.Gaps) and allocates nothing.
 func (s *Summary) Fill(r *record.Record) {
 	*s = Summary{
-		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID, ParentID: r.ParentID,
+		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID, ParentID: r.ParentID, TraceFlags: r.TraceFlags,
 		Method: r.Method, Path: r.Path, Model: r.Model, Upstream: r.Upstream, Key: r.Key,
 		Streaming: r.Streaming, Status: r.Status,
 		Reason: r.Reason, Detail: r.Detail, Phase: r.Phase, Error: r.Error,

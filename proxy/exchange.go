@@ -109,7 +109,7 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 	}
 	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
 	x.breakdown = len(ctx.Request.Header.Peek(breakdownHeader)) > 0
-	x.rec.TraceID, x.rec.SpanID, x.rec.ParentID = x.tc.trace, x.tc.span, x.tc.parent
+	x.rec.TraceID, x.rec.SpanID, x.rec.ParentID, x.rec.TraceFlags = x.tc.trace, x.tc.span, x.tc.parent, x.tc.flags
 	x.p.inflight.Add(1)
 	if t := x.p.cfg.Tracker; t != nil {
 		t.RequestStarted()

@@ -15,17 +15,22 @@ import (
 // TestRequestHeaders checks what the upstream receives: the request id, the
 // trace context, no hop-by-hop headers, an uncompressed stream.
 func TestRequestHeaders(t *testing.T) {
-	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const (
+		parent    = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	)
 	tests := []struct {
 		name      string
 		hdr       []string
 		wantID    string // "" = generated
 		wantTrace string // "" = started
+		wantFlags byte
 	}{
-		{"client ids kept", []string{"X-Request-Id", "req-42", "traceparent", parent}, "req-42", "4bf92f3577b34da6a3ce929d0e0e4736"},
-		{"insane id replaced", []string{"X-Request-Id", "bad id with spaces"}, "", ""},
-		{"invalid traceparent restarted", []string{"traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, "", ""},
-		{"hop-by-hop stripped", []string{"Connection", "X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5", "Accept-Encoding", "gzip"}, "", ""},
+		{"client ids kept", []string{"X-Request-Id", "req-42", "traceparent", parent}, "req-42", "4bf92f3577b34da6a3ce929d0e0e4736", 0x01},
+		{"caller did not sample", []string{"traceparent", unsampled}, "", "4bf92f3577b34da6a3ce929d0e0e4736", 0x00},
+		{"insane id replaced", []string{"X-Request-Id", "bad id with spaces"}, "", "", 0x01},
+		{"invalid traceparent restarted", []string{"traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-00"}, "", "", 0x01},
+		{"hop-by-hop stripped", []string{"Connection", "X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5", "Accept-Encoding", "gzip"}, "", "", 0x01},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +59,9 @@ func TestRequestHeaders(t *testing.T) {
 			}
 			if tc.trace != r.TraceID || tc.parent != r.SpanID {
 				t.Errorf("upstream trace %s/%s, record %s/%s", tc.trace, tc.parent, r.TraceID, r.SpanID)
+			}
+			if tc.flags != tt.wantFlags || r.TraceFlags != tt.wantFlags {
+				t.Errorf("trace flags upstream %02x, record %02x, want %02x", tc.flags, r.TraceFlags, tt.wantFlags)
 			}
 			if tt.wantTrace != "" && r.ParentID.String() != "00f067aa0ba902b7" {
 				t.Errorf("record parent span %s, want the caller's", r.ParentID)

@@ -33,6 +33,9 @@ type Record struct {
 	TraceID   TraceID
 	SpanID    SpanID // our span: the one sent upstream as parent
 	ParentID  SpanID // the caller's span, zero when we started the trace
+	// TraceFlags are the W3C trace flags sent upstream: the caller's when
+	// it sent a traceparent (bit 0x01: it sampled the trace), else sampled.
+	TraceFlags byte
 
 	Method   string
 	Path     string
