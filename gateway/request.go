@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fastjson"
 
@@ -80,7 +84,7 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 	}
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return Request{}, malformed("We could not parse the JSON body of your request: " + err.Error())
+		return Request{}, malformed("We could not parse the JSON body of your request: " + jsonSyntaxReason(body, err) + ".")
 	}
 	o, err := v.Object()
 	if err != nil {
@@ -197,7 +201,7 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 			return Request{}, invalidParam("n", "n must be an integer.")
 		}
 		if nv < 1 || nv > rt.MaxN {
-			return Request{}, invalidParam("n", fmt.Sprintf("n is %d; this model allows 1 to %d.", nv, rt.MaxN))
+			return Request{}, invalidParam("n", nRange(nv, rt.MaxN))
 		}
 	}
 	if temp != nil && temp.Type() != fastjson.TypeNull {
@@ -234,6 +238,59 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 		}
 	}
 	return req, nil
+}
+
+// jsonSyntaxReason says briefly why body is not JSON and where: the first
+// error encoding/json finds, with its position ("at byte N", counting from
+// 1; with the line and column when the body spans lines), or "the body is
+// empty", or that it ends too early. fastjson's own error (fastErr) names
+// its internals and dumps the unparsed tail, so it is only the fallback,
+// shortened to its innermost reason, for the few bodies encoding/json
+// accepts and fastjson does not (nesting deeper than fastjson's limit).
+// Only rejected bodies come here: the cost of a second parse is theirs.
+func jsonSyntaxReason(body []byte, fastErr error) string {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return "the body is empty"
+	}
+	var raw json.RawMessage
+	var se *json.SyntaxError
+	if err := json.Unmarshal(body, &raw); errors.As(err, &se) {
+		off := int(min(max(se.Offset, 0), int64(len(body))))
+		if off >= len(body) && strings.HasPrefix(se.Error(), "unexpected end") {
+			return "the body ends before the JSON value does (after " + strconv.Itoa(len(body)) + " bytes)"
+		}
+		return se.Error() + " " + bytePosition(body, off)
+	}
+	msg := fastErr.Error()
+	if i := strings.Index(msg, "; unparsed tail: "); i >= 0 {
+		msg = msg[:i]
+	}
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
+}
+
+// bytePosition names the byte that ends body[:off] (the one the JSON
+// decoder stopped at): "at byte N", plus its line and column when the body
+// spans lines.
+func bytePosition(body []byte, off int) string {
+	pos := "at byte " + strconv.Itoa(off)
+	if off < 1 || bytes.IndexByte(body, '\n') < 0 {
+		return pos
+	}
+	before := body[:off-1]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := off - (bytes.LastIndexByte(before, '\n') + 1)
+	return pos + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")"
+}
+
+// nRange is the message for an n outside [1, maxN].
+func nRange(n, maxN int) string {
+	if maxN == 1 {
+		return fmt.Sprintf("n must be 1 for this model; got %d.", n)
+	}
+	return fmt.Sprintf("n must be between 1 and %d for this model; got %d.", maxN, n)
 }
 
 func malformed(msg string) *Rejection {

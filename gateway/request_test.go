@@ -209,3 +209,41 @@ func FuzzCheckRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckRequestMessages: the 400 messages read as sentences for a
+// person, in OpenAI's style: a malformed body says what is wrong and where,
+// not the parser's internals or the rest of the body; n's range reads
+// naturally when the route allows exactly one.
+func TestCheckRequestMessages(t *testing.T) {
+	s := requestGateway(t)
+	var p fastjson.Parser
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	const prefix = "We could not parse the JSON body of your request: "
+	tests := []struct{ name, body, want string }{
+		{"trailing comma", `{"model":"llama",}`, prefix + `invalid character '}' looking for beginning of object key string at byte 18.`},
+		{"single quotes", `{'model':'llama'}`, prefix + `invalid character '\'' looking for beginning of object key string at byte 2.`},
+		{"cut short", `{"model":`, prefix + `the body ends before the JSON value does (after 9 bytes).`},
+		{"empty", ``, prefix + `the body is empty.`},
+		{"blank", " \n ", prefix + `the body is empty.`},
+		{"garbage after", `{"model":"llama"} x`, prefix + `invalid character 'x' after top-level value at byte 19.`},
+		{"multi-line", "{\n  \"model\": \"llama\",\n  \"n\": 1,\n}", prefix + `invalid character '}' looking for beginning of object key string at byte 33 (line 4, column 1).`},
+		{"too deep for fastjson", strings.Repeat("[", 400) + strings.Repeat("]", 400), prefix + `too big depth for the nested JSON; it exceeds 300.`},
+		{"n over a single n", `{"model":"qwen-1",` + msgs + `,"n":2}`, "n must be 1 for this model; got 2."},
+		{"n over a range", `{"model":"llama",` + msgs + `,"n":3}`, "n must be between 1 and 2 for this model; got 3."},
+		{"n zero", `{"model":"llama",` + msgs + `,"n":0}`, "n must be between 1 and 2 for this model; got 0."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, rej := s.CheckRequest(&p, Chat, []byte(tt.body))
+			if rej == nil {
+				t.Fatal("accepted")
+			}
+			if rej.Message != tt.want {
+				t.Errorf("message\n got %q\nwant %q", rej.Message, tt.want)
+			}
+			if strings.Contains(rej.Message, "unparsed tail") || strings.Contains(rej.Message, "cannot parse") {
+				t.Errorf("parser internals in %q", rej.Message)
+			}
+		})
+	}
+}
