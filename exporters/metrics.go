@@ -2,6 +2,7 @@ package exporters
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,10 +30,12 @@ const (
 var (
 	// LatencyBuckets cover TTFT and end-to-end time: from a cached, short
 	// prompt on a local engine (sub-millisecond through the proxy) to long
-	// generations and queueing under overload (minutes).
+	// generations and queueing under overload (minutes). Both 2 and 2.5 s
+	// are boundaries, as TTFT objectives of either are common and an
+	// objective must sit on a boundary to be counted exactly.
 	LatencyBuckets = []float64{
 		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-		1, 2.5, 5, 10, 20, 30, 60, 120, 300,
+		1, 2, 2.5, 5, 10, 20, 30, 60, 120, 300,
 	}
 	// StageBuckets cover one TTFT stage: proxy stages (gateway, route,
 	// transport) live in the tens of microseconds, engine stages up to the
@@ -126,6 +129,34 @@ type reqKey struct {
 	detail endreason.Detail
 }
 
+// reqExtraKey is a requests_total child outside the known (reason, detail)
+// pairs, on one (model, upstream) tuple.
+type reqExtraKey struct {
+	reqKey
+	mi, ui int
+}
+
+// counterRef boxes a counter for an atomic.Pointer.
+type counterRef struct{ prometheus.Counter }
+
+// Where a detail can happen, for pre-creating requests_total: the gateway
+// rejects a request before it picks an upstream (upstream LabelNone), the
+// client or a deadline can end it on either side, and every other detail
+// needs an upstream's connection or response. A detail placed wrongly here
+// still counts right; only its series is created on first use instead of
+// at start (so rate() misses that first increment).
+var (
+	beforeUpstreamDetails = []endreason.Detail{
+		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
+		endreason.DetailMalformedRequest, endreason.DetailRequestTooLarge, endreason.DetailUnknownModel,
+		endreason.DetailInvalidParam, endreason.DetailNoHealthy,
+	}
+	eitherSideDetails = []endreason.Detail{
+		endreason.DetailClientClosed, endreason.DetailTTFTDeadline, endreason.DetailTotalDeadline,
+		endreason.DetailConnectFailed, endreason.DetailProxyPanic,
+	}
+)
+
 // Metrics is the Prometheus sink: it turns each record into observations
 // of the ttftlens_* series and keeps the in-flight gauge. It is safe for
 // concurrent use. Emit does no label hashing and allocates only for
@@ -142,8 +173,10 @@ type Metrics struct {
 	modelNames, upNames              []string
 
 	requestsVec *prometheus.CounterVec
-	requests    map[reqKey]prometheus.Counter // read-only after NewMetrics
-	reqExtra    sync.Map                      // reqKey → prometheus.Counter, pairs outside the table
+	reqPairs    []reqKey                     // the known (end_reason, detail) pairs
+	reqIndex    map[reqKey]int               // pair → index in reqPairs; read-only after NewMetrics
+	requests    []atomic.Pointer[counterRef] // [(mi*nUp+ui)*len(reqPairs) + pair index]
+	reqExtra    sync.Map                     // reqExtraKey → prometheus.Counter, pairs outside the table
 
 	inFlight          prometheus.Gauge
 	unsplit           []prometheus.Counter // by upstream index
@@ -159,15 +192,31 @@ type Metrics struct {
 
 // NewMetrics creates the ttftlens_* series, registers them on reg (it
 // panics if they are already registered there) and pre-creates the series
-// known in advance at zero: every end_reason with each of its details,
-// every stage (and TTFT, e2e, ITL, TPOT, tokens) for each configured model
-// plus LabelOther on each configured upstream, each cancel phase.
+// known in advance at zero, so that rate() and increase() count a series'
+// first increment (a counter born at 1 loses it): every stage (and TTFT,
+// e2e, ITL, TPOT, tokens) for each configured model plus LabelOther on each
+// configured upstream (LabelOther when none is configured), each cancel
+// phase, unsplit, inconsistent and buffered for every upstream value.
+//
+// requests_total is pre-created for every (end_reason, detail) pair that
+// can happen on each (model, upstream) tuple, not for the whole product:
+// on the tuples above every pair but the gateway's own rejections, and on
+// upstream LabelNone (a request that never got an upstream) only the
+// gateway's rejections and the details that can end a request on either
+// side (client_closed, ttft_deadline, total_deadline, connect_failed,
+// proxy_panic). A pair that cannot happen there (upstream_5xx without an
+// upstream, missing_api_key with one) would be a series stuck at zero. With
+// 3 models and 2 upstreams (4 model values: the 3 and LabelOther) that is
+// 4×2×32 + 4×13 = 308 series, where the whole product of 40 pairs, 4 models
+// and 4 upstream values would be 640. Upstream LabelOther (a name missing
+// from MetricOptions.Upstreams) and a detail outside endreason's table are
+// created on first use, like the histograms of a tuple not pre-created.
 //
 // Series: the histograms ttftlens_time_to_first_token_seconds,
 // _stage_duration_seconds{stage}, _inter_token_latency_seconds,
-// _time_per_output_token_seconds and _e2e_request_duration_seconds and the
-// counter ttftlens_output_tokens_total, all labelled {model, upstream};
-// ttftlens_requests_total{end_reason, detail};
+// _time_per_output_token_seconds and _e2e_request_duration_seconds, the
+// counters ttftlens_output_tokens_total and
+// ttftlens_requests_total{end_reason, detail}, all labelled {model, upstream};
 // ttftlens_requests_in_flight; ttftlens_upstream_unsplit_total{upstream};
 // ttftlens_engine_report_inconsistent_total{upstream};
 // ttftlens_records_dropped_total{sink}; ttftlens_client_cancel_phase_total{phase};
@@ -216,8 +265,8 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m.tokensVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "output_tokens_total", Help: "Generated tokens (upstream usage when reported, else content events)."}, mu)
 	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
-		Name: "requests_total", Help: "Finished requests by end reason and detail (DESIGN §3)."},
-		[]string{"end_reason", "detail"})
+		Name: "requests_total", Help: "Finished requests by end reason and detail (DESIGN §3), model and upstream."},
+		[]string{"end_reason", "detail", "model", "upstream"})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens",
 		Name: "requests_in_flight", Help: "Requests received and not yet finished."})
 	unsplitVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
@@ -272,12 +321,14 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	for p := endreason.PhaseQueued; p <= endreason.PhaseDecoding; p++ {
 		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
 	}
-	m.requests = make(map[reqKey]prometheus.Counter, 64)
+	m.reqIndex = make(map[reqKey]int, 64)
 	for _, r := range endreason.All() {
 		for _, d := range endreason.Details(r) {
-			m.requests[reqKey{r, d}] = m.requestsVec.WithLabelValues(r.String(), string(d))
+			m.reqIndex[reqKey{r, d}] = len(m.reqPairs)
+			m.reqPairs = append(m.reqPairs, reqKey{r, d})
 		}
 	}
+	m.requests = make([]atomic.Pointer[counterRef], len(m.tuples)*len(m.reqPairs))
 	// Pre-create the label pairs an operator will look at from the start.
 	// With no upstream configured, every upstream is LabelOther.
 	ups := []int{m.nUp - 2}
@@ -290,6 +341,17 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	for mi := range m.modelNames {
 		for _, ui := range ups {
 			m.tuple(mi, ui)
+		}
+		for pi, k := range m.reqPairs {
+			before, either := slices.Contains(beforeUpstreamDetails, k.detail), slices.Contains(eitherSideDetails, k.detail)
+			if !before {
+				for _, ui := range ups {
+					m.requestCounter(mi, ui, pi)
+				}
+			}
+			if before || either {
+				m.requestCounter(mi, m.nUp-1, pi)
+			}
 		}
 	}
 	return m
@@ -353,21 +415,36 @@ func (m *Metrics) RequestEnded() { m.inFlight.Dec() }
 // themselves.
 func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
 
-// requestCounter returns the requests_total child for (reason, detail). A
-// detail outside the known set is counted as LabelOther, so the label stays
-// bounded even if a new detail is added without updating this package.
-func (m *Metrics) requestCounter(r endreason.Reason, d endreason.Detail) prometheus.Counter {
-	if c, ok := m.requests[reqKey{r, d}]; ok {
-		return c
+// requestCounter returns the requests_total child for (model index,
+// upstream index, index in reqPairs), creating it on first use. Concurrent
+// first uses may both build; both get the same child from the vector.
+func (m *Metrics) requestCounter(mi, ui, pi int) prometheus.Counter {
+	p := &m.requests[(mi*m.nUp+ui)*len(m.reqPairs)+pi]
+	if c := p.Load(); c != nil {
+		return c.Counter
+	}
+	k := m.reqPairs[pi]
+	c := &counterRef{m.requestsVec.WithLabelValues(k.reason.String(), string(k.detail), m.modelNames[mi], m.upNames[ui])}
+	p.Store(c)
+	return c.Counter
+}
+
+// requestCounterFor returns the requests_total child for (reason, detail)
+// on (model index, upstream index). A detail outside the known set is
+// counted as LabelOther, so the label stays bounded even if a new detail
+// is added without updating this package.
+func (m *Metrics) requestCounterFor(mi, ui int, r endreason.Reason, d endreason.Detail) prometheus.Counter {
+	if pi, ok := m.reqIndex[reqKey{r, d}]; ok {
+		return m.requestCounter(mi, ui, pi)
 	}
 	if _, known := d.Reason(); !known {
 		d = LabelOther
 	}
-	k := reqKey{r, d}
+	k := reqExtraKey{reqKey{r, d}, mi, ui}
 	if c, ok := m.reqExtra.Load(k); ok {
 		return c.(prometheus.Counter)
 	}
-	c := m.requestsVec.WithLabelValues(r.String(), string(d))
+	c := m.requestsVec.WithLabelValues(r.String(), string(d), m.modelNames[mi], m.upNames[ui])
 	m.reqExtra.Store(k, c)
 	return c
 }
@@ -376,9 +453,9 @@ func (m *Metrics) requestCounter(r endreason.Reason, d endreason.Detail) prometh
 // updates of the series. The record's trace id (when set) becomes an
 // exemplar on the TTFT and end-to-end histograms.
 func (m *Metrics) Emit(r *record.Record) {
-	ui := m.upstreamIndex(r.Upstream)
-	s := m.tuple(m.modelIndex(r.Model), ui)
-	m.requestCounter(r.Reason, r.Detail).Inc()
+	mi, ui := m.modelIndex(r.Model), m.upstreamIndex(r.Upstream)
+	s := m.tuple(mi, ui)
+	m.requestCounterFor(mi, ui, r.Reason, r.Detail).Inc()
 
 	var ex prometheus.Labels
 	if r.TraceID != (record.TraceID{}) {

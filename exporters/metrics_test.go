@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,10 +115,16 @@ func TestMetricsPrecreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// requests_total: each pair where it can happen (TestMetricsRequestsPlacement
+	// checks which); here every end reason has zero series per model and
+	// configured upstream.
 	for _, r := range endreason.All() {
-		if !bytes.Contains(text, []byte(`ttftlens_requests_total{detail="`)) ||
-			!bytes.Contains(text, []byte(`end_reason="`+r.String()+`"} 0`)) {
-			t.Errorf("no zero requests_total series for %s", r)
+		for _, up := range testMetricOpts.Upstreams {
+			for _, model := range []string{"llama-3-8b", LabelOther} {
+				if !bytes.Contains(text, []byte(`",end_reason="`+r.String()+`",model="`+model+`",upstream="`+up+`"} 0`)) {
+					t.Errorf("no zero requests_total series for %s on %s/%s", r, model, up)
+				}
+			}
 		}
 	}
 	for _, s := range []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport"} {
@@ -219,9 +227,9 @@ func TestMetricsCardinality(t *testing.T) {
 		m.Emit(r)
 	}
 	after, _ := testutil.GatherAndCount(reg)
-	// New: the "other" model on upstreams "other" and "none" (12 families
-	// each: 5 histograms + tokens + 8 stages... counted as series), and one
-	// requests_total{detail="other"}.
+	// New: the "other" model on upstreams "other" and "none" (13 series
+	// each: 4 histograms + 8 stages + tokens), and requests_total{detail=
+	// "other"} on each of the four (model "other", upstream) tuples.
 	if after-before > 40 {
 		t.Errorf("500 distinct models added %d series", after-before)
 	}
@@ -230,13 +238,156 @@ func TestMetricsCardinality(t *testing.T) {
 		t.Error("a client-supplied value became a label")
 	}
 	for _, want := range []string{
-		`ttftlens_requests_total{detail="other",end_reason="stop"} 500`,
+		`ttftlens_requests_total{detail="other",end_reason="stop",model="other",upstream="none"} 125`,
+		`ttftlens_requests_total{detail="other",end_reason="stop",model="other",upstream="other"} 125`,
+		`ttftlens_requests_total{detail="other",end_reason="stop",model="other",upstream="vllm-a"} 125`,
+		`ttftlens_requests_total{detail="other",end_reason="stop",model="other",upstream="vllm-b"} 125`,
 		`ttftlens_output_tokens_total{model="other",upstream="none"} 25000`,
 		`ttftlens_output_tokens_total{model="other",upstream="other"} 25000`,
 	} {
 		if !bytes.Contains(text, []byte(want)) {
 			t.Errorf("missing %s", want)
 		}
+	}
+}
+
+// requestsTotal returns the requests_total samples of reg, keyed by their
+// labels as exposed ({detail="…",end_reason="…",model="…",upstream="…"}).
+func requestsTotal(t *testing.T, reg *prometheus.Registry) map[string]string {
+	t.Helper()
+	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, "ttftlens_requests_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(text), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ttftlens_requests_total"); ok {
+			labels, value, _ := strings.Cut(rest, " ")
+			out[labels] = value
+		}
+	}
+	return out
+}
+
+func reqLabels(r endreason.Reason, d endreason.Detail, model, up string) string {
+	return `{detail="` + string(d) + `",end_reason="` + r.String() + `",model="` + model + `",upstream="` + up + `"}`
+}
+
+// TestMetricsRequestsPlacement checks which requests_total series exist at
+// zero before any request: every pair that can happen on each (model,
+// upstream) tuple the histograms pre-create, and on upstream "none" the
+// ones that can happen without an upstream; nothing else (not the whole
+// product of pairs, models and upstream values).
+func TestMetricsRequestsPlacement(t *testing.T) {
+	opts := MetricOptions{Models: []string{"a", "b", "c"}, Upstreams: []string{"u1", "u2"}}
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, opts)
+	got := requestsTotal(t, reg)
+
+	before := map[endreason.Detail]bool{}
+	for _, d := range beforeUpstreamDetails {
+		before[d] = true
+	}
+	either := map[endreason.Detail]bool{}
+	for _, d := range eitherSideDetails {
+		either[d] = true
+	}
+	for _, d := range append(slices.Clone(beforeUpstreamDetails), eitherSideDetails...) {
+		if _, ok := d.Reason(); !ok {
+			t.Errorf("placed detail %q is not in endreason's table", d)
+		}
+	}
+	want := map[string]bool{}
+	for _, r := range endreason.All() {
+		for _, d := range endreason.Details(r) {
+			for _, model := range []string{"a", "b", "c", LabelOther} {
+				if !before[d] {
+					want[reqLabels(r, d, model, "u1")] = true
+					want[reqLabels(r, d, model, "u2")] = true
+				}
+				if before[d] || either[d] {
+					want[reqLabels(r, d, model, LabelNone)] = true
+				}
+			}
+		}
+	}
+	for l := range want {
+		if v, ok := got[l]; !ok || v != "0" {
+			t.Errorf("requests_total%s: %q, want 0", l, v)
+		}
+	}
+	for l := range got {
+		if !want[l] {
+			t.Errorf("requests_total%s pre-created, cannot happen", l)
+		}
+	}
+	// The count the NewMetrics doc comment gives for 3 models × 2 upstreams.
+	if len(got) != 308 {
+		t.Errorf("%d requests_total series pre-created, the doc comment says 308", len(got))
+	}
+	// Spot checks of the placement itself.
+	for _, l := range []string{
+		reqLabels(endreason.WorkerFailure, endreason.DetailUpstream5xx, "a", LabelNone),
+		reqLabels(endreason.PolicyBlock, endreason.DetailMissingKey, "a", "u1"),
+		reqLabels(endreason.Stop, endreason.DetailStop, "a", LabelOther),
+	} {
+		if _, ok := got[l]; ok {
+			t.Errorf("requests_total%s pre-created", l)
+		}
+	}
+
+	// No upstream configured: every upstream is "other", pre-created in
+	// place of the configured ones.
+	reg = prometheus.NewRegistry()
+	NewMetrics(reg, MetricOptions{})
+	got = requestsTotal(t, reg)
+	for _, l := range []string{
+		reqLabels(endreason.Stop, endreason.DetailStop, LabelOther, LabelOther),
+		reqLabels(endreason.PolicyBlock, endreason.DetailMissingKey, LabelOther, LabelNone),
+	} {
+		if got[l] != "0" {
+			t.Errorf("no upstreams configured: requests_total%s = %q, want 0", l, got[l])
+		}
+	}
+}
+
+// TestMetricsRequestsLabels checks each record lands on its own (end_reason,
+// detail, model, upstream) series, including a gateway rejection (no
+// upstream) and a pair outside endreason's table.
+func TestMetricsRequestsLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, testMetricOpts)
+	emit := func(r endreason.Reason, d endreason.Detail, model, up string) {
+		rec := fixtures[0].record()
+		rec.Reason, rec.Detail, rec.Model, rec.Upstream = r, d, model, up
+		m.Emit(rec)
+	}
+	emit(endreason.PolicyBlock, endreason.DetailMissingKey, "llama-3-8b", "")
+	emit(endreason.PolicyBlock, endreason.DetailMissingKey, "llama-3-8b", "")
+	emit(endreason.InvalidRequest, endreason.DetailUnknownModel, "gpt-9", "")
+	emit(endreason.WorkerFailure, endreason.DetailUpstream5xx, "llama-3-8b", "vllm-b")
+	emit(endreason.WorkerFailure, endreason.DetailUpstream5xx, "llama-3-8b", "rogue")
+	emit(endreason.Stop, endreason.DetailUpstream5xx, "llama-3-8b", "vllm-a") // a pair not in the table
+	got := requestsTotal(t, reg)
+	for l, want := range map[string]string{
+		reqLabels(endreason.PolicyBlock, endreason.DetailMissingKey, "llama-3-8b", LabelNone):     "2",
+		reqLabels(endreason.InvalidRequest, endreason.DetailUnknownModel, LabelOther, LabelNone):  "1",
+		reqLabels(endreason.WorkerFailure, endreason.DetailUpstream5xx, "llama-3-8b", "vllm-b"):   "1",
+		reqLabels(endreason.WorkerFailure, endreason.DetailUpstream5xx, "llama-3-8b", "vllm-a"):   "0",
+		reqLabels(endreason.WorkerFailure, endreason.DetailUpstream5xx, "llama-3-8b", LabelOther): "1",
+		reqLabels(endreason.Stop, endreason.DetailUpstream5xx, "llama-3-8b", "vllm-a"):            "1",
+	} {
+		if got[l] != want {
+			t.Errorf("requests_total%s = %q, want %s", l, got[l], want)
+		}
+	}
+	total := 0
+	for _, v := range got {
+		n, _ := strconv.Atoi(v)
+		total += n
+	}
+	if total != 6 {
+		t.Errorf("requests_total adds up to %d, want 6 (one per record)", total)
 	}
 }
 

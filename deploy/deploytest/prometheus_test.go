@@ -79,6 +79,12 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 	// Wait until Prometheus has scraped every record the proxy emitted.
 	prom.waitFor(t, `sum(ttftlens_requests_total{job="ttftlens"})`, float64(sent), 15*time.Second)
 	evalAt := time.Now()
+	// Every request of the load named the configured model and reached the
+	// one upstream, so requests_total counts them all on that pair.
+	pair := fmt.Sprintf(`sum(ttftlens_requests_total{job="ttftlens", model=%q, upstream=%q})`, modelName, upstreamName)
+	if s, err := prom.query(pair, evalAt); err != nil || len(s) != 1 || len(s[0].values()) != 1 || s[0].values()[0] != float64(sent) {
+		t.Errorf("%s = %v (%v), want %d", pair, s, err, sent)
+	}
 
 	dash := loadDashboard(t, filepath.Join("..", "grafana", "ttftlens.json"))
 	vars := checkVariables(t, prom, dash, loadStart, evalAt)
