@@ -27,10 +27,13 @@ package gateway
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Options are the gateway's injected dependencies; the zero value is the
@@ -41,6 +44,11 @@ type Options struct {
 	Probe ProbeFunc
 	// Now is a monotonic clock (default: time since New). Tests drive it.
 	Now func() time.Duration
+	// Log receives the gateway's operational messages: one line each time
+	// an upstream goes out of rotation (a failed health check, passive
+	// ejection) or comes back. Nil: JSON lines with a timestamp on stderr,
+	// as `ttftlens serve` writes its own.
+	Log *zerolog.Logger
 }
 
 // Gateway holds the current configuration and the state that outlives a
@@ -48,6 +56,7 @@ type Options struct {
 // buckets by key name. Its methods are safe for concurrent use.
 type Gateway struct {
 	opts  Options
+	log   zerolog.Logger
 	start time.Time
 	cur   atomic.Pointer[Snapshot]
 
@@ -78,6 +87,11 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 		opts.Probe = defaultProbe()
 	}
 	g := &Gateway{opts: opts, start: time.Now(), ups: map[string]*Upstream{}, buckets: map[string]*bucket{}}
+	if opts.Log != nil {
+		g.log = *opts.Log
+	} else {
+		g.log = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	}
 	if err := g.Reload(cfg); err != nil {
 		return nil, err
 	}
@@ -235,7 +249,7 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 				u = newUpstream(g, uu)
 			}
 			if pc.Health.Path == "" {
-				u.healthy.Store(true) // no checks: no verdict to keep
+				u.checksRemoved() // no checks: no verdict to keep
 			}
 			u.ejectAfter.Store(int32(min(pc.Ejection.ConsecutiveFailures, 1<<30)))
 			u.ejectFor.Store(int64(pc.Ejection.Duration))

@@ -43,7 +43,8 @@ func defaultProbe() ProbeFunc {
 // upstream of the pool each interval, all at once, each within the timeout.
 // A failed probe marks the upstream unhealthy, a passing one healthy: the
 // verdict follows the last probe (no thresholds; passive ejection handles
-// flapping under load).
+// flapping under load). A verdict that takes the upstream out of rotation
+// or brings it back is logged, once (healthlog.go).
 type checker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -80,7 +81,7 @@ func probeAll(ctx context.Context, p *Pool, probe ProbeFunc) {
 			if ctx.Err() != nil {
 				return // stopped: no verdict
 			}
-			u.healthy.Store(err == nil)
+			u.setVerdict(p.Name, err)
 		})
 	}
 	wg.Wait()

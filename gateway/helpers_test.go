@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 func okProbe(ctx context.Context, url string) error { return nil }
@@ -16,7 +18,8 @@ func (c *fakeClock) Now() time.Duration      { return time.Duration(c.ns.Load())
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // newGateway builds a gateway for tests from a config in code, with a fake
-// clock and an always-healthy probe unless opts say otherwise.
+// clock, an always-healthy probe and a silent logger unless opts say
+// otherwise.
 func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{}
@@ -25,6 +28,10 @@ func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *fakeClock) 
 	}
 	if opts.Probe == nil {
 		opts.Probe = okProbe
+	}
+	if opts.Log == nil {
+		nop := zerolog.Nop()
+		opts.Log = &nop
 	}
 	g, err := New(cfg, opts)
 	if err != nil {

@@ -98,6 +98,7 @@ type Upstream struct {
 	q            admission
 	releaseFn    func() // u.release, bound once so Acquire does not allocate
 	g            *Gateway
+	hlog         healthLog // what was last logged of its availability
 }
 
 func newUpstream(g *Gateway, u upstreamURL) *Upstream {
@@ -118,7 +119,16 @@ func (u *Upstream) Ejected() bool { return u.ejectedUntil.Load() > u.g.now() }
 func (u *Upstream) Outstanding() int64 { return u.outstanding.Load() }
 
 func (u *Upstream) available(now int64) bool {
-	return u.healthy.Load() && u.ejectedUntil.Load() <= now
+	if !u.healthy.Load() {
+		return false
+	}
+	if until := u.ejectedUntil.Load(); until != 0 {
+		if until > now {
+			return false
+		}
+		u.ejectionOver(until) // back in rotation: say so, once
+	}
+	return true
 }
 
 // Pick chooses the upstream for a request on route r: the available one
@@ -174,7 +184,8 @@ func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
 // the end, engine error), true for anything else. Client cancels, our own
 // deadlines and 4xx say nothing about the upstream: report them as ok or not
 // at all. After ejection.consecutive_failures failures in a row the upstream
-// is out of rotation for ejection.duration.
+// is out of rotation for ejection.duration; the ejection is logged, and so
+// is its end when a Pick or a health check first sees it over.
 func (g *Gateway) Done(u *Upstream, ok bool) {
 	if ok {
 		if u.fails.Load() != 0 { // read first: keep the hot line shared
@@ -188,7 +199,7 @@ func (g *Gateway) Done(u *Upstream, ok bool) {
 	}
 	if u.fails.Add(1) >= after {
 		u.fails.Store(0)
-		u.ejectedUntil.Store(g.now() + u.ejectFor.Load())
+		u.eject(int(after))
 	}
 }
 
