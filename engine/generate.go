@@ -795,15 +795,15 @@ func (g *gen) finalize() {
 		t.Queue, t.Prefill, t.Sync, t.FirstDecode = st.Queue, st.Prefill, st.Sync, st.FirstDecode
 		t.FirstTokenSampled = st.FirstTokenAt.Sub(g.arrived)
 		t.CachedTokens, t.Preemptions = st.CachedTokens, st.Preemptions
-		s.met.ttft.observe(t.FirstTokenSampled.Seconds())
-		s.met.queue.observe(st.Queue.Seconds())
-		s.met.prefill.observe((st.Prefill + st.FirstDecode).Seconds())
+		s.met.ttft.Observe(t.FirstTokenSampled.Seconds())
+		s.met.queue.Observe(st.Queue.Seconds())
+		s.met.prefill.Observe((st.Prefill + st.FirstDecode).Seconds())
 		last := st.LastTokenAt
 		if last.IsZero() {
 			last = time.Now()
 		}
-		s.met.decode.observe(last.Sub(st.FirstTokenAt).Seconds())
-		s.met.e2e.observe(last.Sub(g.arrived).Seconds())
+		s.met.decode.Observe(last.Sub(st.FirstTokenAt).Seconds())
+		s.met.e2e.Observe(last.Sub(g.arrived).Seconds())
 	}
 	if t.CompletionTokens == 0 {
 		t.CompletionTokens = g.n

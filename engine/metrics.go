@@ -1,16 +1,18 @@
 package engine
 
 import (
-	"math"
 	"net/http"
-	"strconv"
-	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// The Prometheus text exposition is written by hand: the module cannot pull
-// client_golang's dependencies (client_model, common, procfs) offline, and
-// the few series here need nothing more than atomics and a mutex.
+// The engine's Prometheus series, named, typed and bucketed as vLLM's
+// (vllm/v1/metrics/loggers.py), each with vLLM's model_name label. They live
+// on the engine's own registry, never the global one: the proxy embeds the
+// engine in-process, has its own registry, and serves this one separately at
+// its admin /engine/metrics.
 
 // Bucket boundaries (seconds) follow vLLM's loggers.py.
 var (
@@ -25,170 +27,97 @@ var (
 // finishReasons is the closed label set of vllm:request_success_total.
 var finishReasons = []string{finishStop, finishLength, finishAbort, finishError, finishContentFilter}
 
-// histogram is a fixed-bucket Prometheus histogram safe for concurrent use.
-type histogram struct {
-	mu      sync.Mutex
-	bounds  []float64
-	counts  []uint64 // per bucket (not cumulative); last = +Inf
-	sum     float64
-	samples uint64
-}
-
-func newHistogram(bounds []float64) *histogram {
-	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
-}
-
-func (h *histogram) observe(v float64) {
-	if math.IsNaN(v) {
-		return
-	}
-	i := len(h.bounds)
-	for j, b := range h.bounds {
-		if v <= b {
-			i = j
-			break
-		}
-	}
-	h.mu.Lock()
-	h.counts[i]++
-	h.sum += v
-	h.samples++
-	h.mu.Unlock()
-}
-
-// metrics are the engine's Prometheus series, vLLM-named, with one
-// model_name label (and finished_reason where vLLM has it).
+// metrics are the engine's series. Every child is resolved when the engine
+// starts, so recording is an atomic update with no label lookup and no
+// allocation (the scheduler records per token).
 type metrics struct {
-	model string
+	reg *prometheus.Registry
 
-	running, waiting atomic.Int64
+	running, waiting prometheus.Gauge
 
-	ttft, queue, prefill, decode, e2e, itl *histogram
+	ttft, queue, prefill, decode, e2e, itl prometheus.Histogram
 
-	success          map[string]*atomic.Int64 // by finish reason
-	promptTokens     atomic.Int64
-	generationTokens atomic.Int64
-	iterationTokens  atomic.Int64
-	preemptions      atomic.Int64
-	prefixQueries    atomic.Int64
-	prefixHits       atomic.Int64
-	aborted          atomic.Int64 // requests whose client left before they finished
-	tokensAfterGone  atomic.Int64 // tokens produced after their client left
-	kvUsage          func() float64
+	success          map[string]prometheus.Counter // by finish reason, all of finishReasons
+	promptTokens     prometheus.Counter
+	generationTokens prometheus.Counter
+	preemptions      prometheus.Counter
+	prefixQueries    prometheus.Counter
+	prefixHits       prometheus.Counter
+
+	// Server.Counters reads these two as integers, so they are atomics the
+	// registry reads through CounterFuncs at scrape time.
+	aborted         atomic.Int64 // requests whose client left before they finished
+	tokensAfterGone atomic.Int64 // tokens produced after their client left
 }
 
-func newMetrics(model string) *metrics {
-	m := &metrics{
-		model:   model,
-		ttft:    newHistogram(ttftBuckets),
-		queue:   newHistogram(requestLatencyBuckets),
-		prefill: newHistogram(requestLatencyBuckets),
-		decode:  newHistogram(requestLatencyBuckets),
-		e2e:     newHistogram(requestLatencyBuckets),
-		itl:     newHistogram(itlBuckets),
-		success: make(map[string]*atomic.Int64, len(finishReasons)),
+// newMetrics registers the series for model on a new registry; kvUsage is
+// read at scrape time for vllm:kv_cache_usage_perc.
+func newMetrics(model string, kvUsage func() float64) *metrics {
+	lbl := prometheus.Labels{"model_name": model}
+	m := &metrics{reg: prometheus.NewRegistry()}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: lbl})
+		m.reg.MustRegister(g)
+		return g
 	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: lbl})
+		m.reg.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: lbl, Buckets: buckets})
+		m.reg.MustRegister(h)
+		return h
+	}
+
+	m.running = gauge("vllm:num_requests_running", "Number of requests in the running batch.")
+	m.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be scheduled.")
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "vllm:kv_cache_usage_perc", Help: "KV-cache usage. 1 means 100 percent usage.", ConstLabels: lbl,
+	}, kvUsage))
+	m.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions.")
+	m.promptTokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+	m.generationTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
+	m.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+	m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
+
+	success := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vllm:request_success_total", Help: "Count of finished requests by finished reason.", ConstLabels: lbl,
+	}, []string{"finished_reason"})
+	m.reg.MustRegister(success)
+	m.success = make(map[string]prometheus.Counter, len(finishReasons))
 	for _, r := range finishReasons {
-		m.success[r] = new(atomic.Int64)
+		m.success[r] = success.WithLabelValues(r) // every reason exported from the start, at 0
 	}
+
+	m.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds (arrival to first token).", ttftBuckets)
+	m.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets)
+	m.e2e = histogram("vllm:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds (arrival to last token).", requestLatencyBuckets)
+	m.queue = histogram("vllm:request_queue_time_seconds", "Histogram of time spent in the waiting queue in seconds.", requestLatencyBuckets)
+	m.prefill = histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in prefill in seconds (first scheduled to first token).", requestLatencyBuckets)
+	m.decode = histogram("vllm:request_decode_time_seconds", "Histogram of time spent in decode in seconds (first to last token).", requestLatencyBuckets)
+
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ttftlens_engine_aborted_requests_total", Help: "Requests whose client left before they finished.", ConstLabels: lbl,
+		}, func() float64 { return float64(m.aborted.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ttftlens_engine_tokens_after_client_left_total", Help: "Tokens generated after the request's client had left.", ConstLabels: lbl,
+		}, func() float64 { return float64(m.tokensAfterGone.Load()) }),
+	)
 	return m
 }
 
 func (m *metrics) finished(reason string) {
 	if c, ok := m.success[reason]; ok {
-		c.Add(1)
+		c.Inc()
 	}
 }
 
-// ServeHTTP writes the text exposition format (version 0.0.4).
-func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, _ = w.Write(m.appendText(nil))
-}
-
-func (m *metrics) appendText(b []byte) []byte {
-	lbl := `model_name="` + escapeLabel(m.model) + `"`
-	head := func(name, typ, help string) {
-		b = append(b, "# HELP "...)
-		b = append(b, name...)
-		b = append(b, ' ')
-		b = append(b, help...)
-		b = append(b, "\n# TYPE "...)
-		b = append(b, name...)
-		b = append(b, ' ')
-		b = append(b, typ...)
-		b = append(b, '\n')
-	}
-	sample := func(name, labels string, v float64) {
-		b = append(b, name...)
-		b = append(b, '{')
-		b = append(b, labels...)
-		b = append(b, "} "...)
-		b = strconv.AppendFloat(b, v, 'g', -1, 64)
-		b = append(b, '\n')
-	}
-	scalar := func(name, typ, help string, v float64) {
-		head(name, typ, help)
-		sample(name, lbl, v)
-	}
-	hist := func(name, help string, h *histogram) {
-		head(name, "histogram", help)
-		h.mu.Lock()
-		var cum uint64
-		for i, bound := range h.bounds {
-			cum += h.counts[i]
-			sample(name+"_bucket", lbl+`,le="`+strconv.FormatFloat(bound, 'g', -1, 64)+`"`, float64(cum))
-		}
-		cum += h.counts[len(h.bounds)]
-		sample(name+"_bucket", lbl+`,le="+Inf"`, float64(cum))
-		sample(name+"_sum", lbl, h.sum)
-		sample(name+"_count", lbl, float64(h.samples))
-		h.mu.Unlock()
-	}
-
-	scalar("vllm:num_requests_running", "gauge", "Number of requests in the running batch.", float64(m.running.Load()))
-	scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be scheduled.", float64(m.waiting.Load()))
-	kv := 0.0
-	if m.kvUsage != nil {
-		kv = m.kvUsage()
-	}
-	scalar("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv)
-	scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.", float64(m.preemptions.Load()))
-	scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(m.promptTokens.Load()))
-	scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(m.generationTokens.Load()))
-	scalar("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", float64(m.prefixQueries.Load()))
-	scalar("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", float64(m.prefixHits.Load()))
-
-	head("vllm:request_success_total", "counter", "Count of finished requests by finished reason.")
-	for _, r := range finishReasons {
-		sample("vllm:request_success_total", lbl+`,finished_reason="`+r+`"`, float64(m.success[r].Load()))
-	}
-
-	hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds (arrival to first token).", m.ttft)
-	hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl)
-	hist("vllm:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds (arrival to last token).", m.e2e)
-	hist("vllm:request_queue_time_seconds", "Histogram of time spent in the waiting queue in seconds.", m.queue)
-	hist("vllm:request_prefill_time_seconds", "Histogram of time spent in prefill in seconds (first scheduled to first token).", m.prefill)
-	hist("vllm:request_decode_time_seconds", "Histogram of time spent in decode in seconds (first to last token).", m.decode)
-
-	scalar("ttftlens_engine_aborted_requests_total", "counter", "Requests whose client left before they finished.", float64(m.aborted.Load()))
-	scalar("ttftlens_engine_tokens_after_client_left_total", "counter", "Tokens generated after the request's client had left.", float64(m.tokensAfterGone.Load()))
-	return b
-}
-
-func escapeLabel(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\':
-			out = append(out, `\\`...)
-		case '"':
-			out = append(out, `\"`...)
-		case '\n':
-			out = append(out, `\n`...)
-		default:
-			out = append(out, c)
-		}
-	}
-	return string(out)
+// handler serves the registry in the format the scraper asks for: the text
+// format by default, OpenMetrics when asked for (as vLLM's prometheus_client
+// serves it), or protobuf.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true, ErrorHandling: promhttp.ContinueOnError})
 }

@@ -180,7 +180,7 @@ func (s *scheduler) submit(r *request) {
 	}
 	s.incoming = append(s.incoming, r)
 	s.mu.Unlock()
-	s.met.waiting.Add(1)
+	s.met.waiting.Inc()
 	s.poke()
 }
 
@@ -281,8 +281,8 @@ func (s *scheduler) sweep() {
 	nr, nw := len(s.running), len(s.waiting)
 	s.running = drop(s.running)
 	s.waiting = drop(s.waiting)
-	s.met.running.Add(int64(len(s.running) - nr))
-	s.met.waiting.Add(int64(len(s.waiting) - nw))
+	s.met.running.Add(float64(len(s.running) - nr))
+	s.met.waiting.Add(float64(len(s.waiting) - nw))
 	s.updateKV()
 }
 
@@ -303,8 +303,8 @@ func (s *scheduler) shutdown() {
 		}
 		r.emit(-1, finishError, "engine shutting down", s.met)
 	}
-	s.met.running.Add(-int64(len(s.running)))
-	s.met.waiting.Add(-int64(len(s.waiting)))
+	s.met.running.Sub(float64(len(s.running)))
+	s.met.waiting.Sub(float64(len(s.waiting)))
 	s.running, s.waiting = nil, nil
 	s.updateKV()
 }
@@ -321,9 +321,9 @@ func (s *scheduler) preempt(r *request) {
 	r.mu.Lock()
 	r.truth.Preemptions++
 	r.mu.Unlock()
-	s.met.running.Add(-1)
-	s.met.waiting.Add(1)
-	s.met.preemptions.Add(1)
+	s.met.running.Dec()
+	s.met.waiting.Inc()
+	s.met.preemptions.Inc()
 }
 
 // step schedules and runs one model step. It reports false if nothing could
@@ -382,7 +382,7 @@ func (s *scheduler) step() bool {
 			if len(s.running) == 0 && len(s.entries) == 0 && s.pool.Free() == s.pool.Total() {
 				// Cannot ever fit: fail it rather than wait forever.
 				s.waiting = slices.Delete(s.waiting, i, i+1)
-				s.met.waiting.Add(-1)
+				s.met.waiting.Dec()
 				r.emit(-1, finishError, "prompt does not fit in the KV cache", s.met)
 				continue
 			}
@@ -390,8 +390,8 @@ func (s *scheduler) step() bool {
 		}
 		s.waiting = slices.Delete(s.waiting, i, i+1)
 		s.running = append(s.running, r)
-		s.met.waiting.Add(-1)
-		s.met.running.Add(1)
+		s.met.waiting.Dec()
+		s.met.running.Inc()
 		r.kv = kv
 		r.computed = cached
 		r.publish = true
@@ -400,8 +400,8 @@ func (s *scheduler) step() bool {
 			r.mu.Lock()
 			r.truth.CachedTokens = cached
 			r.mu.Unlock()
-			s.met.prefixQueries.Add(int64(len(r.tokens)))
-			s.met.prefixHits.Add(int64(cached))
+			s.met.prefixQueries.Add(float64(len(r.tokens)))
+			s.met.prefixHits.Add(float64(cached))
 		}
 		add(r, min(need, budget))
 	}
@@ -416,7 +416,6 @@ func (s *scheduler) step() bool {
 	st := s.m.Step(s.entries)
 	t1 := time.Now()
 	s.steps.Add(1)
-	s.met.iterationTokens.Add(int64(st.Tokens))
 
 	for i, r := range s.batch {
 		n := len(s.entries[i].Tokens)
@@ -453,12 +452,12 @@ func (s *scheduler) step() bool {
 			r.truth.FirstTokenAt = now
 			r.truth.FirstSched = r.firstSched
 			r.mu.Unlock()
-			s.met.promptTokens.Add(int64(len(r.prompt)))
+			s.met.promptTokens.Add(float64(len(r.prompt)))
 		} else {
-			s.met.itl.observe(now.Sub(r.lastTokenAt).Seconds())
+			s.met.itl.Observe(now.Sub(r.lastTokenAt).Seconds())
 		}
 		r.lastTokenAt = now
-		s.met.generationTokens.Add(1)
+		s.met.generationTokens.Inc()
 		finish := ""
 		switch {
 		case tok == s.eos && !r.ignoreEOS:
@@ -477,7 +476,7 @@ func (s *scheduler) step() bool {
 		r.kv = nil
 		j := slices.Index(s.running, r)
 		s.running = slices.Delete(s.running, j, j+1)
-		s.met.running.Add(-1)
+		s.met.running.Dec()
 		r.emit(tok, finish, "", s.met)
 	}
 	clear(s.entries) // drop references to sequences and buffers

@@ -54,17 +54,18 @@ func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Errorf("took %v", time.Since(start))
 	}
-	var m strings.Builder
-	r, _ := e.client.Get(e.ts.URL + "/metrics")
-	io.Copy(&m, r.Body)
-	r.Body.Close()
-	for _, want := range []string{
-		`vllm:request_success_total{model_name="ttftlens-ref",finished_reason="abort"} 1`,
-		`ttftlens_engine_aborted_requests_total{model_name="ttftlens-ref"} 1`,
-		`vllm:num_requests_running{model_name="ttftlens-ref"} 0`,
+	x := scrape(t, e)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"vllm:request_success_total", []string{"finished_reason", "abort"}, 1},
+		{"ttftlens_engine_aborted_requests_total", nil, 1},
+		{"vllm:num_requests_running", nil, 0},
 	} {
-		if !strings.Contains(m.String(), want) {
-			t.Errorf("metrics lack %q", want)
+		if got := x.value(t, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 }
@@ -86,8 +87,8 @@ func TestAbortWhileQueued(t *testing.T) {
 	if tr.FinishReason != "abort" || tr.Queue != 0 {
 		t.Errorf("truth %+v", tr)
 	}
-	if !eventually(t, 2*time.Second, func() bool { return e.met.waiting.Load() == 0 }) {
-		t.Errorf("waiting gauge %d", e.met.waiting.Load())
+	if !eventually(t, 2*time.Second, func() bool { return scrape(t, e).value(t, "vllm:num_requests_waiting") == 0 }) {
+		t.Errorf("waiting gauge %v", scrape(t, e).value(t, "vllm:num_requests_waiting"))
 	}
 }
 
@@ -137,7 +138,8 @@ func TestPreemptionCompletesAll(t *testing.T) {
 		wg.Go(func() { got[i], _ = complete(t, e, prompts[i], maxTokens, "par-"+itoa(i)) })
 	}
 	wg.Wait()
-	if e.met.preemptions.Load() == 0 {
+	preemptions := scrape(t, e).value(t, "vllm:num_preemptions_total")
+	if preemptions == 0 {
 		t.Fatal("no preemption happened; the test does not test anything")
 	}
 	preempted := 0
@@ -152,7 +154,7 @@ func TestPreemptionCompletesAll(t *testing.T) {
 		free, total := e.KVBlocks()
 		t.Errorf("%d of %d blocks free after all requests", free, total)
 	}
-	t.Logf("preemptions: %d (metric %d)", preempted, e.met.preemptions.Load())
+	t.Logf("preemptions: %d (metric %v)", preempted, preemptions)
 }
 
 func TestPrefixCacheHit(t *testing.T) {

@@ -92,20 +92,13 @@ func New(cfg Config) (*Server, error) {
 		m:       m,
 		tok:     tok,
 		pool:    m.NewBlockPool(cfg.KVBlocks),
-		met:     newMetrics(cfg.ModelName),
 		truth:   newTruthStore(cfg.TruthCapacity),
 		media:   newMediaFetcher(cfg.MediaTimeout, cfg.MediaMaxBytes),
 		created: time.Now().Unix(),
 		closing: make(chan struct{}),
 	}
+	s.met = newMetrics(cfg.ModelName, s.kvUsage)
 	s.sched = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met)
-	s.met.kvUsage = func() float64 {
-		total := s.pool.Total()
-		if total == 0 {
-			return 0
-		}
-		return 1 - float64(s.sched.kvFree.Load())/float64(total)
-	}
 	s.toks = newTokenizerPool(tok, cfg.TokenizerWorkers)
 	s.wg.Go(s.sched.run)
 
@@ -114,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.track(w, r, false) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
-	s.mux.Handle("GET /metrics", s.met)
+	s.mux.Handle("GET /metrics", s.met.handler())
 	return s, nil
 }
 
@@ -210,6 +203,16 @@ func (s *Server) Counters() (aborted, tokensAfterClientLeft int64) {
 // scheduler step.
 func (s *Server) KVBlocks() (free, total int) {
 	return int(s.sched.kvFree.Load()), s.pool.Total()
+}
+
+// kvUsage is the fraction of KV blocks in use as of the last scheduler step
+// (vllm:kv_cache_usage_perc).
+func (s *Server) kvUsage() float64 {
+	free, total := s.KVBlocks()
+	if total == 0 {
+		return 0
+	}
+	return 1 - float64(free)/float64(total)
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
