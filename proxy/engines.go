@@ -3,51 +3,139 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ttftlens/ttftlens/proxy/signals"
 )
 
 // EngineAuto asks the proxy to identify each upstream's engine from what it
-// serves (its headers and /v1/models), once, when it is first used.
+// serves (its headers and /v1/models) when it is first used, retrying until
+// the upstream answers.
 const EngineAuto = "auto"
 
 // engineKind is an upstream's engine kind, set once known.
 type engineKind struct {
 	v atomic.Pointer[string]
+	// wake, while identification waits to retry, lets a request for the
+	// upstream cut the wait short: a request is a good sign it is up.
+	wake atomic.Pointer[chan struct{}]
 }
 
 func (k *engineKind) get() string {
 	if p := k.v.Load(); p != nil {
 		return *p
 	}
-	return signals.KindGeneric // until detected: the OpenAI fields, no engine timing
+	if w := k.wake.Load(); w != nil {
+		select {
+		case *w <- struct{}{}:
+		default:
+		}
+	}
+	return signals.KindGeneric // until identified: the OpenAI fields, no engine timing
 }
 
 func (k *engineKind) set(kind string) { k.v.Store(&kind) }
 
-// detectEngine asks the upstream what it is (GET /v1/models, bounded) and
-// records the kind; "generic" when it cannot tell. It runs once per
-// upstream, in the background, so no request waits for it.
+// retrySchedule is how identification retries an upstream that did not
+// answer: after first, doubling up to max, or sooner when a request comes
+// for the upstream, but never within min of the last attempt.
+type retrySchedule struct{ min, first, max time.Duration }
+
+var detectRetry = retrySchedule{min: 250 * time.Millisecond, first: time.Second, max: 30 * time.Second}
+
+// detectEngine identifies the engine behind u (see identify) in the
+// background, so no request waits for it, until it is known or the proxy
+// stops.
 func (p *Proxy) detectEngine(u *Upstream, baseURL string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	kind := signals.KindGeneric
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/v1/models", nil)
-	if err == nil {
-		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		if resp, err := client.Do(req); err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			h := func(name string) []byte { return []byte(resp.Header.Get(name)) }
-			kind = signals.Detect(h, body, []byte(resp.Header.Get("Server")))
+	p.identify(p.stopCtx, u, baseURL, detectRetry)
+}
+
+// identify asks the upstream what it is (GET /v1/models, bounded) and
+// records the kind. An upstream it cannot reach, or that answers 5xx without
+// saying what it is (still loading, or a balancer with nothing behind it),
+// is not settled as generic: identify logs that, once as a warning (and
+// again only if the problem changes; each retry at debug level), and tries
+// again on retry's schedule until it gets an answer or ctx ends. An
+// upstream that answers but cannot be told apart is generic.
+func (p *Proxy) identify(ctx context.Context, u *Upstream, baseURL string, retry retrySchedule) {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	defer client.CloseIdleConnections()
+	wake := make(chan struct{}, 1)
+	u.kind.wake.Store(&wake)
+	defer u.kind.wake.Store(nil)
+	wait, lastProblem := retry.first, ""
+	for attempt := 1; ; attempt++ {
+		kind, problem, err := askEngine(ctx, client, baseURL)
+		if ctx.Err() != nil {
+			return // stopped
 		}
+		if problem == "" {
+			u.kind.set(kind)
+			e := p.log.Info().Str("upstream", u.Name).Str("engine", kind)
+			if attempt > 1 {
+				e = e.Int("attempts", attempt)
+			}
+			e.Msg("engine identified")
+			return
+		}
+		level := zerolog.DebugLevel
+		if problem != lastProblem {
+			level = zerolog.WarnLevel
+		}
+		lastProblem = problem
+		p.log.WithLevel(level).Str("upstream", u.Name).Err(err).Int("attempt", attempt).
+			Str("retry_in", wait.String()).Msg("engine not identified: " + problem + ", will retry")
+		if !sleepFor(ctx, retry.min, nil) || !sleepFor(ctx, wait-retry.min, wake) {
+			return
+		}
+		wait = min(2*wait, retry.max)
 	}
-	u.kind.set(kind)
-	p.log.Info().Str("upstream", u.Name).Str("engine", kind).Msg("engine identified")
+}
+
+// askEngine makes one identification attempt: the kind, or the problem
+// ("upstream unreachable", "upstream not ready") that calls for a retry,
+// with its error.
+func askEngine(ctx context.Context, client *http.Client, baseURL string) (kind, problem string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/v1/models", nil)
+	if err != nil {
+		return signals.KindGeneric, "", nil // a URL NewUpstream took; cannot happen
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", "upstream unreachable", err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	h := func(name string) []byte { return []byte(resp.Header.Get(name)) }
+	kind = signals.Detect(h, body, []byte(resp.Header.Get("Server")))
+	if kind == signals.KindGeneric && resp.StatusCode >= 500 {
+		return "", "upstream not ready", fmt.Errorf("GET %s/v1/models: status %d", baseURL, resp.StatusCode)
+	}
+	return kind, "", nil
+}
+
+// sleepFor waits d, or less when wake fires; false when ctx ended first.
+func sleepFor(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
 }
 
 var (

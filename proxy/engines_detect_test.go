@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/proxy/signals"
+)
+
+// logLines is a zerolog writer that keeps the lines for a test to read
+// while the proxy writes from its own goroutines.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// all returns every line so far, decoded.
+func (l *logLines) all(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// with returns the lines whose message is msg.
+func (l *logLines) with(t *testing.T, msg string) []map[string]any {
+	var out []map[string]any
+	for _, m := range l.all(t) {
+		if m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitFor waits until n lines say msg, doing poke (if any) between looks.
+func (l *logLines) waitFor(t *testing.T, msg string, n int, poke func()) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := l.with(t, msg); len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d lines %q within 10s; log: %v", n, msg, l.all(t))
+		}
+		if poke != nil {
+			poke()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on (yet).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// serveAt starts an HTTP server on addr (the upstream coming up).
+func serveAt(t *testing.T, addr string, h http.Handler) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the reserved port was taken meanwhile: %v", err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+const vllmModels = `{"object":"list","data":[{"id":"m","object":"model","owned_by":"vllm"}]}`
+
+const (
+	msgNotUnreachable = "engine not identified: upstream unreachable, will retry"
+	msgNotReady       = "engine not identified: upstream not ready, will retry"
+	msgIdentified     = "engine identified"
+)
+
+// TestIdentifyRetries drives identification directly, with no timer in the
+// way (the retry waits an hour unless a request nudges it): an upstream
+// that refuses connections is logged as unreachable, once as a warning;
+// the retry a request asks for fails quietly (debug); a 503 without an
+// engine's mark is "not ready", a new warning; the answer that finally
+// comes names the engine, and only then is the kind set.
+func TestIdentifyRetries(t *testing.T) {
+	addr := closedAddr(t)
+	logs := &logLines{}
+	p := &Proxy{log: zerolog.New(logs)}
+	u, err := NewUpstream("http://"+addr, "up", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.identify(ctx, u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
+	}()
+
+	warn := logs.waitFor(t, msgNotUnreachable, 1, nil)[0]
+	if warn["level"] != "warn" || warn["upstream"] != "up" || warn["attempt"] != 1.0 || warn["retry_in"] != "1h0m0s" ||
+		!strings.Contains(warn["error"].(string), "connection refused") || len(warn) != 6 {
+		t.Errorf("first failure: %v", warn)
+	}
+	nudge := func() {
+		if k := u.kind.get(); k != signals.KindGeneric { // what a request does
+			t.Errorf("kind %q before identification", k)
+		}
+	}
+	again := logs.waitFor(t, msgNotUnreachable, 2, nudge)[1]
+	if again["level"] != "debug" || again["attempt"] != 2.0 {
+		t.Errorf("second failure: %v", again)
+	}
+
+	var ready atomic.Bool
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, vllmModels)
+	}))
+	notReady := logs.waitFor(t, msgNotReady, 1, nudge)[0]
+	if notReady["level"] != "warn" || notReady["error"] != "GET http://"+addr+"/v1/models: status 503" {
+		t.Errorf("not ready: %v", notReady)
+	}
+	if u.kind.v.Load() != nil {
+		t.Fatal("kind settled before the upstream answered")
+	}
+
+	ready.Store(true)
+	ok := logs.waitFor(t, msgIdentified, 1, nudge)[0]
+	<-done
+	if ok["level"] != "info" || ok["upstream"] != "up" || ok["engine"] != signals.KindVLLM || ok["attempts"] == nil || len(ok) != 5 {
+		t.Errorf("identified: %v", ok)
+	}
+	if k := u.kind.get(); k != signals.KindVLLM {
+		t.Errorf("kind %q", k)
+	}
+	if got := logs.with(t, msgIdentified); len(got) != 1 {
+		t.Errorf("identified %d times", len(got))
+	}
+	if u.kind.wake.Load() != nil {
+		t.Error("a finished identification still takes nudges")
+	}
+}
+
+// TestIdentifyStopsWithProxy: identification of an upstream that never
+// comes up ends when ctx does (the proxy's Shutdown), quietly.
+func TestIdentifyStopsWithProxy(t *testing.T) {
+	addr := closedAddr(t)
+	logs := &logLines{}
+	p := &Proxy{log: zerolog.New(logs)}
+	u, _ := NewUpstream("http://"+addr, "up", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.identify(ctx, u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
+	}()
+	logs.waitFor(t, msgNotUnreachable, 1, nil)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("identification outlived its context")
+	}
+	if got := logs.with(t, msgIdentified); len(got) != 0 {
+		t.Errorf("identified an upstream that never answered: %v", got)
+	}
+}
+
+// TestIdentifyReachableButUnknown: an upstream that answers without an
+// engine's mark is generic, at once (no retries): it was reached.
+func TestIdentifyReachableButUnknown(t *testing.T) {
+	addr := closedAddr(t)
+	serveAt(t, addr, http.NotFoundHandler())
+	logs := &logLines{}
+	p := &Proxy{log: zerolog.New(logs)}
+	u, _ := NewUpstream("http://"+addr, "up", nil)
+	p.identify(context.Background(), u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
+	got := logs.all(t)
+	if len(got) != 1 || got[0]["message"] != msgIdentified || got[0]["engine"] != signals.KindGeneric || got[0]["attempts"] != nil {
+		t.Errorf("log %v", got)
+	}
+}
+
+// TestAutoEngineUpstreamComesUp is the whole path without --config: the
+// proxy with --engine auto in front of an upstream that refuses at first.
+// The first request fails and the log says the engine is not identified
+// (not "generic"); when the upstream comes up, requests nudge the retry,
+// the log names vLLM, and from then on the proxy treats it as vLLM (it asks
+// a stream for its usage, which only the vLLM reader does).
+func TestAutoEngineUpstreamComesUp(t *testing.T) {
+	addr := closedAddr(t)
+	logs := &logLines{}
+	proxyAddr := startProxyLogged(t, "http://"+addr, zerolog.New(logs).Level(zerolog.InfoLevel), func(c *Config) {
+		c.Engine = EngineAuto
+		c.UpstreamName = "engine"
+	})
+	resp, _, err := post(t, proxyAddr, chatBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode < 500 {
+		t.Fatalf("status %d from a refusing upstream", resp.StatusCode)
+	}
+	logs.waitFor(t, msgNotUnreachable, 1, nil)
+	if got := logs.with(t, msgIdentified); len(got) != 0 {
+		t.Fatalf("identified a refusing upstream: %v", got)
+	}
+
+	bodies := make(chan string, 1000)
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, vllmModels)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\n"+"data: [DONE]\n\n")
+	}))
+	request := func() {
+		if resp, _, err := post(t, proxyAddr, chatBody); err != nil || resp.StatusCode != 200 {
+			t.Errorf("request after the upstream came up: %v %v", resp.StatusCode, err)
+		}
+	}
+	ok := logs.waitFor(t, msgIdentified, 1, request)[0]
+	if ok["engine"] != signals.KindVLLM || ok["upstream"] != "engine" {
+		t.Errorf("identified: %v", ok)
+	}
+	for len(bodies) > 0 {
+		<-bodies
+	}
+	request()
+	if b := <-bodies; !strings.Contains(b, `"include_usage":true`) {
+		t.Errorf("identified as vLLM but the stream was not asked for usage: %s", b)
+	}
+	if got := logs.with(t, msgNotUnreachable); len(got) != 1 {
+		t.Errorf("%d warnings for one outage (info level): %v", len(got), got)
+	}
+}
+
+// startProxyLogged is startProxy with the proxy's operational log going to
+// log.
+func startProxyLogged(t *testing.T, upstreamURL string, log zerolog.Logger, mod func(*Config)) string {
+	t.Helper()
+	cfg := Config{Upstream: upstreamURL}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg, newCaptureSink(t), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		<-done
+	})
+	return ln.Addr().String()
+}
