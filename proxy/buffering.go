@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"time"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
@@ -16,24 +15,22 @@ import (
 )
 
 // Thresholds for telling a stream that was held back upstream from one that
-// arrived as it was generated (DESIGN §7). A decoder emits one event per
-// step, and no engine steps a single sequence faster than about 1 ms; events
-// that were buffered arrive back to back, microseconds apart, in one read.
+// arrived as it was generated (DESIGN §7). A decoder writes each event as it
+// is sampled, so the proxy reads each in a read of its own, however fast
+// the engine; events that were held back arrive together, many in one read.
+// (Timing thresholds cannot tell the two apart: a small model on a CPU
+// decodes in well under a millisecond per token.)
 const (
 	// burstMinEvents: fewer content events say nothing about their arrival.
 	burstMinEvents = 8
-	// burstGap: an inter-token gap below this is a back-to-back read, not a
-	// decode step.
-	burstGap = 500 * time.Microsecond
-	// A stream is a burst when at least 90% of its gaps are back to back
-	// (the p90 gap is below burstGap).
-
+	// burstShare: a stream is a burst when at least this share of its
+	// content events arrived in one read with the one before.
+	burstShare = 0.9
 	// lateFirstShare: the first token arrived after this share of the
 	// upstream window (request sent to last token) ...
 	lateFirstShare = 0.9
-	// ... and the tokens after it came back to back (the median gap, so one
-	// scheduling hiccup does not hide it).
-	lateFirstGap = burstGap
+	// ... and at least this share of the content after it arrived together.
+	lateFirstTogether = 0.5
 )
 
 // shapeBuffering reads the signs of buffering in a response's headers.
@@ -52,21 +49,21 @@ func shapeBuffering(h *fasthttp.ResponseHeader, streaming bool) record.Buffering
 	return b
 }
 
-// arrivalBuffering reads the signs of buffering in when content arrived.
+// arrivalBuffering reads the signs of buffering in how content arrived.
 func arrivalBuffering(tl *stages.Timeline, s *stages.Stream) record.Buffering {
 	if s.ContentEvents < burstMinEvents {
 		return 0
 	}
 	var b record.Buffering
-	g := s.Gaps()
-	if g.P90 < burstGap {
+	together := float64(s.Together) / float64(s.ContentEvents-1)
+	if together >= burstShare {
 		b |= record.BufferedBurst
 	}
 	sent, _ := tl.At(stages.UpstreamSent)
 	first, _ := tl.At(stages.FirstToken)
 	last, _ := tl.At(stages.LastToken)
 	window := last - sent
-	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && g.P50 < lateFirstGap {
+	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && together >= lateFirstTogether {
 		b |= record.BufferedLateFirst
 	}
 	return b

@@ -41,6 +41,12 @@ func TestBufferingDetected(t *testing.T) {
 		want   record.Buffering
 	}{
 		{"natural stream", func(c *upConn) { c.stream(20, 3*time.Millisecond) }, chatBody, 0},
+		// A small model decodes faster than any timing threshold could
+		// assume, here after a long queue: still one event per read.
+		{"fast decode after a long wait", func(c *upConn) {
+			time.Sleep(150 * time.Millisecond)
+			c.stream(20, 200*time.Microsecond)
+		}, chatBody, 0},
 		{"burst", burst, chatBody, record.BufferedBurst | record.BufferedLateFirst},
 		{"not an event stream", func(c *upConn) {
 			c.whole(200, "application/json", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
@@ -133,14 +139,21 @@ func TestEngineBufferedFault(t *testing.T) {
 	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":24,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
 	for _, tc := range []struct {
 		fault string
-		burst bool
-	}{{"", false}, {"buffered", true}} {
+		want  record.Buffering
+	}{
+		{"", 0},
+		{"buffered", record.BufferedBurst | record.BufferedLateFirst},
+		// The engine decodes faster than 1 ms a token after a long queue:
+		// a user saw this flagged when the detector went by gaps.
+		{"queue_delay=150ms", 0},
+	} {
 		if _, _, err := post(t, addr, body, "X-Ttftlens-Fault", tc.fault); err != nil {
 			t.Fatal(err)
 		}
 		r := sink.next(t)
-		if got := r.Buffering&record.BufferedBurst != 0; got != tc.burst {
-			t.Errorf("fault %q: buffering %v, want burst=%v (gaps %+v, content events %d)", tc.fault, r.Buffering.Kinds(), tc.burst, r.gaps, r.Stream.ContentEvents)
+		if r.Buffering != tc.want {
+			t.Errorf("fault %q: buffering %v, want %v (gaps %+v, content events %d, together %d)",
+				tc.fault, r.Buffering.Kinds(), tc.want.Kinds(), r.gaps, r.Stream.ContentEvents, r.Stream.Together)
 		}
 	}
 }

@@ -72,10 +72,13 @@ type exchange struct {
 	outParsed  time.Duration // when it was parsed
 	outContent bool          // it carries generated content
 	handedOut  bool          // the last Read returned bytes
-	lastReturn time.Duration // when the last Read returned
-	readErr    error         // the error Read returned, if any
-	done       bool          // the record was emitted
-	streaming  bool          // handed to fasthttp as the response body
+	// contentReads is the upstream read count when the last content event
+	// was parsed: unchanged at the next one means both came in one read.
+	contentReads uint64
+	lastReturn   time.Duration // when the last Read returned
+	readErr      error         // the error Read returned, if any
+	done         bool          // the record was emitted
+	streaming    bool          // handed to fasthttp as the response body
 
 	// The client asked for its own breakdown (and its key may have it);
 	// respHeader receives its Server-Timing trailer (set when the stream
@@ -310,6 +313,12 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 		x.rec.TokensOut, x.rec.TokensIn = s.CompletionTokens, s.PromptTokens
 	}
 	if s.Content {
+		if reads, ok := x.body.readCount(); ok {
+			if x.rec.Stream.ContentEvents > 0 && reads == x.contentReads {
+				x.rec.Stream.Together++
+			}
+			x.contentReads = reads
+		}
 		tl := &x.rec.Timeline
 		tl.Mark(stages.FirstToken)
 		tl.MarkAt(stages.LastToken, now)
@@ -536,6 +545,7 @@ func (x *exchange) reset() {
 	x.scan.Reset(nil)
 	x.cw, x.gone = nil, nil
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done, x.streaming = nil, 0, false, false, 0, nil, false, false
+	x.contentReads = 0
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil

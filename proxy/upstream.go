@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -53,13 +54,22 @@ func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error)
 	if name == "" {
 		name = u.Host
 	}
+	if dial == nil {
+		dial = fasthttp.Dial // HostClient's own default
+	}
 	up := &Upstream{
 		Name: name,
 		Addr: addr,
 		hc: &fasthttp.HostClient{
 			Addr:  addr,
 			IsTLS: u.Scheme == "https",
-			Dial:  dial,
+			Dial: func(addr string) (net.Conn, error) {
+				c, err := dial(addr)
+				if err != nil {
+					return nil, err
+				}
+				return &countingConn{Conn: c}, nil
+			},
 			// Each in-flight stream pins one connection for its whole life.
 			MaxConns:           8192,
 			MaxConnWaitTimeout: 2 * time.Second,
@@ -180,6 +190,35 @@ func isClosedBeforeResponse(err error) bool {
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
+// countingConn counts the reads that returned bytes, so the relay can tell
+// events that arrived together in one read (held back upstream and released
+// at once) from events that each needed a read of their own (DESIGN §7).
+// Only the goroutine using the connection reads or touches reads.
+type countingConn struct {
+	net.Conn
+	reads uint64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.reads++
+	}
+	return n, err
+}
+
+// readCounter returns the read count of a dialed upstream connection (under
+// TLS, of the socket beneath it), or nil.
+func readCounter(conn net.Conn) *uint64 {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	if c, ok := conn.(*countingConn); ok {
+		return &c.reads
+	}
+	return nil
+}
+
 // upstreamBody is a streamed upstream response body. Read and close run on
 // the request's goroutine only; a concurrent abort closes the connection,
 // which makes a blocked Read return. It mirrors fasthttp's clientStreamBody.
@@ -191,12 +230,13 @@ type upstreamBody struct {
 	resp    *fasthttp.Response
 	ab      *control
 	r       io.Reader
+	reads   *uint64 // the connection's read count; nil when not counted
 	eof     bool
 	open    bool
 }
 
 func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, br *bufio.Reader, resp *fasthttp.Response, ab *control) {
-	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), open: true}
+	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), reads: readCounter(conn), open: true}
 	if b.r == nil {
 		b.eof = true
 	}
@@ -212,6 +252,15 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		b.eof = true
 	}
 	return n, err
+}
+
+// readCount returns how many reads of the connection returned bytes so far;
+// ok is false when the connection is not counted.
+func (b *upstreamBody) readCount() (n uint64, ok bool) {
+	if b.reads == nil {
+		return 0, false
+	}
+	return *b.reads, true
 }
 
 // close releases the body. The connection goes back to the pool only when

@@ -25,6 +25,10 @@ type Stream struct {
 	// MaxResidency is the longest time an event spent inside the proxy,
 	// parsed to flushed.
 	MaxResidency time.Duration
+	// Together counts content events that arrived in the same upstream
+	// read as the content event before them: held back and released at
+	// once, not generated one by one (DESIGN §7). Set by the relay.
+	Together int
 
 	gaps    []time.Duration
 	resid   []time.Duration
