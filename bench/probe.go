@@ -461,10 +461,11 @@ func (p *probe) do(ctx context.Context, seq int, due time.Duration) {
 	}
 	r.Status = resp.StatusCode
 	if resp.StatusCode/100 != 2 {
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		r.E2E = p.now() - due
-		r.End = fmt.Sprintf("http_%d", resp.StatusCode)
+		r.End, r.Err = fmt.Sprintf("http_%d", resp.StatusCode), httpError(resp.StatusCode, head)
 		p.finish(r)
 		return
 	}
@@ -475,6 +476,34 @@ func (p *probe) do(ctx context.Context, seq int, due time.Duration) {
 	}
 	resp.Body.Close()
 	p.finish(r)
+}
+
+// httpError is the error text of a non-2xx response: its status and the
+// message of an OpenAI-style error body ({"error": {"message": ...}} or
+// {"error": "..."}), else the body's first line.
+func httpError(status int, body []byte) string {
+	text := fmt.Sprintf("HTTP %d", status)
+	if st := http.StatusText(status); st != "" {
+		text += " " + st
+	}
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	msg := ""
+	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 {
+		var obj struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Error, &msg) != nil && json.Unmarshal(e.Error, &obj) == nil {
+			msg = obj.Message
+		}
+	} else {
+		msg, _, _ = strings.Cut(string(bytes.TrimSpace(body)), "\n")
+	}
+	if msg = strings.TrimSpace(msg); msg != "" {
+		text += ": " + msg
+	}
+	return text
 }
 
 // clientEnd names a failure: "timeout" when our own deadline cut it.

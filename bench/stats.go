@@ -3,7 +3,9 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -71,9 +73,19 @@ type Summary struct {
 	Elapsed            time.Duration
 	RequestsPerSec     float64
 	OutputTokensPerSec float64
-	TTFT               struct{ P50, P90, P99 time.Duration }
-	ITL                struct{ P50, P99 time.Duration }
-	E2E                struct{ P50, P99 time.Duration }
+	// TTFT is over the WithTTFT requests that got a first token, ITL over
+	// the Gaps inter-token gaps seen; with none, their percentiles are
+	// zero and mean nothing (shown as n/a).
+	TTFT     struct{ P50, P90, P99 time.Duration }
+	ITL      struct{ P50, P99 time.Duration }
+	E2E      struct{ P50, P99 time.Duration }
+	WithTTFT int
+	Gaps     int
+	// TopErrors are the most common error texts of the failed requests
+	// (at most MaxTopErrors, most frequent first); ErrorKinds is how many
+	// different texts there were in all.
+	TopErrors  []ErrorCount
+	ErrorKinds int
 	// MaxLag is the latest any request started after it was due (open loop).
 	MaxLag time.Duration
 	// EndReasons come from the joined records; requests without one are
@@ -87,12 +99,50 @@ type Summary struct {
 	Breakdown *Breakdown // nil when no joined request had a first token
 }
 
+// ErrorCount is how many failed requests ended with one error text.
+type ErrorCount struct {
+	Text string `json:"error"`
+	N    int    `json:"count"`
+}
+
+// MaxTopErrors is how many error texts a Summary keeps.
+const MaxTopErrors = 3
+
+// localPort matches the ephemeral local port of a connection in an error
+// text ("read tcp 127.0.0.1:53412->127.0.0.1:8080: ..."), which would
+// otherwise make every request's error text different.
+var localPort = regexp.MustCompile(`:\d+->`)
+
+// ErrorText is the text a failed result is counted under: its error, or a
+// description of how it ended when there is no error text.
+func (r *Result) ErrorText() string {
+	text := r.Err
+	switch {
+	case text != "":
+		text = localPort.ReplaceAllString(text, ":*->")
+	case r.End == "cut":
+		text = "the stream ended without [DONE] or a finish_reason"
+	case r.End == "timeout":
+		text = "no complete response within --timeout"
+	case strings.HasPrefix(r.End, "http_"):
+		text = "HTTP " + strings.TrimPrefix(r.End, "http_")
+	default:
+		text = r.End
+	}
+	return text
+}
+
+// AllFailed reports a run in which requests were measured and none got a
+// complete response.
+func (s *Summary) AllFailed() bool { return s.Requests > 0 && s.Errors == s.Requests }
+
 // Summarize computes the figures of a run.
 func Summarize(run *Run) Summary {
 	s := Summary{Elapsed: run.Elapsed, JoinNote: run.JoinNote}
 	var ttft, itl, e2e []time.Duration
 	tokens := 0
 	counts := map[[2]string]int{}
+	errTexts := map[string]int{}
 	var joined []*Result
 	for i := range run.Results {
 		r := &run.Results[i]
@@ -102,6 +152,7 @@ func Summarize(run *Run) Summary {
 		s.Requests++
 		if !r.OK() {
 			s.Errors++
+			errTexts[r.ErrorText()]++
 		}
 		if r.HasTTFT {
 			ttft = append(ttft, r.TTFT)
@@ -122,6 +173,7 @@ func Summarize(run *Run) Summary {
 		s.RequestsPerSec = float64(s.Requests) / s.Elapsed.Seconds()
 		s.OutputTokensPerSec = float64(tokens) / s.Elapsed.Seconds()
 	}
+	s.WithTTFT, s.Gaps = len(ttft), len(itl)
 	ttft, itl, e2e = sortedCopy(ttft), sortedCopy(itl), sortedCopy(e2e)
 	s.TTFT.P50, s.TTFT.P90, s.TTFT.P99 = Percentile(ttft, .5), Percentile(ttft, .9), Percentile(ttft, .99)
 	s.ITL.P50, s.ITL.P99 = Percentile(itl, .5), Percentile(itl, .99)
@@ -133,6 +185,14 @@ func Summarize(run *Run) Summary {
 		return cmp.Or(b.N-a.N, cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Detail, b.Detail))
 	})
 	s.Breakdown = breakdown(joined)
+	s.ErrorKinds = len(errTexts)
+	for text, n := range errTexts {
+		s.TopErrors = append(s.TopErrors, ErrorCount{Text: text, N: n})
+	}
+	slices.SortFunc(s.TopErrors, func(a, b ErrorCount) int { return cmp.Or(b.N-a.N, cmp.Compare(a.Text, b.Text)) })
+	if len(s.TopErrors) > MaxTopErrors {
+		s.TopErrors = s.TopErrors[:MaxTopErrors]
+	}
 	return s
 }
 

@@ -53,12 +53,21 @@ func (s *Summary) WriteText(w io.Writer, heading string) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if s.writeErrors(w, "") {
+		fmt.Fprintln(w)
+	}
+	ttft, itl, e2e := s.WithTTFT > 0, s.Gaps > 0, s.Requests > 0
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "ms\tp50\tp90\tp99\t\n")
-	fmt.Fprintf(tw, "client TTFT\t%s\t%s\t%s\t\n", fmtMS(s.TTFT.P50), fmtMS(s.TTFT.P90), fmtMS(s.TTFT.P99))
-	fmt.Fprintf(tw, "inter-token latency\t%s\t\t%s\t\n", fmtMS(s.ITL.P50), fmtMS(s.ITL.P99))
-	fmt.Fprintf(tw, "time to completion\t%s\t\t%s\t\n", fmtMS(s.E2E.P50), fmtMS(s.E2E.P99))
+	fmt.Fprintf(tw, "client TTFT\t%s\t%s\t%s\t\n", msOrNA(s.TTFT.P50, ttft), msOrNA(s.TTFT.P90, ttft), msOrNA(s.TTFT.P99, ttft))
+	fmt.Fprintf(tw, "inter-token latency\t%s\t\t%s\t\n", msOrNA(s.ITL.P50, itl), msOrNA(s.ITL.P99, itl))
+	fmt.Fprintf(tw, "time to completion\t%s\t\t%s\t\n", msOrNA(s.E2E.P50, e2e), msOrNA(s.E2E.P99, e2e))
 	tw.Flush()
+	if !ttft && s.Requests > 0 {
+		fmt.Fprintf(w, "(no request got a first token: TTFT and inter-token latency are n/a)\n")
+	} else if !itl && s.Requests > 0 {
+		fmt.Fprintf(w, "(no request got a second token: inter-token latency is n/a)\n")
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "end reasons:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -73,14 +82,60 @@ func (s *Summary) WriteText(w io.Writer, heading string) {
 	}
 	b := s.Breakdown
 	if b == nil {
-		fmt.Fprintf(w, "stage breakdown: %d records joined, none with a first token on both sides\n", s.Joined)
+		fmt.Fprintf(w, "stage breakdown: %s joined, none with a first token on both sides\n", plural(s.Joined, "record", "records"))
 		return
 	}
-	fmt.Fprintf(w, "TTFT breakdown (%d of %d requests joined with the proxy's record; outside = client TTFT - proxy TTFT):\n", s.Joined, s.Requests)
+	fmt.Fprintf(w, "TTFT breakdown (%d of %s joined with the proxy's record; outside = client TTFT - proxy TTFT):\n", s.Joined, plural(s.Requests, "request", "requests"))
 	b.WriteText(w)
 	if b.Buffered > 0 {
-		fmt.Fprintf(w, "%d requests were flagged as buffered upstream of the proxy\n", b.Buffered)
+		fmt.Fprintf(w, "%s flagged as buffered upstream of the proxy\n", plural(b.Buffered, "request was", "requests were"))
 	}
+}
+
+// writeErrors prints the most common error texts, if any requests failed,
+// after prefix on the heading line, and reports whether it printed.
+func (s *Summary) writeErrors(w io.Writer, prefix string) bool {
+	if len(s.TopErrors) == 0 {
+		return false
+	}
+	head := "most common errors:"
+	if s.ErrorKinds == 1 {
+		head = "errors:"
+	} else if s.ErrorKinds > len(s.TopErrors) {
+		head = fmt.Sprintf("most common errors (%d of %d different):", len(s.TopErrors), s.ErrorKinds)
+	}
+	fmt.Fprintln(w, prefix+head)
+	width := len(fmt.Sprint(s.TopErrors[0].N))
+	for _, e := range s.TopErrors {
+		fmt.Fprintf(w, "  %*d  %s\n", width, e.N, shorten(e.Text, 200))
+	}
+	return true
+}
+
+// shorten cuts text to at most n runes, marking the cut, and puts it on one
+// line.
+func shorten(text string, n int) string {
+	text = strings.Join(strings.Fields(text), " ")
+	if r := []rune(text); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return text
+}
+
+// msOrNA is fmtMS(d), or "n/a" when there is no value.
+func msOrNA(d time.Duration, ok bool) string {
+	if !ok {
+		return "n/a"
+	}
+	return fmtMS(d)
+}
+
+// plural is "1 request" or "N requests": n and the fitting form.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // WriteText prints the breakdown table: the p50 and p99 requests (by
@@ -122,25 +177,40 @@ func partsOf(r RequestParts) partsJSON {
 
 // MarshalJSON writes the summary with durations in milliseconds.
 func (s Summary) MarshalJSON() ([]byte, error) {
+	// A percentile over no values is null.
 	type pcts struct {
-		P50 jsonMS  `json:"p50"`
-		P90 *jsonMS `json:"p90,omitempty"`
-		P99 jsonMS  `json:"p99"`
+		P50 *jsonMS `json:"p50"`
+		P99 *jsonMS `json:"p99"`
 	}
-	p90 := jsonMS(s.TTFT.P90)
+	type pcts3 struct {
+		P50 *jsonMS `json:"p50"`
+		P90 *jsonMS `json:"p90"`
+		P99 *jsonMS `json:"p99"`
+	}
+	ms := func(d time.Duration, ok bool) *jsonMS {
+		if !ok {
+			return nil
+		}
+		v := jsonMS(d)
+		return &v
+	}
+	ttft, itl, e2e := s.WithTTFT > 0, s.Gaps > 0, s.Requests > 0
 	v := struct {
-		Requests           int     `json:"requests"`
-		Errors             int     `json:"errors"`
-		ElapsedS           float64 `json:"elapsed_s"`
-		RequestsPerSec     float64 `json:"requests_per_s"`
-		OutputTokensPerSec float64 `json:"output_tokens_per_s"`
-		TTFT               pcts    `json:"client_ttft_ms"`
-		ITL                pcts    `json:"inter_token_ms"`
-		E2E                pcts    `json:"completion_ms"`
-		MaxLag             jsonMS  `json:"max_start_lag_ms"`
-		EndReasons         []Count `json:"end_reasons"`
-		Joined             int     `json:"joined"`
-		JoinNote           string  `json:"join_note,omitempty"`
+		Requests           int          `json:"requests"`
+		Errors             int          `json:"errors"`
+		ElapsedS           float64      `json:"elapsed_s"`
+		RequestsPerSec     float64      `json:"requests_per_s"`
+		OutputTokensPerSec float64      `json:"output_tokens_per_s"`
+		WithTTFT           int          `json:"with_first_token"`
+		TTFT               pcts3        `json:"client_ttft_ms"`
+		ITL                pcts         `json:"inter_token_ms"`
+		E2E                pcts         `json:"completion_ms"`
+		MaxLag             jsonMS       `json:"max_start_lag_ms"`
+		EndReasons         []Count      `json:"end_reasons"`
+		TopErrors          []ErrorCount `json:"top_errors"`
+		ErrorKinds         int          `json:"error_kinds"`
+		Joined             int          `json:"joined"`
+		JoinNote           string       `json:"join_note,omitempty"`
 		Breakdown          *struct {
 			N        int               `json:"requests"`
 			P50      partsJSON         `json:"p50"`
@@ -152,13 +222,18 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}{
 		Requests: s.Requests, Errors: s.Errors, ElapsedS: s.Elapsed.Seconds(),
 		RequestsPerSec: s.RequestsPerSec, OutputTokensPerSec: s.OutputTokensPerSec,
-		TTFT:   pcts{jsonMS(s.TTFT.P50), &p90, jsonMS(s.TTFT.P99)},
-		ITL:    pcts{P50: jsonMS(s.ITL.P50), P99: jsonMS(s.ITL.P99)},
-		E2E:    pcts{P50: jsonMS(s.E2E.P50), P99: jsonMS(s.E2E.P99)},
-		MaxLag: jsonMS(s.MaxLag), EndReasons: s.EndReasons, Joined: s.Joined, JoinNote: s.JoinNote,
+		WithTTFT: s.WithTTFT,
+		TTFT:     pcts3{ms(s.TTFT.P50, ttft), ms(s.TTFT.P90, ttft), ms(s.TTFT.P99, ttft)},
+		ITL:      pcts{P50: ms(s.ITL.P50, itl), P99: ms(s.ITL.P99, itl)},
+		E2E:      pcts{P50: ms(s.E2E.P50, e2e), P99: ms(s.E2E.P99, e2e)},
+		MaxLag:   jsonMS(s.MaxLag), EndReasons: s.EndReasons, TopErrors: s.TopErrors, ErrorKinds: s.ErrorKinds,
+		Joined: s.Joined, JoinNote: s.JoinNote,
 	}
 	if v.EndReasons == nil {
 		v.EndReasons = []Count{}
+	}
+	if v.TopErrors == nil {
+		v.TopErrors = []ErrorCount{}
 	}
 	if b := s.Breakdown; b != nil {
 		v.Breakdown = &struct {
@@ -197,8 +272,16 @@ func WriteSweep(w io.Writer, rows []SweepRow) {
 		if s.Breakdown != nil {
 			out = fmtMS(s.Breakdown.Median[Outside])
 		}
+		ttft, e2e := s.WithTTFT > 0, s.Requests > 0
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Concurrency, s.Requests, s.Errors,
-			s.RequestsPerSec, s.OutputTokensPerSec, fmtMS(s.TTFT.P50), fmtMS(s.TTFT.P99), fmtMS(s.E2E.P50), fmtMS(s.E2E.P99), out)
+			s.RequestsPerSec, s.OutputTokensPerSec, msOrNA(s.TTFT.P50, ttft), msOrNA(s.TTFT.P99, ttft),
+			msOrNA(s.E2E.P50, e2e), msOrNA(s.E2E.P99, e2e), out)
 	}
 	tw.Flush()
+	for _, r := range rows {
+		if len(r.Summary.TopErrors) > 0 {
+			fmt.Fprintln(w)
+			r.Summary.writeErrors(w, fmt.Sprintf("concurrency %d, ", r.Concurrency))
+		}
+	}
 }
