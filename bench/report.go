@@ -214,9 +214,9 @@ func shares(recs []Record) [stages.NumStages]float64 {
 // WriteReport prints each group's breakdown, end reasons and slow
 // requests.
 func WriteReport(w io.Writer, recs []Record, st LogStats) {
-	fmt.Fprintf(w, "%d request records", st.Records)
+	fmt.Fprint(w, plural(st.Records, "request record", "request records"))
 	if st.Other+st.Malformed > 0 {
-		fmt.Fprintf(w, " (skipped %d other log lines and %d malformed)", st.Other, st.Malformed)
+		fmt.Fprintf(w, " (skipped %s and %d malformed)", plural(st.Other, "other log line", "other log lines"), st.Malformed)
 	}
 	fmt.Fprintln(w)
 	for _, g := range GroupRecords(recs) {
@@ -225,7 +225,7 @@ func WriteReport(w io.Writer, recs []Record, st LogStats) {
 		if model == "" {
 			model = "(none)"
 		}
-		fmt.Fprintf(w, "\n%s  model %s: %d requests, %d with a first token\n", g.Path, model, len(g.Records), rep.WithTTFT)
+		fmt.Fprintf(w, "\n%s  model %s: %s, %d with a first token\n", g.Path, model, plural(len(g.Records), "request", "requests"), rep.WithTTFT)
 		if rep.WithTTFT > 0 {
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(tw, "  ms\tp50\tp95\t\n")
@@ -243,8 +243,8 @@ func WriteReport(w io.Writer, recs []Record, st LogStats) {
 		}
 		tw.Flush()
 		if sr := rep.Slow; sr != nil {
-			fmt.Fprintf(w, "  slowest 10%% (%d requests, TTFT >= %s ms): %s holds %.0f%% of their TTFT (mean %s ms)",
-				sr.N, fmtMS(sr.MinTTFT), sr.Dominant, 100*sr.Share[sr.Dominant], fmtMS(sr.DominantMean))
+			fmt.Fprintf(w, "  slowest 10%% (%s, TTFT >= %s ms): %s holds %.0f%% of their TTFT (mean %s ms)",
+				plural(sr.N, "request", "requests"), fmtMS(sr.MinTTFT), sr.Dominant, 100*sr.Share[sr.Dominant], fmtMS(sr.DominantMean))
 			if sr.Next != sr.Dominant {
 				fmt.Fprintf(w, ", %.0f points over the next, %s (%.0f%%)", 100*(sr.Share[sr.Dominant]-sr.Share[sr.Next]), sr.Next, 100*sr.Share[sr.Next])
 			}

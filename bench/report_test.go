@@ -86,10 +86,53 @@ func TestReport(t *testing.T) {
 	}
 	var b strings.Builder
 	WriteReport(&b, recs, st)
-	for _, want := range []string{"/v1/chat/completions  model m: 20 requests", "slowest 10% (2 requests, TTFT >= 210 ms): queue holds 95%", "worker_failure", "skipped 1 other log lines and 2 malformed"} {
+	for _, want := range []string{"/v1/chat/completions  model m: 20 requests", "slowest 10% (2 requests, TTFT >= 210 ms): queue holds 95%", "worker_failure", "skipped 1 other log line and 2 malformed",
+		"/v1/completions  model m: 5 requests", "slowest 10% (1 request, TTFT >= 40.0 ms)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestReportCounts: counts of one are singular, every other count plural.
+func TestReportCounts(t *testing.T) {
+	one := logLine("a", "/p", "m", "length", time.Millisecond, time.Millisecond, "queue")
+	tests := []struct {
+		name  string
+		lines []string
+		want  []string
+		not   []string
+	}{
+		{"one record", []string{one},
+			[]string{"1 request record\n", "model m: 1 request, 1 with a first token"},
+			[]string{"1 requests", "1 request records"}},
+		{"two records", []string{one, logLine("b", "/p", "m", "length", time.Millisecond, time.Millisecond, "queue")},
+			[]string{"2 request records\n", "model m: 2 requests, 2 with a first token", "slowest 10% (1 request,"},
+			[]string{"1 requests"}},
+		{"skipped lines", []string{one, `{"message":"a"}`, `{"message":"b"}`, "x"},
+			[]string{"1 request record (skipped 2 other log lines and 1 malformed)"}, nil},
+		{"one skipped line", []string{one, `{"message":"a"}`},
+			[]string{"1 request record (skipped 1 other log line and 0 malformed)"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			recs, st, err := ReadLog(strings.NewReader(strings.Join(tt.lines, "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			WriteReport(&b, recs, st)
+			for _, w := range tt.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("report lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("report has %q:\n%s", w, b.String())
+				}
+			}
+		})
 	}
 }
 
