@@ -120,6 +120,8 @@ var fixtures = []fixture{
 		r.Reason, r.Detail = endreason.Stop, endreason.DetailDoneOnly
 		r.TokensOut = 20
 		r.BytesOut = 5120
+		// The engine says nothing per request; its scraped load does.
+		r.EngineLoad, r.EngineWaiting, r.EngineRunning = true, 3, 8
 	}},
 	{"engine_inconsistent", func(r *record.Record) {
 		base(r)
@@ -133,7 +135,7 @@ var fixtures = []fixture{
 		r.Timeline.SetEngine(stages.EngineQueue, -3*ms)
 		r.Timeline.SetEngine(stages.EnginePrefill, 45*ms)
 		r.Timeline.SetEngine(stages.EngineFirstDecode, 4*ms)
-		r.EngineSource = "vllm"
+		r.EngineSource, r.EngineInferred = "vllm", true
 		r.Reason, r.Detail = endreason.Length, endreason.DetailLength
 		r.TokensOut = 5
 		r.BytesOut = 1400

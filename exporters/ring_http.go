@@ -140,6 +140,9 @@ type requestJSON struct {
 	Marks             msObject  `json:"marks_ms"`
 	Engine            msObject  `json:"engine_ms,omitempty"`
 	EngineReport      string    `json:"engine_report,omitempty"`
+	EngineInferred    bool      `json:"engine_report_inferred,omitempty"`
+	EngineWaiting     *int64    `json:"engine_waiting,omitempty"`
+	EngineRunning     *int64    `json:"engine_running,omitempty"`
 	Unsplit           bool      `json:"upstream_unsplit,omitempty"`
 	Inconsistent      bool      `json:"engine_report_inconsistent,omitempty"`
 	TokensIn          int       `json:"tokens_in,omitempty"`
@@ -148,6 +151,9 @@ type requestJSON struct {
 	Events            int       `json:"events"`
 	BytesIn           int64     `json:"bytes_in"`
 	BytesOut          int64     `json:"bytes_out"`
+	MaxResidency      float64   `json:"residency_max_ms,omitempty"`
+	Blocked           float64   `json:"transport_blocked_ms,omitempty"`
+	Buffering         []string  `json:"buffering,omitempty"`
 	CancelToClose     *float64  `json:"cancel_to_close_ms,omitempty"`
 	TokensAfterCancel *int      `json:"tokens_after_cancel,omitempty"`
 	Waterfall         []segJSON `json:"waterfall"`
@@ -237,7 +243,9 @@ func full(s *Summary) *requestJSON {
 		rowJSON: row(s),
 		TraceID: s.TraceID.String(), SpanID: s.SpanID.String(),
 		Key: s.Key, Error: s.Error,
-		EngineReport: s.EngineSource,
+		EngineReport: s.EngineSource, EngineInferred: s.EngineInferred,
+		MaxResidency: millis(s.MaxResidency), Blocked: millis(s.Blocked),
+		Buffering:    s.Buffering.Kinds(),
 		Unsplit:      s.Breakdown.OK && s.Breakdown.Unsplit,
 		Inconsistent: s.Breakdown.Inconsistent,
 		TokensIn:     s.TokensIn,
@@ -245,6 +253,10 @@ func full(s *Summary) *requestJSON {
 	}
 	if !s.ParentID.IsZero() {
 		r.ParentSpanID = s.ParentID.String()
+	}
+	if s.EngineLoad {
+		waiting, running := s.EngineWaiting, s.EngineRunning
+		r.EngineWaiting, r.EngineRunning = &waiting, &running
 	}
 	for m := range stages.NumMarks {
 		if at, ok := s.Timeline.At(m); ok {

@@ -3,6 +3,7 @@ package exporters
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -375,5 +376,43 @@ func BenchmarkRingList(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		get(h, "GET", "/debug/requests")
+	}
+}
+
+// TestDebugRequestHasTheLogFields checks that /debug/requests/{id} carries
+// every field of the request's log line, with the same value: the page and
+// the log must never disagree about a request.
+func TestDebugRequestHasTheLogFields(t *testing.T) {
+	for _, f := range allFixtures() {
+		t.Run(f.name, func(t *testing.T) {
+			r := f.record()
+			var out syncBuffer
+			s := NewLogSink(&out, LogOptions{})
+			s.Emit(r)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var line map[string]any
+			if err := json.Unmarshal([]byte(out.String()), &line); err != nil {
+				t.Fatal(err, out.String())
+			}
+			g := NewRing(RingOptions{})
+			g.Emit(r)
+			_, _, body := get(AdminHandler(prometheus.NewRegistry(), g.Routes()), "GET", "/debug/requests/"+r.RequestID)
+			var page map[string]any
+			if err := json.Unmarshal([]byte(body), &page); err != nil {
+				t.Fatal(err, body)
+			}
+			for k, v := range line {
+				if k == "level" || k == "msg" {
+					continue // the log's own framing
+				}
+				if got, ok := page[k]; !ok {
+					t.Errorf("%s: in the log line (%v), not on /debug/requests", k, v)
+				} else if !reflect.DeepEqual(got, v) {
+					t.Errorf("%s: /debug/requests says %v, the log line %v", k, got, v)
+				}
+			}
+		})
 	}
 }

@@ -39,13 +39,20 @@ type Summary struct {
 	// E2E is Done - Received (0 when Done was not marked).
 	E2E time.Duration
 
-	EngineSource string
+	EngineSource   string
+	EngineInferred bool
+	// EngineLoad says EngineWaiting and EngineRunning were scraped.
+	EngineLoad                   bool
+	EngineWaiting, EngineRunning int64
 
 	TokensOut, TokensIn int
 	UsageReported       bool
 	Gaps                stages.Gaps
 	Stalls, Events      int
 	BytesIn, BytesOut   int64
+	MaxResidency        time.Duration
+	Blocked             time.Duration // on the client, after the first token
+	Buffering           record.Buffering
 
 	CancelToClose     time.Duration
 	TokensAfterCancel int
@@ -63,15 +70,22 @@ func (s *Summary) Fill(r *record.Record) {
 		Breakdown: r.Timeline.Breakdown(),
 		E2E:       r.E2E(),
 
-		EngineSource:  r.EngineSource,
-		TokensOut:     r.TokensOut,
-		TokensIn:      r.TokensIn,
-		UsageReported: r.UsageReported,
-		Gaps:          r.Stream.Gaps(),
-		Stalls:        r.Stream.Stalls,
-		Events:        r.Stream.Events,
-		BytesIn:       r.BytesIn,
-		BytesOut:      r.BytesOut,
+		EngineSource:   r.EngineSource,
+		EngineInferred: r.EngineInferred,
+		EngineLoad:     r.EngineLoad,
+		EngineWaiting:  r.EngineWaiting,
+		EngineRunning:  r.EngineRunning,
+		TokensOut:      r.TokensOut,
+		TokensIn:       r.TokensIn,
+		UsageReported:  r.UsageReported,
+		Gaps:           r.Stream.Gaps(),
+		Stalls:         r.Stream.Stalls,
+		Events:         r.Stream.Events,
+		BytesIn:        r.BytesIn,
+		BytesOut:       r.BytesOut,
+		MaxResidency:   r.Stream.MaxResidency,
+		Blocked:        r.Stream.Blocked,
+		Buffering:      r.Buffering,
 
 		CancelToClose:     r.CancelToClose,
 		TokensAfterCancel: r.TokensAfterCancel,
