@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,12 +17,12 @@ import (
 
 // runBench is "ttftlens bench": load against a server, client-side figures
 // joined with the proxy's records.
-func runBench(args []string) error {
+func runBench(args []string, std stdio) error {
 	cfg := bench.Config{PromptTokens: bench.Dist{Min: 64, Max: 64}, OutputTokens: bench.Dist{Min: 64, Max: 64}}
 	hdr := bench.Headers(http.Header{})
 	var promptsFile, sweep string
 	var asJSON, stream bool
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := newFlagSet("bench", benchHelp, "TTFTLENS_BENCH_")
 	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of the server (ttftlens or any OpenAI-compatible one)")
 	fs.StringVar(&cfg.Admin, "admin", "http://127.0.0.1:9464", "ttftlens admin listener to join records from (empty: none)")
 	fs.StringVar(&cfg.Model, "model", "ttftlens-ref", "model name sent")
@@ -44,15 +43,11 @@ func runBench(args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for the lengths drawn (0: random)")
 	fs.StringVar(&sweep, "sweep", "", "closed-loop concurrency levels to run in turn, e.g. 1,2,4,8")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ttftlens bench [flags]\n\nflags (each also TTFTLENS_BENCH_<NAME>):")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args, "TTFTLENS_BENCH_"); err != nil {
+	if err := fs.parse(args, std); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	if err := fs.noArgs(); err != nil {
+		return err
 	}
 	cfg.NoStream = !stream
 	cfg.Header = http.Header(hdr)
@@ -70,8 +65,11 @@ func runBench(args []string) error {
 			return err
 		}
 	}
-	if fi, err := os.Stderr.Stat(); err == nil {
-		cfg.Progress, cfg.ProgressTTY = os.Stderr, fi.Mode()&os.ModeCharDevice != 0
+	cfg.Progress = std.err
+	if f, ok := std.err.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			cfg.ProgressTTY = fi.Mode()&os.ModeCharDevice != 0
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -83,10 +81,14 @@ func runBench(args []string) error {
 		}
 		s := bench.Summarize(run)
 		if asJSON {
-			return json.NewEncoder(os.Stdout).Encode(s)
+			err = json.NewEncoder(std.out).Encode(s)
+		} else {
+			s.WriteText(std.out, "ttftlens bench: "+cfg.URL+", "+cfg.Describe())
 		}
-		s.WriteText(os.Stdout, "ttftlens bench: "+cfg.URL+", "+cfg.Describe())
-		return nil
+		if err == nil && s.AllFailed() {
+			err = allFailed(s.Requests, s.TopErrors)
+		}
+		return err
 	}
 	levels, err := parseLevels(sweep)
 	if err != nil {
@@ -99,7 +101,7 @@ func runBench(args []string) error {
 	for _, c := range levels {
 		cfg.Concurrency = c
 		if !asJSON {
-			fmt.Fprintf(os.Stderr, "bench: concurrency %d\n", c)
+			fmt.Fprintf(std.err, "bench: concurrency %d\n", c)
 		}
 		run, err := cfg.Run(ctx)
 		if err != nil {
@@ -111,13 +113,50 @@ func runBench(args []string) error {
 		}
 	}
 	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(rows)
+		err = json.NewEncoder(std.out).Encode(rows)
+	} else {
+		cfg.Concurrency = 0
+		fmt.Fprintf(std.out, "ttftlens bench sweep: %s, %s\n", cfg.URL, strings.Replace(cfg.Describe(), "closed loop c=1", "closed loop", 1))
+		bench.WriteSweep(std.out, rows)
 	}
-	cfg.Concurrency = 0
-	fmt.Printf("ttftlens bench sweep: %s, %s\n", cfg.URL, strings.Replace(cfg.Describe(), "closed loop c=1", "closed loop", 1))
-	bench.WriteSweep(os.Stdout, rows)
-	return nil
+	total, failed := 0, 0
+	var top []bench.ErrorCount
+	for _, r := range rows {
+		total, failed = total+r.Summary.Requests, failed+r.Summary.Errors
+		if top == nil {
+			top = r.Summary.TopErrors
+		}
+	}
+	if err == nil && total > 0 && failed == total {
+		err = allFailed(total, top)
+	}
+	return err
 }
+
+// allFailed is the error of a run whose every request failed: exit status
+// 1, naming the most common error.
+func allFailed(n int, top []bench.ErrorCount) error {
+	err := fmt.Errorf("bench: all %d requests failed", n)
+	if n == 1 {
+		err = errors.New("bench: the request failed")
+	}
+	if len(top) > 0 {
+		err = fmt.Errorf("%w (%s)", err, top[0].Text)
+	}
+	return &exitError{code: 1, err: err}
+}
+
+const benchHelp = `usage: ttftlens bench [flags]
+
+Drives load against a server (ttftlens, or any OpenAI-compatible one) and
+measures what clients see: time to first token, inter-token gaps and time to
+completion; joins each request with ttftlens' record (--admin) to split the
+client's TTFT into the proxy's stages. Exits 1 when every request failed.
+Every flag is also an environment variable: TTFTLENS_BENCH_ and the name in
+upper case with - as _.
+
+flags:
+`
 
 // parseLevels reads "1,2,4,8".
 func parseLevels(s string) ([]int, error) {

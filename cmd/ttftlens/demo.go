@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
@@ -12,27 +10,31 @@ import (
 	"github.com/ttftlens/ttftlens/bench/lab"
 )
 
+const demoHelp = `usage: ttftlens demo SCENARIO | list
+
+Runs the reference engine and the proxy in this process, injects a cause of a
+slow first token (after a baseline run) or produces an end reason, and prints
+what ttftlens made of it. "ttftlens demo list" lists the scenarios.
+`
+
 // runDemo is "ttftlens demo SCENARIO": the proof suite's scenarios, run
 // in-process (engine and proxy on free loopback ports), with the
 // diagnosis printed.
-func runDemo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ttftlens demo SCENARIO | list\n\n"+
-			"Runs the reference engine and the proxy in this process, injects a cause of a\n"+
-			"slow first token (after a baseline run) or produces an end reason, and prints\n"+
-			"what ttftlens made of it. \"ttftlens demo list\" lists the scenarios.")
-	}
-	if err := parseFlags(fs, args, "TTFTLENS_DEMO_"); err != nil {
+func runDemo(args []string, std stdio) error {
+	fs := newFlagSet("demo", demoHelp, "TTFTLENS_DEMO_")
+	if err := fs.parse(args, std); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return flag.ErrHelp
+	switch fs.NArg() {
+	case 0:
+		return usagef("demo", "no scenario given ('ttftlens demo list' lists them)")
+	case 1:
+	default:
+		return usagef("demo", "%d arguments %q: give one scenario", fs.NArg(), fs.Args())
 	}
 	name := fs.Arg(0)
 	if name == "list" {
-		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(std.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "causes of a slow first token:")
 		for _, s := range lab.Scenarios() {
 			fmt.Fprintf(tw, "  %s\t%s\n", s.Name, s.Cause)
@@ -50,7 +52,7 @@ func runDemo(args []string) error {
 		if err != nil {
 			return err
 		}
-		d.WriteText(os.Stdout)
+		d.WriteText(std.out)
 		return nil
 	}
 	if c, ok := lab.LookupEnd(name); ok {
@@ -58,28 +60,28 @@ func runDemo(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("scenario %s: %s\n", c.Name, c.Cause)
+		fmt.Fprintf(std.out, "scenario %s: %s\n", c.Name, c.Cause)
 		for _, r := range run.Results {
-			fmt.Printf("  client saw: %s", r.End)
+			fmt.Fprintf(std.out, "  client saw: %s", r.End)
 			if r.Status != 0 {
-				fmt.Printf(" (status %d)", r.Status)
+				fmt.Fprintf(std.out, " (status %d)", r.Status)
 			}
 			if r.HasTTFT {
-				fmt.Printf(", first token after %.1f ms, %d tokens", float64(r.TTFT.Microseconds())/1000, r.Tokens)
+				fmt.Fprintf(std.out, ", first token after %.1f ms, %d tokens", float64(r.TTFT.Microseconds())/1000, r.Tokens)
 			}
-			fmt.Println()
+			fmt.Fprintln(std.out)
 			if r.Record == nil {
-				fmt.Printf("  no record joined: %s\n", r.JoinErr)
+				fmt.Fprintf(std.out, "  no record joined: %s\n", r.JoinErr)
 				continue
 			}
 			rec := r.Record
-			fmt.Printf("  ttftlens recorded: end_reason %s, end_detail %s", rec.EndReason, rec.EndDetail)
+			fmt.Fprintf(std.out, "  ttftlens recorded: end_reason %s, end_detail %s", rec.EndReason, rec.EndDetail)
 			if rec.Phase != "" {
-				fmt.Printf(", phase %s", rec.Phase)
+				fmt.Fprintf(std.out, ", phase %s", rec.Phase)
 			}
-			fmt.Printf(", status %d, %.1f ms\n", rec.Status, float64(rec.E2E.Microseconds())/1000)
+			fmt.Fprintf(std.out, ", status %d, %.1f ms\n", rec.Status, float64(rec.E2E.Microseconds())/1000)
 		}
 		return nil
 	}
-	return fmt.Errorf("demo: unknown scenario %q (ttftlens demo list)", name)
+	return usagef("demo", "unknown scenario %q ('ttftlens demo list' lists them)", name)
 }

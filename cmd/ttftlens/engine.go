@@ -12,16 +12,29 @@ import (
 	"github.com/ttftlens/ttftlens/engine"
 )
 
+const engineHelp = `usage: ttftlens engine [flags]
+
+Runs the reference CPU engine alone: an OpenAI-compatible server with vLLM's
+metric names and per-request fault injection (engine/FAULTS.md). Every flag
+is also an environment variable: TTFTLENS_ENGINE_ and the name in upper case
+with - as _.
+
+flags:
+`
+
 // runEngine runs the reference engine alone: "ttftlens engine".
-func runEngine(args []string) error {
+func runEngine(args []string, std stdio) error {
 	var cfg engine.Config
-	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+	fs := newFlagSet("engine", engineHelp, "TTFTLENS_ENGINE_")
 	listen := fs.String("listen", ":8000", "address for clients")
-	cfg.RegisterFlags(fs)
-	if err := parseFlags(fs, args, "TTFTLENS_ENGINE_"); err != nil {
+	cfg.RegisterFlags(fs.FlagSet)
+	if err := fs.parse(args, std); err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(std.err, nil))
 	srv, err := engine.New(cfg)
 	if err != nil {
 		return err

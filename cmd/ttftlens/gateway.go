@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -20,24 +21,51 @@ import (
 	"github.com/ttftlens/ttftlens/proxy"
 )
 
+const hashKeyHelp = `usage: ttftlens hash-key [KEY]
+
+Prints the value for a config file's keys[].key: "sha256:" and the hex
+SHA-256 of the key, so the plain key never has to be written down. The key
+is read from stdin (surrounding white space trimmed) unless given as the
+argument ("-": stdin); a key that starts with '-' goes after "--".
+
+  echo -n "$KEY" | ttftlens hash-key
+`
+
 // runHashKey is "ttftlens hash-key": it reads a key from stdin (or the
-// first argument) and prints the value for a config file's keys[].key, so
-// the plain key never has to be written down.
-func runHashKey(args []string) error {
-	key := ""
+// argument) and prints the value for a config file's keys[].key.
+func runHashKey(args []string, std stdio) error {
 	if len(args) > 0 {
+		switch a := args[0]; {
+		case isHelp(a):
+			fmt.Fprint(std.out, hashKeyHelp)
+			return flag.ErrHelp
+		case a == "--":
+			args = args[1:]
+		case a == "-" && len(args) == 1:
+			args = nil // stdin
+		case strings.HasPrefix(a, "-"):
+			return usagef("hash-key", "unknown flag %s (hash-key takes no flags; to hash a key that starts with '-', give it after -- or on stdin)", a)
+		}
+	}
+	if len(args) > 1 {
+		return usagef("hash-key", "%d arguments: give one key, or none to read it from stdin", len(args))
+	}
+	key := ""
+	if len(args) == 1 {
 		key = args[0]
+		if key == "" {
+			return usagef("hash-key", "the key is empty")
+		}
 	} else {
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+		b, err := io.ReadAll(io.LimitReader(std.in, 4096))
 		if err != nil {
 			return err
 		}
-		key = strings.TrimSpace(string(b))
+		if key = strings.TrimSpace(string(b)); key == "" {
+			return usagef("hash-key", "no key on stdin")
+		}
 	}
-	if key == "" {
-		return fmt.Errorf("hash-key: no key on stdin")
-	}
-	fmt.Println(gateway.HashKey(key))
+	fmt.Fprintln(std.out, gateway.HashKey(key))
 	return nil
 }
 
@@ -48,32 +76,6 @@ func loadGateway(path string) (*gateway.Gateway, error) {
 		return nil, err
 	}
 	return gateway.New(cfg, gateway.Options{})
-}
-
-// checkConfig is --check-config: the flags were parsed already; validate
-// their values and the config file, if any, as serve would, and say what
-// they hold. Nothing is started.
-func checkConfig(f *serveFlags) error {
-	cfg := f.cfg
-	if f.configPath != "" {
-		gw, err := loadGateway(f.configPath)
-		if err != nil {
-			return err
-		}
-		cfg.Gateway = gw
-	} else if cfg.Upstream == "" {
-		cfg.Upstream = "http://127.0.0.1:0" // the embedded engine's place
-	}
-	if err := cfg.Normalize(); err != nil {
-		return err
-	}
-	if cfg.Gateway == nil {
-		fmt.Println("flags ok (no --config)")
-		return nil
-	}
-	c := cfg.Gateway.Snapshot().Config()
-	fmt.Printf("flags ok; %s: ok (auth %s, %d keys, %d routes, %d pools)\n", f.configPath, c.Auth, len(c.Keys), len(c.Routes), len(c.Pools))
-	return nil
 }
 
 // reloadOnHUP reloads the config file on SIGHUP. Requests in flight keep
@@ -125,17 +127,12 @@ func upstreamNames(cfg *proxy.Config) ([]string, error) {
 }
 
 // listen opens the client listener, with TLS when a certificate is given.
-func listen(addr, certFile, keyFile string) (net.Listener, error) {
+func listen(addr string, cert *tls.Certificate) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
-	if err != nil || certFile == "" {
+	if err != nil || cert == nil {
 		return ln, err
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-	}
-	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}), nil
 }
 
 // engineMetrics serves the embedded engine's /metrics (vLLM's names) on the

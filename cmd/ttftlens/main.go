@@ -6,76 +6,160 @@
 //	ttftlens bench [flags]     drive load, join the proxy's records, show the breakdown
 //	ttftlens report LOGFILE    stage breakdown and end reasons from the JSON log
 //	ttftlens demo SCENARIO     inject a cause in-process and print the diagnosis
+//	ttftlens hash-key          print the config file value of an API key read from stdin
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
 // flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
 // for "engine", TTFTLENS_ENGINE_ and the name). A flag on the command line
 // wins over the environment.
+//
+// Exit status: 0 on success and when help was asked for, 2 for a command
+// line or configuration that cannot run (and other failures), 1 when a
+// bench run's every request failed.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "serve":
-		err = runServe(args)
-	case "engine":
-		err = runEngine(args)
-	case "bench":
-		err = runBench(args)
-	case "report":
-		err = runReport(args)
-	case "demo":
-		err = runDemo(args)
-	case "hash-key":
-		err = runHashKey(args)
-	case "help":
-		fmt.Fprint(os.Stdout, usage)
-		return
-	default:
-		err = fmt.Errorf("unknown command %q\n\n%s", cmd, usage)
-	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "ttftlens:", err)
-		os.Exit(2)
-	}
+	os.Exit(run(os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
 }
+
+// stdio is where a command reads and writes, so tests can run commands.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// commands are the subcommands by name.
+var commands = map[string]func(args []string, std stdio) error{
+	"serve":    runServe,
+	"engine":   runEngine,
+	"bench":    runBench,
+	"report":   runReport,
+	"demo":     runDemo,
+	"hash-key": runHashKey,
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit status.
+func run(args []string, std stdio) int {
+	cmd := "serve"
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case isHelp(a):
+			fmt.Fprint(std.out, usage)
+			return 0
+		case a == "help":
+			if len(args) == 1 {
+				fmt.Fprint(std.out, usage)
+				return 0
+			}
+			cmd, args = args[1], []string{"-h"} // "help bench" is "bench -h"
+		case !strings.HasPrefix(a, "-"):
+			cmd, args = a, args[1:]
+		}
+	}
+	fn, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(std.err, "ttftlens: unknown command %q\nrun 'ttftlens help' for the commands\n", cmd)
+		return 2
+	}
+	return exitStatus(fn(args, std), std.err)
+}
+
+// isHelp reports a request for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 const usage = `usage: ttftlens [command] [flags]
 
 commands:
-  serve    run the proxy (default); without --upstream it starts the
-           reference engine in-process as its upstream
-  engine   run the reference CPU engine alone
-  hash-key print the config entry for an API key (reads the key from stdin)
-  bench    drive load against a server and show client-seen TTFT split
-           into the proxy's stages (joined by request id)
-  report   per route and model: stage p50/p95, end reasons, and the
-           dominant stage of the slowest requests, from the JSON log
-  demo     run a scenario in-process (demo list) and print the diagnosis
-  help     show this text
+  serve     run the proxy (the default command; no --upstream: built-in engine)
+  engine    run the reference CPU engine alone
+  bench     drive load; split client-seen TTFT into the proxy's stages
+  report    stage p50/p95, end reasons, slowest requests' stage from serve's log
+  demo      inject a cause in-process and print the diagnosis (demo list)
+  hash-key  print the config file value of an API key read from stdin
+  help      show this text; "help COMMAND" is "COMMAND -h"
 
-Run "ttftlens serve -h" for the flags of a command.
+Run 'ttftlens COMMAND -h' for a command's flags, e.g. 'ttftlens serve -h'.
+Every flag is also an environment variable: TTFTLENS_<FLAG> for serve,
+TTFTLENS_<COMMAND>_<FLAG> for the others (e.g. TTFTLENS_BENCH_URL).
 `
 
-// parseFlags applies environment variables (envPrefix + the flag name in
-// upper case, - as _), then the command line.
-func parseFlags(fs *flag.FlagSet, args []string, envPrefix string) error {
+// usageError is a command line a command cannot run: the process exits with
+// status 2, after the message and a pointer to the command's help.
+type usageError struct {
+	cmd, msg string
+	hasFlags bool // the help lists flags (otherwise it is a usage line)
+}
+
+func (e *usageError) Error() string { return e.cmd + ": " + e.msg }
+
+// usagef returns a usageError for cmd, a command without flags.
+func usagef(cmd, format string, a ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, a...)}
+}
+
+// exitError ends the process with its own status, after printing err.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// exitStatus prints err for the user and returns the status to exit with.
+func exitStatus(err error, stderr io.Writer) int {
+	var ue *usageError
+	var ee *exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		what := "its usage"
+		if ue.hasFlags {
+			what = "the flags"
+		}
+		fmt.Fprintf(stderr, "ttftlens %s: %s\nrun 'ttftlens %s -h' for %s\n", ue.cmd, ue.msg, ue.cmd, what)
+		return 2
+	case errors.As(err, &ee):
+		fmt.Fprintln(stderr, "ttftlens:", ee.err)
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "ttftlens:", err)
+	return 2
+}
+
+// flagSet is a command's flags, with its help text and environment prefix.
+// A flag error comes back as a usageError (one line, no dump of every flag);
+// -h prints the help to stdout and comes back as flag.ErrHelp.
+type flagSet struct {
+	*flag.FlagSet
+	help      string // printed before the flags' defaults
+	envPrefix string
+}
+
+func newFlagSet(name, help, envPrefix string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), help: help, envPrefix: envPrefix}
+	fs.SetOutput(io.Discard) // the flag package would print the error and every flag
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse applies environment variables (envPrefix + the flag name in upper
+// case, - as _), then the command line.
+func (fs *flagSet) parse(args []string, std stdio) error {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := fs.envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
@@ -83,7 +167,38 @@ func parseFlags(fs *flag.FlagSet, args []string, envPrefix string) error {
 		}
 	})
 	if envErr != nil {
-		return envErr
+		return fs.usageError(envErr.Error())
 	}
-	return fs.Parse(args)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.printHelp(std.out)
+		return flag.ErrHelp
+	case err != nil:
+		return fs.usageError(err.Error())
+	}
+	return nil
+}
+
+// usageError is a usageError of this command.
+func (fs *flagSet) usageError(msg string) error {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return &usageError{cmd: fs.Name(), msg: msg, hasFlags: n > 0}
+}
+
+// printHelp writes the help text and every flag with its default.
+func (fs *flagSet) printHelp(w io.Writer) {
+	fmt.Fprint(w, fs.help)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// noArgs refuses arguments left after the flags.
+func (fs *flagSet) noArgs() error {
+	if fs.NArg() > 0 {
+		return fs.usageError(fmt.Sprintf("unexpected argument %q (%s takes flags only)", fs.Arg(0), fs.Name()))
+	}
+	return nil
 }

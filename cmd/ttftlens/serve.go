@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -12,9 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel"
 
 	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
@@ -38,16 +34,16 @@ type serveFlags struct {
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
-	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for /metrics and /health")
-	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine)")
-	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: auto, reference, vllm, llamacpp, ollama, sglang, tgi, generic")
+	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for the admin endpoints: /metrics, /health, /debug/requests, the requests page (/ and /ui), and /engine/metrics with the embedded engine")
+	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine); not with --config")
+	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: "+strings.Join(engineKinds(), ", ")+" (auto: identify each upstream from /v1/models)")
 	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it (see gateway/example.yaml)")
-	fs.BoolVar(&f.checkConfig, "check-config", false, "validate the flags and --config, then exit")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "run every check serve runs before it listens (flags, TLS files, the embedded engine's flags and checkpoint, --config), then exit; nothing is started or bound")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file (PEM) to serve clients over TLS")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file (PEM) for --tls-cert")
 	fs.StringVar(&f.metricModels, "metric-models", "", "comma-separated model names kept as the model label (others: other); default: the config's routes or the embedded model")
 	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
-	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", -1, "deadline for the whole request (negative: none)")
+	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", 0, "deadline for the whole request, e.g. 10m (0 or negative: none, the default)")
 	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
 	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
@@ -57,44 +53,60 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
-	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr (debug, info, warn, error)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr: "+strings.Join(logLevels, ", "))
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	prefixedFlags(fs, "engine-", f.engine.RegisterFlags)
 }
 
-func runServe(args []string) error {
+const serveHelp = `usage: ttftlens serve [flags]
+
+Runs the proxy. With no --upstream and no --config it starts the reference
+engine in this process as its upstream. Every flag is also an environment
+variable: TTFTLENS_ and the name in upper case with - as _ (a flag on the
+command line wins).
+
+flags:
+`
+
+func runServe(args []string, std stdio) error {
 	var f serveFlags
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	f.register(fs)
-	if err := parseFlags(fs, args, "TTFTLENS_"); err != nil {
+	fs := newFlagSet("serve", serveHelp, "TTFTLENS_")
+	f.register(fs.FlagSet)
+	if err := fs.parse(args, std); err != nil {
 		return err
 	}
-	level, err := zerolog.ParseLevel(f.logLevel)
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
+	// One function checks and prepares everything for serve and for
+	// --check-config, so they cannot disagree.
+	plan, err := f.prepare()
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()
 	if f.checkConfig {
-		return checkConfig(&f)
+		plan.close()
+		plan.describe(std.out, &f)
+		return nil
 	}
-	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
-	}
+	return serve(&f, plan)
+}
 
+// serve runs the proxy as planned until SIGINT or SIGTERM.
+func serve(f *serveFlags, plan *servePlan) error {
+	log := plan.log
+	defer plan.close()
 	adminRoutes := map[string]fasthttp.RequestHandler{}
 	var models []string
 	switch {
-	case f.configPath != "":
-		gw, err := loadGateway(f.configPath)
-		if err != nil {
-			return err
-		}
+	case plan.gw != nil:
+		gw := plan.gw
 		gw.Start()
 		defer gw.Stop()
 		f.cfg.Gateway = gw
 		models = routeModels(gw)
 		go reloadOnHUP(gw, f.configPath, log)
-	case f.cfg.Upstream == "":
+	case plan.embedded:
 		srv, url, err := startEmbeddedEngine(f.engine)
 		if err != nil {
 			return err
@@ -119,18 +131,8 @@ func runServe(args []string) error {
 	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: upstreams, Models: models, Version: version()})
 	ring := exporters.NewRing(exporters.RingOptions{}) // the page and /debug/requests
 	named := []exporters.Named{{Name: "log", Sink: records}, {Name: "metrics", Sink: metrics}, {Name: "ring", Sink: ring}}
-	if exporters.OTLPEnabled(os.Getenv) { // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn().Err(err).Msg("otlp trace export") }))
-		traces, err := exporters.NewOTLPSink(context.Background(), exporters.OTLPOptions{ServiceVersion: version()})
-		if err != nil {
-			return fmt.Errorf("otlp traces: %w", err)
-		}
-		defer func() { // after the proxy's shutdown: its last records are exported too
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = traces.Close(ctx)
-		}()
-		named = append(named, exporters.Named{Name: "otlp", Sink: traces})
+	if plan.traces != nil { // closed by plan.close, after the proxy's shutdown: its last records are exported too
+		named = append(named, exporters.Named{Name: "otlp", Sink: plan.traces})
 	}
 	sinks := exporters.NewFanout(named...)
 	sinks.Track(metrics)
@@ -140,7 +142,7 @@ func runServe(args []string) error {
 		return err
 	}
 	reg.MustRegister(exporters.NewGatewayCollector(p.Gateway(), p.UpstreamLabel))
-	ln, err := listen(f.listen, f.tlsCert, f.tlsKey)
+	ln, err := listen(f.listen, plan.cert)
 	if err != nil {
 		return err
 	}

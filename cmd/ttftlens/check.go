@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+
+	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/proxy"
+	"github.com/ttftlens/ttftlens/proxy/signals"
+)
+
+// servePlan is what serve runs, checked and prepared from the flags before
+// anything listens. --check-config builds the same plan and stops there.
+type servePlan struct {
+	log      zerolog.Logger
+	gw       *gateway.Gateway // from --config; not started
+	embedded bool             // the reference engine runs in-process as the upstream
+	cert     *tls.Certificate // --tls-cert and --tls-key, loaded
+	traces   *exporters.OTLPSink
+}
+
+// prepare runs every check serve runs before it starts listening, in the
+// order serve needs them, and returns what they produced. Serve and
+// --check-config both call it: there is no other validation path.
+func (f *serveFlags) prepare() (*servePlan, error) {
+	level, err := parseLogLevel(f.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	plan := &servePlan{log: zerolog.New(os.Stderr).Level(level).With().Timestamp().Logger()}
+	if err := checkEngineKind(f.cfg.Engine); err != nil {
+		return nil, err
+	}
+	if err := checkListen(f.listen, f.adminListen); err != nil {
+		return nil, err
+	}
+	if plan.cert, err = loadCert(f.tlsCert, f.tlsKey); err != nil {
+		return nil, err
+	}
+
+	cfg := f.cfg // a copy: Normalize fills defaults serve's proxy.New fills again
+	switch {
+	case f.configPath != "" && f.cfg.Upstream != "":
+		return nil, fmt.Errorf("--upstream %q and --config %s: with --config the upstreams come from the config file's routes and pools; drop --upstream (or TTFTLENS_UPSTREAM)", f.cfg.Upstream, f.configPath)
+	case f.configPath != "":
+		if plan.gw, err = loadGateway(f.configPath); err != nil {
+			return nil, err
+		}
+		cfg.Gateway = plan.gw
+	case f.cfg.Upstream != "":
+		if err := checkUpstream(f.cfg.Upstream); err != nil {
+			return nil, err
+		}
+	default:
+		if err := checkEngine(f.engine); err != nil {
+			return nil, err
+		}
+		plan.embedded = true
+		cfg.Upstream = "http://127.0.0.1:1" // the embedded engine's place, known once it listens
+	}
+	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+
+	if exporters.OTLPEnabled(os.Getenv) { // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set
+		log := plan.log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn().Err(err).Msg("otlp trace export") }))
+		if plan.traces, err = exporters.NewOTLPSink(context.Background(), exporters.OTLPOptions{ServiceVersion: version()}); err != nil {
+			return nil, fmt.Errorf("otlp traces: %w", err)
+		}
+	}
+	return plan, nil
+}
+
+// close releases what prepare made and serve did not take over.
+func (p *servePlan) close() {
+	if p.traces != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.traces.Close(ctx)
+		p.traces = nil
+	}
+}
+
+// describe says, for --check-config, what the checked flags will run.
+func (p *servePlan) describe(w io.Writer, f *serveFlags) {
+	var b strings.Builder
+	switch {
+	case p.gw != nil:
+		c := p.gw.Snapshot().Config()
+		fmt.Fprintf(&b, "flags ok; %s: ok (auth %s, %s, %s, %s)", f.configPath, c.Auth,
+			count(len(c.Keys), "key"), count(len(c.Routes), "route"), count(len(c.Pools), "pool"))
+	case p.embedded:
+		b.WriteString("flags ok (no --config; upstream: the embedded reference engine)")
+	default:
+		fmt.Fprintf(&b, "flags ok (no --config; upstream %s)", f.cfg.Upstream)
+	}
+	if p.cert != nil {
+		b.WriteString("; TLS certificate ok")
+	}
+	if exporters.OTLPEnabled(os.Getenv) {
+		b.WriteString("; OTLP traces on")
+	}
+	fmt.Fprintln(w, b.String())
+}
+
+// count is "1 key" or "N keys".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// logLevels are the --log-level values.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// parseLogLevel reads --log-level (zerolog's own parser accepts any word
+// and warns on stderr instead of failing).
+func parseLogLevel(s string) (zerolog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return zerolog.DebugLevel, nil
+	case "info":
+		return zerolog.InfoLevel, nil
+	case "warn":
+		return zerolog.WarnLevel, nil
+	case "error":
+		return zerolog.ErrorLevel, nil
+	}
+	return zerolog.NoLevel, fmt.Errorf("--log-level %q: want one of %s", s, strings.Join(logLevels, ", "))
+}
+
+// engineKinds are the --engine values: auto and every kind the proxy reads.
+func engineKinds() []string { return append([]string{proxy.EngineAuto}, signals.Kinds...) }
+
+// checkEngineKind checks --engine against the same list its help shows.
+func checkEngineKind(kind string) error {
+	for _, k := range engineKinds() {
+		if kind == k {
+			return nil
+		}
+	}
+	return fmt.Errorf("--engine %q: want one of %s", kind, strings.Join(engineKinds(), ", "))
+}
+
+// checkListen checks the client and admin addresses as net.Listen would
+// read them, without binding, and that they do not take the same port.
+func checkListen(listen, admin string) error {
+	var addrs [2]*net.TCPAddr
+	for i, a := range [2]struct{ flag, addr string }{{"--listen", listen}, {"--admin-listen", admin}} {
+		if a.addr == "" {
+			return fmt.Errorf("%s: no address (want host:port, e.g. 127.0.0.1:9464 or :8080)", a.flag)
+		}
+		tcp, err := net.ResolveTCPAddr("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w (want host:port, e.g. 127.0.0.1:9464 or :8080)", a.flag, a.addr, err)
+		}
+		addrs[i] = tcp
+	}
+	c, d := addrs[0], addrs[1]
+	overlap := c.IP == nil || d.IP == nil || c.IP.IsUnspecified() || d.IP.IsUnspecified() || c.IP.Equal(d.IP)
+	if c.Port != 0 && c.Port == d.Port && overlap {
+		return fmt.Errorf("--listen %s and --admin-listen %s: both on port %d", listen, admin, c.Port)
+	}
+	return nil
+}
+
+// loadCert loads --tls-cert and --tls-key (nil, nil without them).
+func loadCert(certFile, keyFile string) (*tls.Certificate, error) {
+	if certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("--tls-cert and --tls-key go together: give both, or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return &cert, nil
+}
+
+// checkUpstream checks --upstream as the proxy will read it.
+func checkUpstream(raw string) error {
+	if !strings.Contains(raw, "://") {
+		return fmt.Errorf("--upstream %q: no scheme; give the server's base URL, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
+	}
+	if _, err := proxy.NewUpstream(raw, "", nil); err != nil {
+		return err
+	}
+	u, _ := url.Parse(raw) // parsed by NewUpstream already
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("upstream %q: port %s out of range (1 to 65535)", raw, p)
+		}
+	}
+	return nil
+}
+
+// checkEngine checks the embedded engine's flags as engine.New would,
+// without building the model: its own validation (faults, a tokenizer
+// without a model), the checkpoint's header and size, the ranks against
+// the model's heads, and that the tokenizer file opens.
+func checkEngine(cfg engine.Config) error {
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("embedded engine: %w", err)
+	}
+	shape := cfg.ModelConfig
+	if cfg.ModelPath != "" {
+		var err error
+		if shape, err = checkpointShape(cfg.ModelPath); err != nil {
+			return fmt.Errorf("embedded engine: --engine-model: %w", err)
+		}
+	}
+	if most := min(shape.KVHeads, 255); cfg.Ranks > most {
+		return fmt.Errorf("embedded engine: --engine-ranks %d: the model has %d kv heads; want 1 to %d ranks", cfg.Ranks, shape.KVHeads, most)
+	}
+	if cfg.TokenizerPath != "" {
+		f, err := os.Open(cfg.TokenizerPath)
+		if err != nil {
+			return fmt.Errorf("embedded engine: --engine-tokenizer: %w", err)
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// checkpointHeader is the size of a llama2.c checkpoint's header: seven
+// little-endian int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+// vocab_size, seq_len; a negative vocab_size means an unshared classifier).
+const checkpointHeader = 7 * 4
+
+// checkpointShape reads a llama2.c checkpoint's header, checks it with the
+// model package's own rules, and checks that the file is as long as that
+// shape needs (the weights, the freq_cis tables and an unshared
+// classifier, all float32), without reading the weights.
+func checkpointShape(path string) (model.Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return model.Config{}, err
+	}
+	defer f.Close()
+	var hdr [7]int32
+	if err := binary.Read(f, binary.LittleEndian, &hdr); err != nil {
+		return model.Config{}, fmt.Errorf("%s: not a llama2.c checkpoint: cannot read its header: %w", path, err)
+	}
+	c := model.Config{
+		Dim: int(hdr[0]), HiddenDim: int(hdr[1]), Layers: int(hdr[2]), Heads: int(hdr[3]),
+		KVHeads: int(hdr[4]), Vocab: int(hdr[5]), MaxSeq: int(hdr[6]), SharedClassifier: hdr[5] > 0,
+	}
+	if c.Vocab < 0 {
+		c.Vocab = -c.Vocab
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: not a llama2.c checkpoint: %w", path, err)
+	}
+	params := int64(c.Params()) // the classifier counted when not shared
+	if params > 1<<34 {
+		return c, fmt.Errorf("%s: implausible size: %d parameters", path, params)
+	}
+	want := checkpointHeader + 4*(params+int64(c.MaxSeq)*int64(c.HeadSize()))
+	st, err := f.Stat()
+	if err != nil {
+		return c, err
+	}
+	if st.Size() < want {
+		return c, fmt.Errorf("%s: truncated: %d bytes, its header's shape needs %d", path, st.Size(), want)
+	}
+	return c, nil
+}

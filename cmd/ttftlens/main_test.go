@@ -1,0 +1,566 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/exporters/web"
+	"github.com/ttftlens/ttftlens/proxy"
+	"github.com/ttftlens/ttftlens/proxy/signals"
+)
+
+// TestMain clears the variables that would change what the commands read,
+// so the tests see only what they set.
+func TestMain(m *testing.M) {
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "TTFTLENS_") || strings.HasPrefix(name, "OTEL_") {
+			os.Unsetenv(name)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// result is one run of the command line.
+type result struct {
+	code        int
+	stdout, err string
+}
+
+func runCLI(stdin string, args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(args, stdio{in: strings.NewReader(stdin), out: &out, err: &errb})
+	return result{code, out.String(), errb.String()}
+}
+
+// check compares r with the wanted status and substrings; "!" before a
+// substring means it must be absent.
+func (r result) check(t *testing.T, code int, stdout, stderr []string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit status %d, want %d", r.code, code)
+	}
+	match := func(name, text string, wants []string) {
+		for _, w := range wants {
+			if not, ok := strings.CutPrefix(w, "!"); ok {
+				if strings.Contains(text, not) {
+					t.Errorf("%s has %q", name, not)
+				}
+			} else if !strings.Contains(text, w) {
+				t.Errorf("%s lacks %q", name, w)
+			}
+		}
+	}
+	match("stdout", r.stdout, stdout)
+	match("stderr", r.err, stderr)
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", r.stdout, r.err)
+	}
+}
+
+// testFiles are files the check-config cases point at.
+type testFiles struct {
+	cert, key, otherKey   string
+	ckpt, ckptShort       string
+	ckptUnshared, garbage string
+	gateway               string
+}
+
+func writeTestFiles(t *testing.T) testFiles {
+	t.Helper()
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	write := func(name string, b []byte) string {
+		if err := os.WriteFile(path(name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path(name)
+	}
+	var f testFiles
+	certPEM, keyPEM := selfSigned(t)
+	f.cert, f.key = write("cert.pem", certPEM), write("key.pem", keyPEM)
+	_, otherKey := selfSigned(t)
+	f.otherKey = write("other-key.pem", otherKey)
+
+	shape := model.Config{Dim: 8, HiddenDim: 16, Layers: 1, Heads: 2, KVHeads: 2, Vocab: 16, MaxSeq: 8, SharedClassifier: true}
+	full := checkpoint(shape)
+	f.ckpt = write("model.bin", full)
+	f.ckptShort = write("short.bin", full[:len(full)-4])
+	unshared := shape
+	unshared.SharedClassifier = false
+	f.ckptUnshared = write("unshared.bin", checkpoint(unshared))
+	f.garbage = write("garbage.bin", []byte("this is not a checkpoint at all, it is text"))
+
+	f.gateway = write("gateway.yaml", []byte(`auth: none
+routes:
+  - model: m
+    pool: p
+pools:
+  - name: p
+    upstreams: [http://127.0.0.1:8000]
+`))
+	return f
+}
+
+// selfSigned returns a PEM certificate and its key.
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// checkpoint is a llama2.c checkpoint of shape with zero weights: the
+// header, then as many float32 as the model package's reader takes.
+func checkpoint(c model.Config) []byte {
+	vocab := int32(c.Vocab)
+	if !c.SharedClassifier {
+		vocab = -vocab
+	}
+	var b bytes.Buffer
+	_ = binary.Write(&b, binary.LittleEndian, [7]int32{int32(c.Dim), int32(c.HiddenDim), int32(c.Layers), int32(c.Heads), int32(c.KVHeads), vocab, int32(c.MaxSeq)})
+	b.Write(make([]byte, 4*(c.Params()+c.MaxSeq*c.HeadSize())))
+	return b.Bytes()
+}
+
+// TestCheckpointShapeAgreesWithLoader: a file checkpointShape accepts is
+// one the engine's loader loads, and a truncated one fails both.
+func TestCheckpointShapeAgreesWithLoader(t *testing.T) {
+	f := writeTestFiles(t)
+	tests := []struct {
+		path string
+		ok   bool
+	}{{f.ckpt, true}, {f.ckptUnshared, true}, {f.ckptShort, false}, {f.garbage, false}}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.path), func(t *testing.T) {
+			_, err := checkpointShape(tt.path)
+			m, loadErr := model.LoadCheckpoint(tt.path, 1)
+			if m != nil {
+				m.Close()
+			}
+			if (err == nil) != tt.ok || (loadErr == nil) != tt.ok {
+				t.Errorf("checkpointShape: %v; LoadCheckpoint: %v; want ok=%v for both", err, loadErr, tt.ok)
+			}
+		})
+	}
+}
+
+// checkCases are command lines for serve; each is run with --check-config
+// and, when it must fail, without (serve must fail the same way before it
+// listens).
+func checkCases(f testFiles) []struct {
+	name   string
+	args   []string
+	ok     bool
+	stdout string // for ok
+	stderr string // for failures: the error
+} {
+	return []struct {
+		name   string
+		args   []string
+		ok     bool
+		stdout string
+		stderr string
+	}{
+		{"embedded engine", nil, true, "flags ok (no --config; upstream: the embedded reference engine)", ""},
+		{"upstream", []string{"--upstream", "http://127.0.0.1:8000"}, true, "flags ok (no --config; upstream http://127.0.0.1:8000)", ""},
+		{"https upstream", []string{"--upstream", "https://[::1]:8443/"}, true, "flags ok", ""},
+		{"upstream without scheme", []string{"--upstream", "localhost:8000"}, false, "", `--upstream "localhost:8000": no scheme; give the server's base URL, e.g. http://localhost:8000`},
+		{"upstream bad scheme", []string{"--upstream", "htp://x"}, false, "", `upstream "htp://x": scheme must be http or https`},
+		{"upstream without host", []string{"--upstream", "http://"}, false, "", `upstream "http://": no host`},
+		{"upstream bad host", []string{"--upstream", "http://[::1"}, false, "", `missing ']' in host`},
+		{"upstream with a path", []string{"--upstream", "http://x/v1"}, false, "", "a path prefix is not supported"},
+		{"upstream port out of range", []string{"--upstream", "http://x:99999"}, false, "", "port 99999 out of range"},
+		{"upstream with config", []string{"--upstream", "http://x:1", "--config", f.gateway}, false, "", "with --config the upstreams come from the config file"},
+		{"config", []string{"--config", f.gateway}, true, "flags ok; " + f.gateway + ": ok (auth none, 0 keys, 1 route, 1 pool)", ""},
+		{"missing config", []string{"--config", "/nonexistent/gateway.yaml"}, false, "", "/nonexistent/gateway.yaml"},
+		{"listen nonsense", []string{"--listen", "nonsense"}, false, "", `--listen "nonsense": address nonsense: missing port in address`},
+		{"listen bad port", []string{"--listen", ":99999"}, false, "", `--listen ":99999"`},
+		{"admin listen empty", []string{"--admin-listen", ""}, false, "", "--admin-listen: no address"},
+		{"same port", []string{"--listen", ":9464"}, false, "", "--listen :9464 and --admin-listen 127.0.0.1:9464: both on port 9464"},
+		{"different hosts, same port", []string{"--listen", "127.0.0.2:9464"}, true, "flags ok", ""},
+		{"tls", []string{"--tls-cert", f.cert, "--tls-key", f.key}, true, "; TLS certificate ok", ""},
+		{"tls cert without key", []string{"--tls-cert", f.cert}, false, "", "--tls-cert and --tls-key go together"},
+		{"tls key without cert", []string{"--tls-key", f.key}, false, "", "--tls-cert and --tls-key go together"},
+		{"tls missing files", []string{"--tls-cert", "/nope", "--tls-key", "/nope"}, false, "", "--tls-cert/--tls-key: open /nope"},
+		{"tls key of another cert", []string{"--tls-cert", f.cert, "--tls-key", f.otherKey}, false, "", "private key does not match public key"},
+		{"engine fault", []string{"--engine-fault", "queue_delay=50ms"}, true, "flags ok", ""},
+		{"bad engine fault", []string{"--engine-fault", "queue_dely=50ms"}, false, "", `embedded engine: fault: unknown fault "queue_dely"`},
+		{"engine model", []string{"--engine-model", f.ckpt, "--engine-ranks", "2"}, true, "flags ok", ""},
+		{"missing engine model", []string{"--engine-model", "/nope.bin"}, false, "", "embedded engine: --engine-model: open /nope.bin"},
+		{"truncated engine model", []string{"--engine-model", f.ckptShort}, false, "", "truncated"},
+		{"not a checkpoint", []string{"--engine-model", f.garbage}, false, "", "not a llama2.c checkpoint"},
+		{"too many ranks", []string{"--engine-model", f.ckpt, "--engine-ranks", "3"}, false, "", "--engine-ranks 3: the model has 2 kv heads"},
+		{"too many ranks, built-in model", []string{"--engine-ranks", "7"}, false, "", "--engine-ranks 7: the model has 6 kv heads"},
+		{"tokenizer without model", []string{"--engine-tokenizer", f.ckpt}, false, "", "tokenizer path given without a model path"},
+		{"missing tokenizer", []string{"--engine-model", f.ckpt, "--engine-tokenizer", "/nope.tok"}, false, "", "--engine-tokenizer: open /nope.tok"},
+		{"log level", []string{"--log-level", "WARN"}, true, "flags ok", ""},
+		{"bad log level", []string{"--log-level", "loud"}, false, "", `--log-level "loud": want one of debug, info, warn, error`},
+		{"engine anthropic", []string{"--engine", "anthropic", "--upstream", "http://x:1"}, true, "flags ok", ""},
+		{"bad engine", []string{"--engine", "bogus"}, false, "", `--engine "bogus": want one of auto, reference, vllm, llamacpp, ollama, sglang, tgi, anthropic, generic`},
+		{"bad compression", []string{"--compress-streams", "brotli"}, false, "", `--compress-streams "brotli": want gzip or zstd`},
+	}
+}
+
+func TestCheckConfig(t *testing.T) {
+	f := writeTestFiles(t)
+	for _, tt := range checkCases(f) {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCLI("", append([]string{"serve", "--check-config", "--admin-listen=127.0.0.1:9464"}, tt.args...)...)
+			if tt.ok {
+				r.check(t, 0, []string{tt.stdout}, nil)
+				if r.err != "" {
+					t.Errorf("stderr: %s", r.err)
+				}
+				return
+			}
+			r.check(t, 2, nil, []string{tt.stderr, "!flags ok", "!Usage", "!-admin-listen string"})
+			if !strings.HasPrefix(r.err, "ttftlens: ") {
+				t.Errorf("stderr %q does not start with \"ttftlens: \"", r.err)
+			}
+			if r.stdout != "" || strings.Count(r.err, "\n") != 1 {
+				t.Errorf("want one line on stderr and nothing on stdout")
+			}
+		})
+	}
+}
+
+// TestServeFailsAsCheckConfig: every command line --check-config refuses,
+// serve refuses with the same message, before it listens.
+func TestServeFailsAsCheckConfig(t *testing.T) {
+	f := writeTestFiles(t)
+	for _, tt := range checkCases(f) {
+		if tt.ok {
+			continue
+		}
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"serve", "--admin-listen=127.0.0.1:9464"}, tt.args...)
+			check := runCLI("", append(args, "--check-config")...)
+			done := make(chan result, 1)
+			go func() { done <- runCLI("", args...) }()
+			select {
+			case serve := <-done:
+				if serve.code != check.code || serve.err != check.err {
+					t.Errorf("serve: %d %q\ncheck: %d %q", serve.code, serve.err, check.code, check.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("serve accepted what --check-config refused, and is running")
+			}
+		})
+	}
+}
+
+// TestCheckConfigEnv: values from the environment are checked the same way.
+func TestCheckConfigEnv(t *testing.T) {
+	f := writeTestFiles(t)
+	tests := []struct {
+		name, env, value string
+		args             []string
+		code             int
+		stderr           string
+	}{
+		{"upstream from env with --config", "TTFTLENS_UPSTREAM", "http://x:1", []string{"--config", f.gateway}, 2, "drop --upstream (or TTFTLENS_UPSTREAM)"},
+		{"bad log level", "TTFTLENS_LOG_LEVEL", "loud", nil, 2, "--log-level \"loud\""},
+		{"bad duration", "TTFTLENS_TOTAL_TIMEOUT", "soon", nil, 2, "TTFTLENS_TOTAL_TIMEOUT=\"soon\""},
+		{"negative total timeout", "TTFTLENS_TOTAL_TIMEOUT", "-1s", nil, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.env, tt.value)
+			r := runCLI("", append([]string{"serve", "--check-config"}, tt.args...)...)
+			var want []string
+			if tt.stderr != "" {
+				want = []string{tt.stderr}
+			}
+			r.check(t, tt.code, nil, want)
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	overview := []string{"usage: ttftlens [command] [flags]", "serve ", "engine ", "bench ", "report ", "demo ", "hash-key ", "ttftlens serve -h", "!-admin-listen"}
+	serveFlags := []string{"usage: ttftlens serve [flags]", "-admin-listen string", "-upstream string", "-engine-fault"}
+	tests := []struct {
+		args   []string
+		stdout []string
+	}{
+		{[]string{"-h"}, overview},
+		{[]string{"--help"}, overview},
+		{[]string{"-help"}, overview},
+		{[]string{"help"}, overview},
+		{[]string{"serve", "-h"}, serveFlags},
+		{[]string{"serve", "--help"}, serveFlags},
+		{[]string{"help", "serve"}, serveFlags},
+		{[]string{"engine", "-h"}, []string{"usage: ttftlens engine [flags]", "-listen string", "-fault string"}},
+		{[]string{"bench", "-h"}, []string{"usage: ttftlens bench [flags]", "-url string", "Exits 1 when every request failed"}},
+		{[]string{"report", "-h"}, []string{"usage: ttftlens report LOGFILE"}},
+		{[]string{"demo", "--help"}, []string{"usage: ttftlens demo SCENARIO | list"}},
+		{[]string{"hash-key", "-h"}, []string{"usage: ttftlens hash-key [KEY]", "!\nsha256:"}},
+		{[]string{"hash-key", "--help"}, []string{"usage: ttftlens hash-key [KEY]", "!\nsha256:"}},
+		{[]string{"help", "hash-key"}, []string{"usage: ttftlens hash-key [KEY]"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := runCLI("", tt.args...)
+			r.check(t, 0, tt.stdout, nil)
+			if r.err != "" {
+				t.Errorf("stderr: %s", r.err)
+			}
+		})
+	}
+}
+
+// TestOverviewLines: the overview names every command, one line each,
+// and fits a terminal.
+func TestOverviewLines(t *testing.T) {
+	r := runCLI("", "help")
+	for name := range commands {
+		n := 0
+		for line := range strings.SplitSeq(r.stdout, "\n") {
+			if strings.HasPrefix(line, "  "+name+" ") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("command %s: %d overview lines", name, n)
+		}
+	}
+	for line := range strings.SplitSeq(r.stdout, "\n") {
+		if len(line) > 80 {
+			t.Errorf("line over 80 columns: %q", line)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args   []string
+		stderr string
+		hint   string
+	}{
+		{[]string{"--bogus"}, "ttftlens serve: flag provided but not defined: -bogus", "run 'ttftlens serve -h' for the flags"},
+		{[]string{"serve", "--listen"}, "ttftlens serve: flag needs an argument: -listen", "run 'ttftlens serve -h' for the flags"},
+		{[]string{"serve", "--total-timeout", "x"}, `ttftlens serve: invalid value "x" for flag -total-timeout`, "run 'ttftlens serve -h' for the flags"},
+		{[]string{"serve", "extra"}, `ttftlens serve: unexpected argument "extra"`, "run 'ttftlens serve -h' for the flags"},
+		{[]string{"--upstream", "http://x:1", "extra", "--listen", ":1"}, `ttftlens serve: unexpected argument "extra"`, "run 'ttftlens serve -h' for the flags"},
+		{[]string{"engine", "--nope"}, "ttftlens engine: flag provided but not defined: -nope", "run 'ttftlens engine -h' for the flags"},
+		{[]string{"engine", "extra"}, `ttftlens engine: unexpected argument "extra"`, "run 'ttftlens engine -h' for the flags"},
+		{[]string{"bench", "-c"}, "ttftlens bench: flag needs an argument: -c", "run 'ttftlens bench -h' for the flags"},
+		{[]string{"bench", "http://x"}, `ttftlens bench: unexpected argument "http://x"`, "run 'ttftlens bench -h' for the flags"},
+		{[]string{"report"}, "ttftlens report: no log file given", "run 'ttftlens report -h' for its usage"},
+		{[]string{"report", "a", "b"}, "ttftlens report: 2 arguments: give one log file", "run 'ttftlens report -h' for its usage"},
+		{[]string{"report", "--x"}, "ttftlens report: flag provided but not defined: -x", "run 'ttftlens report -h' for its usage"},
+		{[]string{"demo"}, "ttftlens demo: no scenario given", "run 'ttftlens demo -h' for its usage"},
+		{[]string{"demo", "queue", "extra"}, `ttftlens demo: 2 arguments ["queue" "extra"]: give one scenario`, "run 'ttftlens demo -h' for its usage"},
+		{[]string{"demo", "nope"}, `ttftlens demo: unknown scenario "nope"`, "run 'ttftlens demo -h' for its usage"},
+		{[]string{"hash-key", "-x"}, "ttftlens hash-key: unknown flag -x (hash-key takes no flags", "run 'ttftlens hash-key -h' for its usage"},
+		{[]string{"hash-key", "--key=abc"}, "ttftlens hash-key: unknown flag --key=abc", "run 'ttftlens hash-key -h' for its usage"},
+		{[]string{"hash-key", "a", "b"}, "ttftlens hash-key: 2 arguments", "run 'ttftlens hash-key -h' for its usage"},
+		{[]string{"hash-key"}, "ttftlens hash-key: no key on stdin", "run 'ttftlens hash-key -h' for its usage"},
+		{[]string{"nope"}, `ttftlens: unknown command "nope"`, "run 'ttftlens help' for the commands"},
+		{[]string{"help", "nope"}, `ttftlens: unknown command "nope"`, "run 'ttftlens help' for the commands"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := runCLI("", tt.args...)
+			r.check(t, 2, nil, nil)
+			if want := tt.stderr; !strings.HasPrefix(r.err, want) {
+				t.Errorf("stderr %q, want it to start with %q", r.err, want)
+			}
+			if lines := strings.Split(strings.TrimSuffix(r.err, "\n"), "\n"); len(lines) != 2 || lines[1] != tt.hint {
+				t.Errorf("stderr %q: want the error and the line %q", r.err, tt.hint)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout: %s", r.stdout)
+			}
+		})
+	}
+}
+
+func TestHashKey(t *testing.T) {
+	const testHash = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // of "test"
+	tests := []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"test", nil, testHash},
+		{"  test\n", nil, testHash},
+		{"", []string{"test"}, testHash},
+		{"test", []string{"-"}, testHash},
+		{"", []string{"--", "test"}, testHash},
+		{"", []string{"--", "-h"}, "sha256:05dc0e47773fb3a7a4dc132574919f02b6242879820e347dc00a1962a96636b5"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q %q", tt.stdin, tt.args), func(t *testing.T) {
+			r := runCLI(tt.stdin, append([]string{"hash-key"}, tt.args...)...)
+			r.check(t, 0, nil, nil)
+			if r.stdout != tt.want+"\n" {
+				t.Errorf("stdout %q, want %q", r.stdout, tt.want)
+			}
+		})
+	}
+}
+
+// TestServeHelpText: what the help says matches what the code does.
+func TestServeHelpText(t *testing.T) {
+	help := runCLI("", "serve", "-h").stdout
+	flagHelp := func(name string) string {
+		_, after, ok := strings.Cut(help, "\n  -"+name+" ")
+		if !ok {
+			t.Fatalf("no -%s in the help", name)
+		}
+		line, _, _ := strings.Cut(after, "\n  -")
+		return line
+	}
+	t.Run("engine kinds", func(t *testing.T) {
+		h := flagHelp("engine")
+		for _, k := range append([]string{proxy.EngineAuto}, signals.Kinds...) {
+			if !strings.Contains(h, k) {
+				t.Errorf("--engine help lacks %s: %s", k, h)
+			}
+		}
+	})
+	t.Run("admin endpoints", func(t *testing.T) {
+		h := flagHelp("admin-listen")
+		paths := []string{"/metrics", "/health", "/engine/metrics"}
+		for p := range web.Routes(exporters.NewRing(exporters.RingOptions{})) {
+			if strings.HasSuffix(p, ".js") || strings.HasSuffix(p, ".css") {
+				continue // the page's own files
+			}
+			paths = append(paths, strings.TrimSuffix(strings.TrimSuffix(p, "*"), "/"))
+		}
+		for _, p := range paths {
+			if p != "" && !strings.Contains(h, p) {
+				t.Errorf("--admin-listen help lacks %s: %s", p, h)
+			}
+		}
+	})
+	t.Run("total timeout", func(t *testing.T) {
+		h := flagHelp("total-timeout")
+		if strings.Contains(h, "default") && !strings.Contains(h, "none, the default") || strings.Contains(h, "-1ns") || !strings.Contains(h, "none") {
+			t.Errorf("--total-timeout help: %s", h)
+		}
+	})
+	t.Run("log levels", func(t *testing.T) {
+		h := flagHelp("log-level")
+		for _, l := range logLevels {
+			if !strings.Contains(h, l) {
+				t.Errorf("--log-level help lacks %s: %s", l, h)
+			}
+		}
+	})
+}
+
+// TestTotalTimeoutDefault: the default (0) means no deadline to the proxy,
+// as -1 did.
+func TestTotalTimeoutDefault(t *testing.T) {
+	var f serveFlags
+	fs := newFlagSet("serve", "", "TTFTLENS_")
+	f.register(fs.FlagSet)
+	if err := fs.parse(nil, stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []time.Duration{f.cfg.TotalTimeout, -1} {
+		cfg := proxy.Config{Upstream: "http://x:1", TotalTimeout: v}
+		if err := cfg.Normalize(); err != nil || cfg.TotalTimeout != 0 {
+			t.Errorf("--total-timeout %v: normalized to %v (%v), want 0 (none)", v, cfg.TotalTimeout, err)
+		}
+	}
+}
+
+// TestCheckListen covers address forms without binding anything.
+func TestCheckListen(t *testing.T) {
+	tests := []struct {
+		listen, admin string
+		ok            bool
+	}{
+		{":8080", "127.0.0.1:9464", true},
+		{":0", ":0", true},
+		{"[::1]:8080", "[::1]:9464", true},
+		{"127.0.0.1:8080", "127.0.0.2:8080", true},
+		{":http", ":9464", true},
+		{":8080", "127.0.0.1:8080", false},
+		{"[::]:8080", "[::1]:8080", false},
+		{"0.0.0.0:8080", ":8080", false},
+		{"8080", ":9464", false},
+		{":8080", "localhost", false},
+		{":-1", ":9464", false},
+		{"", ":9464", false},
+	}
+	for _, tt := range tests {
+		if err := checkListen(tt.listen, tt.admin); (err == nil) != tt.ok {
+			t.Errorf("checkListen(%q, %q) = %v, want ok=%v", tt.listen, tt.admin, err, tt.ok)
+		}
+	}
+}
+
+// TestReportCommand runs "ttftlens report" on a file and on stdin.
+func TestReportCommand(t *testing.T) {
+	line := `{"msg":"request","request_id":"a","path":"/v1/chat/completions","model":"m","end_reason":"length","end_detail":"finish_length","ttft_ms":3,"e2e_ms":9,"stages_ms":{"prefill":2,"queue":1}}`
+	file := filepath.Join(t.TempDir(), "log.jsonl")
+	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		stdin  string
+		args   []string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{"file", "", []string{file}, 0, []string{"1 request record\n", "model m: 1 request, 1 with a first token", "!1 requests"}, nil},
+		{"stdin", line + "\n" + line, []string{"-"}, 0, []string{"2 request records\n", "model m: 2 requests"}, nil},
+		{"missing file", "", []string{"/nope.jsonl"}, 2, nil, []string{"ttftlens: open /nope.jsonl"}},
+		{"no records", "", []string{empty}, 2, nil, []string{"no request records"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runCLI(tt.stdin, append([]string{"report"}, tt.args...)...).check(t, tt.code, tt.stdout, tt.stderr)
+		})
+	}
+}
+
+// deadURL is a loopback URL nothing listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
+}
