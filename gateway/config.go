@@ -55,7 +55,7 @@ type KeyConfig struct {
 	// appears anywhere). Unique.
 	Name string `yaml:"name"`
 	// Key is "sha256:<64 hex digits>", the SHA-256 of the key (HashKey
-	// computes it; `ttftlens gateway hash-key`), or "env:VARNAME" to read
+	// computes it; `ttftlens hash-key`), or "env:VARNAME" to read
 	// the plain key from the environment when the config is loaded.
 	Key string `yaml:"key"`
 	// Quota overrides KeyDefaults.Quota for this key.
