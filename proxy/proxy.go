@@ -159,7 +159,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	gw, own := cfg.Gateway, false
 	if gw == nil {
 		var err error
-		if gw, err = gateway.New(passThrough(&cfg), gateway.Options{}); err != nil {
+		if gw, err = gateway.New(passThrough(&cfg), gateway.Options{Log: &log}); err != nil {
 			return nil, err
 		}
 		own = true

@@ -59,7 +59,7 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	case f.configPath != "" && f.cfg.Upstream != "":
 		return nil, fmt.Errorf("--upstream %q and --config %s: with --config the upstreams come from the config file's routes and pools; drop --upstream (or TTFTLENS_UPSTREAM)", f.cfg.Upstream, f.configPath)
 	case f.configPath != "":
-		if plan.gw, err = loadGateway(f.configPath); err != nil {
+		if plan.gw, err = loadGateway(f.configPath, &plan.log); err != nil {
 			return nil, err
 		}
 		cfg.Gateway = plan.gw

@@ -34,7 +34,7 @@ func runEngine(args []string, std stdio) error {
 	if err := fs.noArgs(); err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(std.err, nil))
+	cfg.Logger = slog.New(slog.NewJSONHandler(std.err, &slog.HandlerOptions{ReplaceAttr: lowerLevel}))
 	srv, err := engine.New(cfg)
 	if err != nil {
 		return err

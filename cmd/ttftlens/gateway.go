@@ -69,13 +69,14 @@ func runHashKey(args []string, std stdio) error {
 	return nil
 }
 
-// loadGateway reads the config file and builds the gateway from it.
-func loadGateway(path string) (*gateway.Gateway, error) {
+// loadGateway reads the config file and builds the gateway from it; log
+// gets its operational messages (upstream health transitions).
+func loadGateway(path string, log *zerolog.Logger) (*gateway.Gateway, error) {
 	cfg, err := gateway.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	return gateway.New(cfg, gateway.Options{})
+	return gateway.New(cfg, gateway.Options{Log: log})
 }
 
 // reloadOnHUP reloads the config file on SIGHUP. Requests in flight keep
