@@ -161,13 +161,16 @@ func finished(f Facts) (Reason, Detail) {
 }
 
 // PhaseOf says where a request stood when the client left, from what the
-// proxy saw: not yet admitted, admitted without a token, or decoding.
-func PhaseOf(admitted, firstToken bool) Phase {
+// proxy saw: not yet admitted, decoding, or in between, where engine is the
+// phase the engine last announced (PhaseNone: it said nothing).
+func PhaseOf(admitted, firstToken bool, engine Phase) Phase {
 	switch {
 	case firstToken:
 		return PhaseDecoding
-	case admitted:
-		return PhasePrefill
+	case !admitted:
+		return PhaseQueued
+	case engine != PhaseNone:
+		return engine
 	}
-	return PhaseQueued
+	return PhaseUpstream
 }

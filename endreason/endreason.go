@@ -45,19 +45,24 @@ func All() []Reason {
 // Phase is where a request was when the client left.
 type Phase uint8
 
-// The phases. PhaseNone is used for every reason but ClientCancel.
+// The phases. PhaseNone is used for every reason but ClientCancel. Between
+// admission and the first token the engine's own word decides (the
+// reference engine's progress comments, engine/PROTOCOL.md); an engine
+// that says nothing leaves PhaseUpstream.
 const (
-	PhaseNone     Phase = iota
-	PhaseQueued         // before our admission (gateway, route, our queue)
-	PhasePrefill        // admitted, no token yet: engine queue, preparation, prefill
-	PhaseDecoding       // after the first token
-	numPhases
+	PhaseNone      Phase = iota
+	PhaseQueued          // before our admission (gateway, route, our queue), or in the engine's queue
+	PhasePreparing       // in the engine's preparation (tokenizer, media fetch)
+	PhasePrefill         // in the engine's prefill
+	PhaseUpstream        // admitted, no token yet, and the engine does not say where it was
+	PhaseDecoding        // after the first token
+	NumPhases
 )
 
-var phaseNames = [numPhases]string{"", "queued", "prefill", "decoding"}
+var phaseNames = [NumPhases]string{"", "queued", "preparing", "prefill", "upstream", "decoding"}
 
 func (p Phase) String() string {
-	if p < numPhases {
+	if p < NumPhases {
 		return phaseNames[p]
 	}
 	return "phase?"

@@ -37,7 +37,9 @@ func TestPhaseString(t *testing.T) {
 		{PhaseQueued, "queued"},
 		{PhasePrefill, "prefill"},
 		{PhaseDecoding, "decoding"},
-		{numPhases, "phase?"},
+		{PhasePreparing, "preparing"},
+		{PhaseUpstream, "upstream"},
+		{NumPhases, "phase?"},
 		{200, "phase?"},
 	}
 	for _, tc := range tests {
@@ -78,16 +80,21 @@ func TestAll(t *testing.T) {
 func TestPhaseOf(t *testing.T) {
 	tests := []struct {
 		admitted, firstToken bool
+		engine               Phase
 		want                 Phase
 	}{
-		{false, false, PhaseQueued},
-		{true, false, PhasePrefill},
-		{true, true, PhaseDecoding},
-		{false, true, PhaseDecoding}, // a token proves admission even if the mark is missing
+		{false, false, PhaseNone, PhaseQueued},
+		{false, false, PhasePrefill, PhaseQueued}, // not admitted: the engine cannot have it
+		{true, false, PhaseNone, PhaseUpstream},
+		{true, false, PhaseQueued, PhaseQueued},
+		{true, false, PhasePreparing, PhasePreparing},
+		{true, false, PhasePrefill, PhasePrefill},
+		{true, true, PhasePrefill, PhaseDecoding},
+		{false, true, PhaseNone, PhaseDecoding}, // a token proves admission even if the mark is missing
 	}
 	for _, tc := range tests {
-		if got := PhaseOf(tc.admitted, tc.firstToken); got != tc.want {
-			t.Errorf("PhaseOf(%v, %v) = %v, want %v", tc.admitted, tc.firstToken, got, tc.want)
+		if got := PhaseOf(tc.admitted, tc.firstToken, tc.engine); got != tc.want {
+			t.Errorf("PhaseOf(%v, %v, %v) = %v, want %v", tc.admitted, tc.firstToken, tc.engine, got, tc.want)
 		}
 	}
 }

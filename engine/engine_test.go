@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +221,48 @@ func TestModelsHealth(t *testing.T) {
 	}
 	if code, body := get("/nope"); code != 404 || !strings.Contains(body, `"error"`) {
 		t.Errorf("/nope %d %s", code, body)
+	}
+}
+
+// TestProgressComments checks the progress protocol (PROTOCOL.md): a
+// streamed request announces queued with its headers and prefill when the
+// scheduler takes it, both before any data; held headers and non-streamed
+// responses carry none.
+func TestProgressComments(t *testing.T) {
+	e := startEngine(t, testConfig())
+	tests := []struct {
+		name, fault string
+		stream      bool
+		want        []string
+	}{
+		{"queued, then prefill", "queue_delay=50ms", true, []string{"queued", "prefill"}},
+		{"no queue", "", true, []string{"queued", "prefill"}},
+		{"held headers", "hold_headers", true, nil},
+		{"not streamed", "", false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"model":"ttftlens-ref","prompt":"Once upon a time","stream":%v,"max_tokens":3}`, tt.stream)
+			resp := e.post(t, context.Background(), "/v1/completions", body, FaultHeader, tt.fault)
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			sawData := false
+			for _, line := range strings.Split(string(raw), "\n") {
+				if p, ok := strings.CutPrefix(line, ": ttftlens-phase "); ok {
+					if sawData {
+						t.Errorf("progress comment %q after data", p)
+					}
+					got = append(got, p)
+				}
+				sawData = sawData || strings.HasPrefix(line, "data:")
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("progress %q, want %q\n%s", got, tt.want, raw)
+			}
+		})
 	}
 }

@@ -38,6 +38,7 @@ type gen struct {
 
 	// Output state.
 	headersSent bool
+	prefillSent bool // the prefill progress comment went out (PROTOCOL.md)
 	roleSent    bool
 	commentSent bool
 	contentSent bool
@@ -217,6 +218,7 @@ func (g *gen) run(chat bool) {
 
 	if a.stream && !g.f.HoldHeaders {
 		g.sendHeaders()
+		g.write(phaseQueued) // flushed with the headers (held under buffered)
 		g.flush()
 	}
 	g.consume(ctx)
@@ -350,7 +352,7 @@ func (g *gen) consume(ctx context.Context) {
 		req.mu.Lock()
 		toks = append(toks[:0], req.out...)
 		req.out = req.out[:0]
-		fin, reason, errMsg := req.finished, req.finish, req.errMsg
+		fin, reason, errMsg, scheduled := req.finished, req.finish, req.errMsg, req.scheduled
 		if req.firstTok && !g.haveST {
 			g.st, g.haveST = req.truth, true
 		}
@@ -359,6 +361,10 @@ func (g *gen) consume(ctx context.Context) {
 		}
 		req.mu.Unlock()
 
+		if scheduled && !g.prefillSent && g.a.stream && !g.f.HoldHeaders {
+			g.prefillSent = true
+			g.write(phasePrefill)
+		}
 		for _, t := range toks {
 			g.n++
 			g.pending += g.s.tok.Decode(g.prev, t)
@@ -596,6 +602,12 @@ func (g *gen) serverTiming() string {
 func (g *gen) event(data []byte) {
 	g.write(sse.AppendEvent(nil, nil, data))
 }
+
+// Progress comments (PROTOCOL.md, "Progress").
+var (
+	phaseQueued  = []byte(": ttftlens-phase queued\n\n")
+	phasePrefill = []byte(": ttftlens-phase prefill\n\n")
+)
 
 // sendHeaders writes the stream's response headers (not flushed).
 func (g *gen) sendHeaders() {

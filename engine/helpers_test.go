@@ -91,6 +91,8 @@ func readSSE(r io.Reader, start time.Time) (items []sseItem, err error) {
 				items = append(items, sseItem{data: strings.Join(data, "\n"), at: time.Since(start)})
 				data = nil
 			}
+		case strings.HasPrefix(line, ": ttftlens-phase "):
+			// progress comments: TestProgressComments reads them
 		case strings.HasPrefix(line, ":"):
 			items = append(items, sseItem{comment: true, data: strings.TrimPrefix(strings.TrimPrefix(line, ":"), " "), at: time.Since(start)})
 		case strings.HasPrefix(line, "data:"):

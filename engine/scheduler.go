@@ -69,7 +69,8 @@ type request struct {
 	errMsg    string
 	truth     schedTruth // valid once firstTok is true
 	firstTok  bool
-	afterGone int // tokens produced after the client left
+	scheduled bool // the scheduler has put it in a step (its prefill began)
+	afterGone int  // tokens produced after the client left
 	notify    chan struct{}
 }
 
@@ -109,6 +110,17 @@ func (r *request) emit(tok int, finish, errMsg string, met *metrics) {
 		r.truth.LastTokenAt = r.lastTokenAt
 		r.truth.Generated = r.generated
 	}
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// markScheduled tells the handler the request's prefill is starting.
+func (r *request) markScheduled() {
+	r.mu.Lock()
+	r.scheduled = true
 	r.mu.Unlock()
 	select {
 	case r.notify <- struct{}{}:
@@ -411,6 +423,11 @@ func (s *scheduler) step() bool {
 		return false
 	}
 	s.setStraggler()
+	for _, r := range s.batch {
+		if !r.started {
+			r.markScheduled()
+		}
+	}
 
 	t0 := time.Now()
 	st := s.m.Step(s.entries)

@@ -181,7 +181,7 @@ type Metrics struct {
 	inFlight          prometheus.Gauge
 	unsplit           []prometheus.Counter // by upstream index
 	inconsistent      []prometheus.Counter // by upstream index
-	cancelPhase       [4]prometheus.Counter
+	cancelPhase       [endreason.NumPhases]prometheus.Counter
 	cancelToClose     prometheus.Observer
 	tokensAfterCancel prometheus.Counter
 	residency         prometheus.Observer
@@ -318,7 +318,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 			m.buffered = append(m.buffered, bufferedVec.WithLabelValues(name, k))
 		}
 	}
-	for p := endreason.PhaseQueued; p <= endreason.PhaseDecoding; p++ {
+	for p := endreason.PhaseQueued; p < endreason.NumPhases; p++ {
 		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
 	}
 	m.reqIndex = make(map[reqKey]int, 64)
@@ -491,7 +491,7 @@ func (m *Metrics) Emit(r *record.Record) {
 		s.tokens.Add(float64(r.TokensOut))
 	}
 	if r.Reason == endreason.ClientCancel {
-		if r.Phase >= endreason.PhaseQueued && r.Phase <= endreason.PhaseDecoding {
+		if r.Phase >= endreason.PhaseQueued && r.Phase < endreason.NumPhases {
 			m.cancelPhase[r.Phase].Inc()
 		}
 		m.cancelToClose.Observe(r.CancelToClose.Seconds())

@@ -29,8 +29,12 @@ const (
 	// lateFirstShare: the first token arrived after this share of the
 	// upstream window (request sent to last token) ...
 	lateFirstShare = 0.9
-	// ... and at least this share of the content after it arrived together.
-	lateFirstTogether = 0.5
+	// ... and the content after it arrived together as in a burst. (Half
+	// was not enough: an engine's handler that lags its decode loop writes
+	// the tokens that piled up back to back, so small clumps arrive
+	// together in a healthy stream; a first token late in a short stream
+	// is common after a long queue or preparation.)
+	lateFirstTogether = burstShare
 )
 
 // shapeBuffering reads the signs of buffering in a response's headers.

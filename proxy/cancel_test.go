@@ -3,11 +3,17 @@ package proxy
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/engine"
 )
 
 // maxCloseDelay is how soon after the client leaves the upstream must see
@@ -27,10 +33,10 @@ func TestClientCancel(t *testing.T) {
 		// readFirst: the client reads this before leaving.
 		readFirst string
 	}{
-		{"before headers", endreason.PhasePrefill, func(c *upConn, started chan<- struct{}) {
+		{"before headers", endreason.PhaseUpstream, func(c *upConn, started chan<- struct{}) {
 			close(started) // withhold headers: the proxy is inside the header wait
 		}, ""},
-		{"silent prefill", endreason.PhasePrefill, func(c *upConn, started chan<- struct{}) {
+		{"silent upstream", endreason.PhaseUpstream, func(c *upConn, started chan<- struct{}) {
 			c.sse()
 			c.role() // role chunk only: the first event, no token yet
 			close(started)
@@ -116,7 +122,7 @@ func TestClientCancelKeepAlive(t *testing.T) {
 			return
 		}
 		c.sse()
-		c.role() // then silence: prefill
+		c.role() // then silence: waiting on the upstream
 		if at, ok := c.waitGone(5 * time.Second); ok {
 			closed <- at
 		}
@@ -139,7 +145,75 @@ func TestClientCancelKeepAlive(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("upstream still open 3s after the client left")
 	}
-	if r := sink.next(t); r.Reason != endreason.ClientCancel || r.Phase != endreason.PhasePrefill {
+	if r := sink.next(t); r.Reason != endreason.ClientCancel || r.Phase != endreason.PhaseUpstream {
 		t.Errorf("second request %s/%s phase %s", r.Reason, r.Detail, r.Phase)
 	}
+}
+
+// TestCancelPhaseFromEngine has a client leave while the reference engine
+// holds its request in each phase before the first token, and checks that
+// the record names the phase the engine was in: preparing (before its
+// headers), queued and prefill (from its progress comments).
+func TestCancelPhaseFromEngine(t *testing.T) {
+	_, url := startEngine(t, engine.Config{})
+	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine = "reference" })
+	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		fault string
+		// ready reports the engine holds the request in the phase; nil:
+		// the phase begins as soon as the request is sent.
+		ready func(waiting, running int) bool
+		want  endreason.Phase
+	}{
+		{"slow_tokenizer=5s", nil, endreason.PhasePreparing},
+		{"queue_delay=5s", func(w, _ int) bool { return w == 1 }, endreason.PhaseQueued},
+		{"straggler=0:200ms", func(_, r int) bool { return r == 1 }, endreason.PhasePrefill},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fault, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Ttftlens-Fault: %s\r\nContent-Length: %d\r\n\r\n%s", tt.fault, len(body), body)
+			deadline := time.Now().Add(10 * time.Second)
+			for tt.ready != nil && !tt.ready(scrapeEngineLoad(t, url)) {
+				if time.Now().After(deadline) {
+					t.Fatal("the engine never held the request in the phase")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond) // the proxy reads the engine's word
+			conn.Close()
+			r := sink.next(t)
+			if r.Reason != endreason.ClientCancel || r.Phase != tt.want {
+				t.Errorf("record %s/%s phase %s, want client_cancel in %s", r.Reason, r.Detail, r.Phase, tt.want)
+			}
+		})
+	}
+}
+
+// scrapeEngineLoad reads the engine's waiting and running gauges from its
+// vLLM-named /metrics.
+func scrapeEngineLoad(t *testing.T, url string) (waiting, running int) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, _ := strings.Cut(line, "{")
+		_, v, _ := strings.Cut(rest, "} ")
+		n, _ := strconv.ParseFloat(v, 64)
+		switch name {
+		case "vllm:num_requests_waiting":
+			waiting = int(n)
+		case "vllm:num_requests_running":
+			running = int(n)
+		}
+	}
+	return waiting, running
 }

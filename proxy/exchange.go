@@ -75,10 +75,12 @@ type exchange struct {
 	// contentReads is the upstream read count when the last content event
 	// was parsed: unchanged at the next one means both came in one read.
 	contentReads uint64
-	lastReturn   time.Duration // when the last Read returned
-	readErr      error         // the error Read returned, if any
-	done         bool          // the record was emitted
-	streaming    bool          // handed to fasthttp as the response body
+	// enginePhase is the phase of the engine's last progress comment.
+	enginePhase endreason.Phase
+	lastReturn  time.Duration // when the last Read returned
+	readErr     error         // the error Read returned, if any
+	done        bool          // the record was emitted
+	streaming   bool          // handed to fasthttp as the response body
 
 	// The client asked for its own breakdown (and its key may have it);
 	// respHeader receives its Server-Timing trailer (set when the stream
@@ -251,11 +253,21 @@ func (x *exchange) nextEvent() error {
 		now := tl.Now()
 		x.lastEvent.Store(int64(now))
 		content := false
-		if ev.Comments > 0 && bytes.HasPrefix(ev.Comment, signals.ServerTimingPrefix) {
-			if signals.ParseServerTiming(ev.Comment[len(signals.ServerTimingPrefix):], tl) > 0 {
-				x.rec.EngineSource = "server-timing"
+		if ev.Comments > 0 {
+			signal := true // a comment of the engine's protocol, for us
+			switch c := ev.Comment; {
+			case bytes.HasPrefix(c, signals.ServerTimingPrefix):
+				if signals.ParseServerTiming(c[len(signals.ServerTimingPrefix):], tl) > 0 {
+					x.rec.EngineSource = "server-timing"
+				}
+			case bytes.HasPrefix(c, signals.PhasePrefix):
+				if p := signals.ParsePhase(c[len(signals.PhasePrefix):]); p != endreason.PhaseNone {
+					x.enginePhase = p
+				}
+			default:
+				signal = false
 			}
-			if !ev.HasData && !x.p.cfg.PassEngineTiming {
+			if signal && !ev.HasData && !x.p.cfg.PassEngineTiming {
 				continue
 			}
 		}
@@ -471,7 +483,7 @@ func (x *exchange) finish() {
 	x.rec.Reason, x.rec.Detail = endreason.Classify(x.facts)
 	x.settleGateway()
 	if x.rec.Reason == endreason.ClientCancel {
-		x.rec.Phase = endreason.PhaseOf(tl.Has(stages.Admitted), tl.Has(stages.FirstToken))
+		x.rec.Phase = endreason.PhaseOf(tl.Has(stages.Admitted), tl.Has(stages.FirstToken), x.engineSaidPhase())
 	}
 	if !x.rec.UsageReported {
 		x.rec.TokensOut = x.rec.Stream.ContentEvents
@@ -534,6 +546,19 @@ func (x *exchange) applyCause(cause error, abortedAt, closedAt time.Duration) {
 	}
 }
 
+// engineSaidPhase is where the engine said the request was: its last
+// progress comment, or, for the reference engine (which sends its headers
+// once the request is prepared), preparing while it had the request and no
+// headers yet. PhaseNone when it said nothing.
+func (x *exchange) engineSaidPhase() endreason.Phase {
+	tl := &x.rec.Timeline
+	if x.enginePhase == endreason.PhaseNone && x.rd != nil && x.rd.Kind() == signals.KindReference &&
+		tl.Has(stages.UpstreamSent) && !tl.Has(stages.UpstreamHeaders) {
+		return endreason.PhasePreparing
+	}
+	return x.enginePhase
+}
+
 // reset readies a released exchange for the pool.
 func (x *exchange) reset() {
 	x.rec.Stream.Release()
@@ -545,7 +570,7 @@ func (x *exchange) reset() {
 	x.scan.Reset(nil)
 	x.cw, x.gone = nil, nil
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done, x.streaming = nil, 0, false, false, 0, nil, false, false
-	x.contentReads = 0
+	x.contentReads, x.enginePhase = 0, endreason.PhaseNone
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil

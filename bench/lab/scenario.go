@@ -62,7 +62,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "slow_media", Cause: "each request's media fetch takes 80 ms longer (slow_media=80ms)",
-			Load: load(1, 5, 8), Fault: "slow_media=80ms", Expect: bench.Part(stages.Preparation), ExpectEngine: "media",
+			Load: load(1, 9, 8), Fault: "slow_media=80ms", Expect: bench.Part(stages.Preparation), ExpectEngine: "media",
 		},
 		{
 			Name: "slow_tokenizer", Cause: "one tokenizer worker, each job 50 ms slower (slow_tokenizer=50ms), 2 concurrent clients",
@@ -71,7 +71,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "long_prefill", Cause: "250 extra prompt tokens (long_prompt=250)",
-			Load: load(1, 5, 8), Fault: "long_prompt=250", Expect: bench.Part(stages.Prefill),
+			Load: load(1, 9, 8), Fault: "long_prompt=250", Expect: bench.Part(stages.Prefill),
 		},
 		{
 			Name: "slow_rank", Cause: "two tensor-parallel ranks, rank 1 sleeps 12 ms per layer (straggler=1:12ms)",

@@ -3,8 +3,25 @@ package signals
 import (
 	"github.com/valyala/fastjson"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
+
+// PhasePrefix starts the reference engine's progress comment
+// (engine/PROTOCOL.md, "Progress"): ": ttftlens-phase queued|prefill".
+var PhasePrefix = []byte("ttftlens-phase ")
+
+// ParsePhase reads a progress comment's value: PhaseQueued, PhasePrefill,
+// or PhaseNone for anything else.
+func ParsePhase(v []byte) endreason.Phase {
+	switch string(v) {
+	case "queued":
+		return endreason.PhaseQueued
+	case "prefill":
+		return endreason.PhasePrefill
+	}
+	return endreason.PhaseNone
+}
 
 // ReferenceReader reads the ttftlens reference engine (engine/PROTOCOL.md):
 // OpenAI-compatible events, and its durations in a W3C Server-Timing
