@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +54,9 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	}
 
 	cfg := f.cfg // a copy: Normalize fills defaults serve's proxy.New fills again
+	if len(f.engineFlags) > 0 && (f.configPath != "" || f.cfg.Upstream != "") {
+		return nil, fmt.Errorf("%s: flags of the embedded engine, which does not run with --upstream or --config; drop them, or run the engine alone (ttftlens engine)", strings.Join(f.engineFlags, ", "))
+	}
 	switch {
 	case f.configPath != "" && f.cfg.Upstream != "":
 		return nil, fmt.Errorf("--upstream %q and --config %s: with --config the upstreams come from the config file's routes and pools; drop --upstream (or TTFTLENS_UPSTREAM)", f.cfg.Upstream, f.configPath)
@@ -226,7 +228,7 @@ func checkEngine(cfg engine.Config) error {
 	shape := cfg.ModelConfig
 	if cfg.ModelPath != "" {
 		var err error
-		if shape, err = checkpointShape(cfg.ModelPath); err != nil {
+		if shape, err = model.CheckpointShape(cfg.ModelPath); err != nil {
 			return fmt.Errorf("embedded engine: --engine-model: %w", err)
 		}
 	}
@@ -241,48 +243,4 @@ func checkEngine(cfg engine.Config) error {
 		f.Close()
 	}
 	return nil
-}
-
-// checkpointHeader is the size of a llama2.c checkpoint's header: seven
-// little-endian int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
-// vocab_size, seq_len; a negative vocab_size means an unshared classifier).
-const checkpointHeader = 7 * 4
-
-// checkpointShape reads a llama2.c checkpoint's header, checks it with the
-// model package's own rules, and checks that the file is as long as that
-// shape needs (the weights, the freq_cis tables and an unshared
-// classifier, all float32), without reading the weights.
-func checkpointShape(path string) (model.Config, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return model.Config{}, err
-	}
-	defer f.Close()
-	var hdr [7]int32
-	if err := binary.Read(f, binary.LittleEndian, &hdr); err != nil {
-		return model.Config{}, fmt.Errorf("%s: not a llama2.c checkpoint: cannot read its header: %w", path, err)
-	}
-	c := model.Config{
-		Dim: int(hdr[0]), HiddenDim: int(hdr[1]), Layers: int(hdr[2]), Heads: int(hdr[3]),
-		KVHeads: int(hdr[4]), Vocab: int(hdr[5]), MaxSeq: int(hdr[6]), SharedClassifier: hdr[5] > 0,
-	}
-	if c.Vocab < 0 {
-		c.Vocab = -c.Vocab
-	}
-	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: not a llama2.c checkpoint: %w", path, err)
-	}
-	params := int64(c.Params()) // the classifier counted when not shared
-	if params > 1<<34 {
-		return c, fmt.Errorf("%s: implausible size: %d parameters", path, params)
-	}
-	want := checkpointHeader + 4*(params+int64(c.MaxSeq)*int64(c.HeadSize()))
-	st, err := f.Stat()
-	if err != nil {
-		return c, err
-	}
-	if st.Size() < want {
-		return c, fmt.Errorf("%s: truncated: %d bytes, its header's shape needs %d", path, st.Size(), want)
-	}
-	return c, nil
 }

@@ -151,28 +151,6 @@ func checkpoint(c model.Config) []byte {
 	return b.Bytes()
 }
 
-// TestCheckpointShapeAgreesWithLoader: a file checkpointShape accepts is
-// one the engine's loader loads, and a truncated one fails both.
-func TestCheckpointShapeAgreesWithLoader(t *testing.T) {
-	f := writeTestFiles(t)
-	tests := []struct {
-		path string
-		ok   bool
-	}{{f.ckpt, true}, {f.ckptUnshared, true}, {f.ckptShort, false}, {f.garbage, false}}
-	for _, tt := range tests {
-		t.Run(filepath.Base(tt.path), func(t *testing.T) {
-			_, err := checkpointShape(tt.path)
-			m, loadErr := model.LoadCheckpoint(tt.path, 1)
-			if m != nil {
-				m.Close()
-			}
-			if (err == nil) != tt.ok || (loadErr == nil) != tt.ok {
-				t.Errorf("checkpointShape: %v; LoadCheckpoint: %v; want ok=%v for both", err, loadErr, tt.ok)
-			}
-		})
-	}
-}
-
 // checkCases are command lines for serve; each is run with --check-config
 // and, when it must fail, without (serve must fail the same way before it
 // listens).
@@ -200,6 +178,8 @@ func checkCases(f testFiles) []struct {
 		{"upstream with a path", []string{"--upstream", "http://x/v1"}, false, "", "a path prefix is not supported"},
 		{"upstream port out of range", []string{"--upstream", "http://x:99999"}, false, "", "port 99999 out of range"},
 		{"upstream with config", []string{"--upstream", "http://x:1", "--config", f.gateway}, false, "", "with --config the upstreams come from the config file"},
+		{"engine flags with upstream", []string{"--upstream", "http://x:1", "--engine-ranks", "2", "--engine-fault", "queue_delay=1ms"}, false, "", "--engine-fault, --engine-ranks: flags of the embedded engine"},
+		{"engine flags with config", []string{"--config", f.gateway, "--engine-ranks", "2"}, false, "", "--engine-ranks: flags of the embedded engine"},
 		{"config", []string{"--config", f.gateway}, true, "flags ok; " + f.gateway + ": ok (auth none, 0 keys, 1 route, 1 pool)", ""},
 		{"missing config", []string{"--config", "/nonexistent/gateway.yaml"}, false, "", "/nonexistent/gateway.yaml"},
 		{"listen nonsense", []string{"--listen", "nonsense"}, false, "", `--listen "nonsense": address nonsense: missing port in address`},
@@ -215,7 +195,7 @@ func checkCases(f testFiles) []struct {
 		{"engine fault", []string{"--engine-fault", "queue_delay=50ms"}, true, "flags ok", ""},
 		{"bad engine fault", []string{"--engine-fault", "queue_dely=50ms"}, false, "", `embedded engine: fault: unknown fault "queue_dely"`},
 		{"engine model", []string{"--engine-model", f.ckpt, "--engine-ranks", "2"}, true, "flags ok", ""},
-		{"missing engine model", []string{"--engine-model", "/nope.bin"}, false, "", "embedded engine: --engine-model: open /nope.bin"},
+		{"missing engine model", []string{"--engine-model", "/nope.bin"}, false, "", "embedded engine: --engine-model: model: cannot open checkpoint: open /nope.bin"},
 		{"truncated engine model", []string{"--engine-model", f.ckptShort}, false, "", "truncated"},
 		{"not a checkpoint", []string{"--engine-model", f.garbage}, false, "", "not a llama2.c checkpoint"},
 		{"too many ranks", []string{"--engine-model", f.ckpt, "--engine-ranks", "3"}, false, "", "--engine-ranks 3: the model has 2 kv heads"},

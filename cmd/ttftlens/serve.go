@@ -30,6 +30,9 @@ type serveFlags struct {
 	grace               time.Duration
 	cfg                 proxy.Config
 	engine              engine.Config
+	// engineFlags are the --engine-* flags given on the command line
+	// (not from the environment).
+	engineFlags []string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -78,6 +81,11 @@ func runServe(args []string, std stdio) error {
 	if err := fs.noArgs(); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) {
+		if strings.HasPrefix(fl.Name, "engine-") {
+			f.engineFlags = append(f.engineFlags, "--"+fl.Name)
+		}
+	})
 	// One function checks and prepares everything for serve and for
 	// --check-config, so they cannot disagree.
 	plan, err := f.prepare()

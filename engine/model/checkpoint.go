@@ -33,10 +33,43 @@ func LoadCheckpoint(path string, ranks int) (*Model, error) {
 	return build(cfg, w, ranks)
 }
 
-func readCheckpoint(r io.Reader) (Config, *rawWeights, error) {
+// CheckpointShape reads a llama2.c checkpoint's header, checks the shape,
+// and checks that the file is as long as that shape needs, without reading
+// the weights: the check LoadCheckpoint would fail, at the cost of one read.
+func CheckpointShape(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("model: cannot open checkpoint: %w", err)
+	}
+	defer f.Close()
+	cfg, err := readHeader(f)
+	if err != nil {
+		return cfg, fmt.Errorf("model: checkpoint %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return cfg, err
+	}
+	if want := checkpointBytes(cfg); st.Size() < want {
+		return cfg, fmt.Errorf("model: checkpoint %s: truncated: %d bytes, its header's shape needs %d", path, st.Size(), want)
+	}
+	return cfg, nil
+}
+
+// headerBytes is the size of a checkpoint's header: seven int32.
+const headerBytes = 7 * 4
+
+// checkpointBytes is the size of a checkpoint of shape cfg: the header, the
+// weights (the classifier when not shared) and the freq_cis tables.
+func checkpointBytes(cfg Config) int64 {
+	return headerBytes + 4*(int64(cfg.Params())+int64(cfg.MaxSeq)*int64(cfg.HeadSize()))
+}
+
+// readHeader reads and checks a checkpoint's header.
+func readHeader(r io.Reader) (Config, error) {
 	var hdr [7]int32
 	if err := binary.Read(r, binary.LittleEndian, &hdr); err != nil {
-		return Config{}, nil, fmt.Errorf("cannot read header: %w", err)
+		return Config{}, fmt.Errorf("not a llama2.c checkpoint: cannot read its header: %w", err)
 	}
 	cfg := Config{
 		Dim:              int(hdr[0]),
@@ -52,10 +85,18 @@ func readCheckpoint(r io.Reader) (Config, *rawWeights, error) {
 		cfg.Vocab = -cfg.Vocab
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, nil, err
+		return cfg, fmt.Errorf("not a llama2.c checkpoint: %w", err)
 	}
 	if int64(cfg.Params()) > 1<<34 {
-		return cfg, nil, fmt.Errorf("implausible size: %d parameters", cfg.Params())
+		return cfg, fmt.Errorf("not a llama2.c checkpoint: implausible size: %d parameters", cfg.Params())
+	}
+	return cfg, nil
+}
+
+func readCheckpoint(r io.Reader) (Config, *rawWeights, error) {
+	cfg, err := readHeader(r)
+	if err != nil {
+		return cfg, nil, err
 	}
 	w := newRawWeights(cfg)
 	for i, t := range w.tensors() {

@@ -224,6 +224,9 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		if buf.Len() != wantSize {
 			t.Fatalf("checkpoint is %d bytes, want %d", buf.Len(), wantSize)
 		}
+		if shape, err := CheckpointShape(path); err != nil || shape != cfg {
+			t.Fatalf("CheckpointShape: %+v, %v; want %+v", shape, err, cfg)
+		}
 		loaded, err := LoadCheckpoint(path, 2)
 		if err != nil {
 			t.Fatal(err)
@@ -244,6 +247,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		if m, err := LoadCheckpoint(path, 1); err == nil {
 			m.Close()
 			t.Error("truncated checkpoint loaded without error")
+		}
+		if _, err := CheckpointShape(path); err == nil {
+			t.Error("CheckpointShape accepted a truncated checkpoint")
+		}
+		if err := os.WriteFile(path, []byte("this is not a checkpoint at all, it is text"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := CheckpointShape(path); err == nil {
+			t.Error("CheckpointShape accepted text")
 		}
 	}
 }
