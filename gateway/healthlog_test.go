@@ -1,56 +1,22 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/internal/logtest"
 )
 
-// logCapture is a zerolog writer that keeps the lines (probes log from
-// their own goroutines).
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-// take returns the lines written since the last take, decoded.
-func (c *logCapture) take(t *testing.T) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	c.buf.Reset()
-	return out
-}
-
-func captureLog() (*logCapture, *zerolog.Logger) {
-	c := &logCapture{}
+func captureLog() (*logtest.Lines, *zerolog.Logger) {
+	c := &logtest.Lines{}
 	l := zerolog.New(c)
 	return c, &l
 }
@@ -121,7 +87,7 @@ func TestHealthTransitionsLogged(t *testing.T) {
 	if u.Healthy() {
 		t.Fatal("healthy after failing checks")
 	}
-	wantLines(t, logs.take(t), map[string]any{
+	wantLines(t, logs.Take(t), map[string]any{
 		"level": "warn", "message": "upstream unhealthy", "upstream": name, "pool": "gpu",
 		"reason": "health check failed", "error": "health check " + srv.URL + "/health: status 500",
 	})
@@ -133,7 +99,7 @@ func TestHealthTransitionsLogged(t *testing.T) {
 	if !u.Healthy() {
 		t.Fatal("unhealthy after passing checks")
 	}
-	wantLines(t, logs.take(t), map[string]any{
+	wantLines(t, logs.Take(t), map[string]any{
 		"level": "info", "message": "upstream recovered", "upstream": name, "pool": "gpu",
 		"reason": "health check passed", "unhealthy_for": "15s",
 	})
@@ -142,7 +108,7 @@ func TestHealthTransitionsLogged(t *testing.T) {
 	for range 3 {
 		check()
 	}
-	wantLines(t, logs.take(t), map[string]any{
+	wantLines(t, logs.Take(t), map[string]any{
 		"level": "warn", "message": "upstream unhealthy", "upstream": name, "pool": "gpu",
 		"reason": "health check failed", "error": "~connection refused",
 	})
@@ -173,7 +139,7 @@ func TestEjectionTransitionsLogged(t *testing.T) {
 		"level": "warn", "message": "upstream unhealthy", "upstream": "a:1",
 		"reason": "passive ejection", "consecutive_failures": 3.0, "ejected_for": "30s",
 	}
-	wantLines(t, logs.take(t), unhealthy)
+	wantLines(t, logs.Take(t), unhealthy)
 
 	clk.Advance(10 * time.Second)
 	for range 4 { // requests that were in flight fail too: it stays out, nothing new
@@ -182,13 +148,13 @@ func TestEjectionTransitionsLogged(t *testing.T) {
 	for range 5 {
 		s.Pick(r, nil)
 	}
-	wantLines(t, logs.take(t))
+	wantLines(t, logs.Take(t))
 
 	clk.Advance(31 * time.Second) // the renewed ejection (at 10s) ends at 40s
 	for range 5 {
 		s.Pick(r, nil)
 	}
-	wantLines(t, logs.take(t), map[string]any{
+	wantLines(t, logs.Take(t), map[string]any{
 		"level": "info", "message": "upstream recovered", "upstream": "a:1",
 		"reason": "ejection ended", "unhealthy_for": "41s",
 	})
@@ -202,7 +168,7 @@ func TestEjectionTransitionsLogged(t *testing.T) {
 	for range 3 {
 		g.Done(a, false)
 	}
-	wantLines(t, logs.take(t), unhealthy, map[string]any{
+	wantLines(t, logs.Take(t), unhealthy, map[string]any{
 		"level": "info", "message": "upstream recovered", "upstream": "a:1",
 		"reason": "ejection ended", "unhealthy_for": "1m0s",
 	}, unhealthy)
@@ -232,18 +198,18 @@ func TestHealthAndEjectionTogether(t *testing.T) {
 	a := pool.Upstreams[0]
 	g.Done(a, false)
 	probeAll(context.Background(), pool, probe)
-	got := logs.take(t)
+	got := logs.Take(t)
 	if len(got) != 1 || got[0]["reason"] != "passive ejection" {
 		t.Fatalf("lines %v, want the ejection only", got)
 	}
 	clk.Advance(time.Minute)
 	s.Pick(r, nil)
 	probeAll(context.Background(), pool, probe)
-	wantLines(t, logs.take(t)) // the ejection is over, the check still fails
+	wantLines(t, logs.Take(t)) // the ejection is over, the check still fails
 	healthy.Store(true)
 	probeAll(context.Background(), pool, probe)
 	probeAll(context.Background(), pool, probe)
-	wantLines(t, logs.take(t), map[string]any{
+	wantLines(t, logs.Take(t), map[string]any{
 		"level": "info", "message": "upstream recovered", "upstream": "a:1", "pool": "p",
 		"reason": "health check passed", "unhealthy_for": "1m0s",
 	})
@@ -268,7 +234,7 @@ func TestReloadWithoutChecksLogsRecovery(t *testing.T) {
 	if err := g.Reload(mk("")); err != nil {
 		t.Fatal(err)
 	}
-	got := logs.take(t)
+	got := logs.Take(t)
 	if len(got) != 2 || got[0]["message"] != "upstream unhealthy" || got[1]["message"] != "upstream recovered" ||
 		got[1]["reason"] != "health check removed" {
 		t.Fatalf("lines %v", got)

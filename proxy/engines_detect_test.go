@@ -1,83 +1,20 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/proxy/signals"
 )
-
-// logLines is a zerolog writer that keeps the lines for a test to read
-// while the proxy writes from its own goroutines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// all returns every line so far, decoded.
-func (l *logLines) all(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// with returns the lines whose message is msg.
-func (l *logLines) with(t *testing.T, msg string) []map[string]any {
-	var out []map[string]any
-	for _, m := range l.all(t) {
-		if m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// waitFor waits until n lines say msg, doing poke (if any) between looks.
-func (l *logLines) waitFor(t *testing.T, msg string, n int, poke func()) []map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got := l.with(t, msg); len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d lines %q within 10s; log: %v", n, msg, l.all(t))
-		}
-		if poke != nil {
-			poke()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // closedAddr returns a loopback address nothing listens on (yet).
 func closedAddr(t *testing.T) string {
@@ -119,7 +56,7 @@ const (
 // comes names the engine, and only then is the kind set.
 func TestIdentifyRetries(t *testing.T) {
 	addr := closedAddr(t)
-	logs := &logLines{}
+	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
 	u, err := NewUpstream("http://"+addr, "up", nil)
 	if err != nil {
@@ -133,7 +70,7 @@ func TestIdentifyRetries(t *testing.T) {
 		p.identify(ctx, u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
 	}()
 
-	warn := logs.waitFor(t, msgNotUnreachable, 1, nil)[0]
+	warn := logs.WaitFor(t, msgNotUnreachable, 1, nil)[0]
 	if warn["level"] != "warn" || warn["upstream"] != "up" || warn["attempt"] != 1.0 || warn["retry_in"] != "1h0m0s" ||
 		!strings.Contains(warn["error"].(string), "connection refused") || len(warn) != 6 {
 		t.Errorf("first failure: %v", warn)
@@ -143,7 +80,7 @@ func TestIdentifyRetries(t *testing.T) {
 			t.Errorf("kind %q before identification", k)
 		}
 	}
-	again := logs.waitFor(t, msgNotUnreachable, 2, nudge)[1]
+	again := logs.WaitFor(t, msgNotUnreachable, 2, nudge)[1]
 	if again["level"] != "debug" || again["attempt"] != 2.0 {
 		t.Errorf("second failure: %v", again)
 	}
@@ -156,7 +93,7 @@ func TestIdentifyRetries(t *testing.T) {
 		}
 		io.WriteString(w, vllmModels)
 	}))
-	notReady := logs.waitFor(t, msgNotReady, 1, nudge)[0]
+	notReady := logs.WaitFor(t, msgNotReady, 1, nudge)[0]
 	if notReady["level"] != "warn" || notReady["error"] != "GET http://"+addr+"/v1/models: status 503" {
 		t.Errorf("not ready: %v", notReady)
 	}
@@ -165,7 +102,7 @@ func TestIdentifyRetries(t *testing.T) {
 	}
 
 	ready.Store(true)
-	ok := logs.waitFor(t, msgIdentified, 1, nudge)[0]
+	ok := logs.WaitFor(t, msgIdentified, 1, nudge)[0]
 	<-done
 	if ok["level"] != "info" || ok["upstream"] != "up" || ok["engine"] != signals.KindVLLM || ok["attempts"] == nil || len(ok) != 5 {
 		t.Errorf("identified: %v", ok)
@@ -173,7 +110,7 @@ func TestIdentifyRetries(t *testing.T) {
 	if k := u.kind.get(); k != signals.KindVLLM {
 		t.Errorf("kind %q", k)
 	}
-	if got := logs.with(t, msgIdentified); len(got) != 1 {
+	if got := logs.With(t, msgIdentified); len(got) != 1 {
 		t.Errorf("identified %d times", len(got))
 	}
 	if u.kind.wake.Load() != nil {
@@ -185,7 +122,7 @@ func TestIdentifyRetries(t *testing.T) {
 // comes up ends when ctx does (the proxy's Shutdown), quietly.
 func TestIdentifyStopsWithProxy(t *testing.T) {
 	addr := closedAddr(t)
-	logs := &logLines{}
+	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
 	u, _ := NewUpstream("http://"+addr, "up", nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,14 +131,14 @@ func TestIdentifyStopsWithProxy(t *testing.T) {
 		defer close(done)
 		p.identify(ctx, u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
 	}()
-	logs.waitFor(t, msgNotUnreachable, 1, nil)
+	logs.WaitFor(t, msgNotUnreachable, 1, nil)
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("identification outlived its context")
 	}
-	if got := logs.with(t, msgIdentified); len(got) != 0 {
+	if got := logs.With(t, msgIdentified); len(got) != 0 {
 		t.Errorf("identified an upstream that never answered: %v", got)
 	}
 }
@@ -211,11 +148,11 @@ func TestIdentifyStopsWithProxy(t *testing.T) {
 func TestIdentifyReachableButUnknown(t *testing.T) {
 	addr := closedAddr(t)
 	serveAt(t, addr, http.NotFoundHandler())
-	logs := &logLines{}
+	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
 	u, _ := NewUpstream("http://"+addr, "up", nil)
 	p.identify(context.Background(), u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
-	got := logs.all(t)
+	got := logs.All(t)
 	if len(got) != 1 || got[0]["message"] != msgIdentified || got[0]["engine"] != signals.KindGeneric || got[0]["attempts"] != nil {
 		t.Errorf("log %v", got)
 	}
@@ -229,7 +166,7 @@ func TestIdentifyReachableButUnknown(t *testing.T) {
 // a stream for its usage, which only the vLLM reader does).
 func TestAutoEngineUpstreamComesUp(t *testing.T) {
 	addr := closedAddr(t)
-	logs := &logLines{}
+	logs := &logtest.Lines{}
 	proxyAddr := startProxyLogged(t, "http://"+addr, zerolog.New(logs).Level(zerolog.InfoLevel), func(c *Config) {
 		c.Engine = EngineAuto
 		c.UpstreamName = "engine"
@@ -241,8 +178,8 @@ func TestAutoEngineUpstreamComesUp(t *testing.T) {
 	if resp.StatusCode < 500 {
 		t.Fatalf("status %d from a refusing upstream", resp.StatusCode)
 	}
-	logs.waitFor(t, msgNotUnreachable, 1, nil)
-	if got := logs.with(t, msgIdentified); len(got) != 0 {
+	logs.WaitFor(t, msgNotUnreachable, 1, nil)
+	if got := logs.With(t, msgIdentified); len(got) != 0 {
 		t.Fatalf("identified a refusing upstream: %v", got)
 	}
 
@@ -262,7 +199,7 @@ func TestAutoEngineUpstreamComesUp(t *testing.T) {
 			t.Errorf("request after the upstream came up: %v %v", resp.StatusCode, err)
 		}
 	}
-	ok := logs.waitFor(t, msgIdentified, 1, request)[0]
+	ok := logs.WaitFor(t, msgIdentified, 1, request)[0]
 	if ok["engine"] != signals.KindVLLM || ok["upstream"] != "engine" {
 		t.Errorf("identified: %v", ok)
 	}
@@ -273,7 +210,7 @@ func TestAutoEngineUpstreamComesUp(t *testing.T) {
 	if b := <-bodies; !strings.Contains(b, `"include_usage":true`) {
 		t.Errorf("identified as vLLM but the stream was not asked for usage: %s", b)
 	}
-	if got := logs.with(t, msgNotUnreachable); len(got) != 1 {
+	if got := logs.With(t, msgNotUnreachable); len(got) != 1 {
 		t.Errorf("%d warnings for one outage (info level): %v", len(got), got)
 	}
 }
@@ -290,22 +227,5 @@ func startProxyLogged(t *testing.T, upstreamURL string, log zerolog.Logger, mod 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = p.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		<-done
-	})
-	return ln.Addr().String()
+	return serveProxy(t, p, nil)
 }

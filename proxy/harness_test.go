@@ -326,6 +326,13 @@ func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveProxy(t, p, tlsCfg), sink, p
+}
+
+// serveProxy serves p on a loopback port (over TLS when tlsCfg is set)
+// until the test ends, and returns the address.
+func serveProxy(t *testing.T, p *Proxy, tlsCfg *tls.Config) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +353,7 @@ func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *
 		}
 		<-done
 	})
-	return ln.Addr().String(), sink, p
+	return ln.Addr().String()
 }
 
 // testClient is a client without keep-alive or compression.
