@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
@@ -26,15 +27,11 @@ const (
 	// burstShare: a stream is a burst when at least this share of its
 	// content events arrived in one read with the one before.
 	burstShare = 0.9
-	// lateFirstShare: the first token arrived after this share of the
-	// upstream window (request sent to last token) ...
-	lateFirstShare = 0.9
-	// ... and the content after it arrived together as in a burst. (Half
-	// was not enough: an engine's handler that lags its decode loop writes
-	// the tokens that piled up back to back, so small clumps arrive
-	// together in a healthy stream; a first token late in a short stream
-	// is common after a long queue or preparation.)
-	lateFirstTogether = burstShare
+	// clientMasksArrival: blocked this long writing to the client between
+	// two content events, the proxy did not read the upstream meanwhile,
+	// so their arriving together says nothing about the upstream. (A
+	// client that keeps up takes an event in microseconds.)
+	clientMasksArrival = time.Millisecond
 )
 
 // shapeBuffering reads the signs of buffering in a response's headers.
@@ -54,20 +51,17 @@ func shapeBuffering(h *fasthttp.ResponseHeader, streaming bool) record.Buffering
 }
 
 // arrivalBuffering reads the signs of buffering in how content arrived.
-func arrivalBuffering(tl *stages.Timeline, s *stages.Stream) record.Buffering {
+func arrivalBuffering(s *stages.Stream) record.Buffering {
 	if s.ContentEvents < burstMinEvents {
 		return 0
 	}
-	var b record.Buffering
-	together := float64(s.Together) / float64(s.ContentEvents-1)
-	if together >= burstShare {
-		b |= record.BufferedBurst
+	if float64(s.Together) < burstShare*float64(s.ContentEvents-1) {
+		return 0
 	}
-	sent, _ := tl.At(stages.UpstreamSent)
-	first, _ := tl.At(stages.FirstToken)
-	last, _ := tl.At(stages.LastToken)
-	window := last - sent
-	if window > 0 && float64(first-sent) >= lateFirstShare*float64(window) && together >= lateFirstTogether {
+	b := record.BufferedBurst
+	if s.FirstTogether {
+		// The first token was held back with the ones after it (it came in
+		// one read with the second): the buffering delayed it too.
 		b |= record.BufferedLateFirst
 	}
 	return b

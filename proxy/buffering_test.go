@@ -48,6 +48,18 @@ func TestBufferingDetected(t *testing.T) {
 			c.stream(20, 200*time.Microsecond)
 		}, chatBody, 0},
 		{"burst", burst, chatBody, record.BufferedBurst | record.BufferedLateFirst},
+		// Events larger than one 4 KiB read of fasthttp's: a held-back
+		// stream still arrives as one.
+		{"burst of 600 B events", heldBack(60, 600), chatBody, record.BufferedBurst | record.BufferedLateFirst},
+		{"burst of 1100 B events", heldBack(60, 1100), chatBody, record.BufferedBurst | record.BufferedLateFirst},
+		// The first token went out on time and the rest was held: the
+		// buffering did not delay the first token.
+		{"burst after a prompt first token", func(c *upConn) {
+			c.role()
+			c.content("first")
+			time.Sleep(50 * time.Millisecond)
+			heldBack(20, 0)(c)
+		}, chatBody, record.BufferedBurst},
 		{"not an event stream", func(c *upConn) {
 			c.whole(200, "application/json", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
 		}, chatBody, record.BufferedNotStream},
@@ -66,7 +78,50 @@ func TestBufferingDetected(t *testing.T) {
 			}
 			r := sink.next(t)
 			if r.Buffering != tt.want {
-				t.Errorf("buffering %v, want %v (gaps %+v)", r.Buffering.Kinds(), tt.want.Kinds(), r.gaps)
+				t.Errorf("buffering %v, want %v (gaps %+v, together %d of %d, first together %v)", r.Buffering.Kinds(), tt.want.Kinds(), r.gaps, r.Stream.Together, r.Stream.ContentEvents, r.Stream.FirstTogether)
+			}
+		})
+	}
+}
+
+// heldBack returns an upstream script that generates n content events of
+// about size bytes (their JSON included), holds them, and writes them all
+// at once with the finish and [DONE].
+func heldBack(n, size int) func(c *upConn) {
+	return func(c *upConn) {
+		var all strings.Builder
+		for i := range n {
+			pad := strings.Repeat("x", max(size-60, 0))
+			fmt.Fprintf(&all, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d%s\"}}]}\n\n", i, pad)
+		}
+		all.WriteString(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+		time.Sleep(50 * time.Millisecond) // "generation", held back
+		c.chunk(all.String())
+		c.end()
+	}
+}
+
+// TestArrivalBuffering checks the arrival rules on hand-made streams.
+func TestArrivalBuffering(t *testing.T) {
+	tests := []struct {
+		name          string
+		content       int
+		together      int
+		firstTogether bool
+		want          record.Buffering
+	}{
+		{"too short to say", 7, 6, true, 0},
+		{"one read per event", 20, 0, false, 0},
+		{"small clumps", 20, 12, true, 0},
+		{"90% together", 21, 18, false, record.BufferedBurst},
+		{"all in one read", 20, 19, true, record.BufferedBurst | record.BufferedLateFirst},
+		{"first alone, then the rest together", 20, 18, false, record.BufferedBurst},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := stages.Stream{ContentEvents: tt.content, Together: tt.together, FirstTogether: tt.firstTogether}
+			if got := arrivalBuffering(&s); got != tt.want {
+				t.Errorf("got %v, want %v", got.Kinds(), tt.want.Kinds())
 			}
 		})
 	}

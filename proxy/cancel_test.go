@@ -157,20 +157,26 @@ func TestClientCancelKeepAlive(t *testing.T) {
 func TestCancelPhaseFromEngine(t *testing.T) {
 	_, url := startEngine(t, engine.Config{})
 	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine = "reference" })
-	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	tests := []struct {
-		fault string
+		fault  string
+		stream bool
 		// ready reports the engine holds the request in the phase; nil:
 		// the phase begins as soon as the request is sent.
 		ready func(waiting, running int) bool
 		want  endreason.Phase
 	}{
-		{"slow_tokenizer=5s", nil, endreason.PhasePreparing},
-		{"queue_delay=5s", func(w, _ int) bool { return w == 1 }, endreason.PhaseQueued},
-		{"straggler=0:200ms", func(_, r int) bool { return r == 1 }, endreason.PhasePrefill},
+		{"slow_tokenizer=5s", true, nil, endreason.PhasePreparing},
+		{"queue_delay=5s", true, func(w, _ int) bool { return w == 1 }, endreason.PhaseQueued},
+		// Not streamed: no progress comments, and no headers until the
+		// end, so no headers does not mean preparing.
+		{"slow_tokenizer=5s", false, nil, endreason.PhaseUpstream},
+		// Last: its steps take 1.2 s, and the engine finishes a step before
+		// it notices the client left.
+		{"straggler=0:200ms", true, func(_, r int) bool { return r == 1 }, endreason.PhasePrefill},
 	}
 	for _, tt := range tests {
-		t.Run(tt.fault, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s stream=%v", tt.fault, tt.stream), func(t *testing.T) {
+			body := fmt.Sprintf(`{"model":"ttftlens-ref","stream":%v,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, tt.stream)
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)

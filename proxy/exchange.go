@@ -72,9 +72,11 @@ type exchange struct {
 	outParsed  time.Duration // when it was parsed
 	outContent bool          // it carries generated content
 	handedOut  bool          // the last Read returned bytes
-	// contentReads is the upstream read count when the last content event
-	// was parsed: unchanged at the next one means both came in one read.
-	contentReads uint64
+	// contentReads and contentBlocked are the upstream read count and the
+	// time blocked on the client when the last content event was parsed:
+	// both unchanged at the next one means both came in one upstream read.
+	contentReads   uint64
+	contentBlocked time.Duration
 	// enginePhase is the phase of the engine's last progress comment.
 	enginePhase endreason.Phase
 	lastReturn  time.Duration // when the last Read returned
@@ -326,10 +328,16 @@ func (x *exchange) observe(s signals.Event, now time.Duration) {
 	}
 	if s.Content {
 		if reads, ok := x.body.readCount(); ok {
-			if x.rec.Stream.ContentEvents > 0 && reads == x.contentReads {
-				x.rec.Stream.Together++
+			// Events that piled up while we were blocked on a slow client
+			// were not held back upstream: they do not count.
+			st := &x.rec.Stream
+			if st.ContentEvents > 0 && reads == x.contentReads && st.Blocked-x.contentBlocked < clientMasksArrival {
+				st.Together++
+				if st.ContentEvents == 1 {
+					st.FirstTogether = true
+				}
 			}
-			x.contentReads = reads
+			x.contentReads, x.contentBlocked = reads, st.Blocked
 		}
 		tl := &x.rec.Timeline
 		tl.Mark(stages.FirstToken)
@@ -466,7 +474,7 @@ func (x *exchange) finish() {
 	tl.Mark(stages.Done)
 	x.respHeader = nil
 	if x.facts.Stream {
-		x.rec.Buffering |= arrivalBuffering(tl, &x.rec.Stream)
+		x.rec.Buffering |= arrivalBuffering(&x.rec.Stream)
 	}
 
 	// The body is read: trailers have arrived.
@@ -547,12 +555,13 @@ func (x *exchange) applyCause(cause error, abortedAt, closedAt time.Duration) {
 }
 
 // engineSaidPhase is where the engine said the request was: its last
-// progress comment, or, for the reference engine (which sends its headers
-// once the request is prepared), preparing while it had the request and no
-// headers yet. PhaseNone when it said nothing.
+// progress comment, or, for a stream from the reference engine (which sends
+// a stream's headers once the request is prepared), preparing while it had
+// the request and no headers yet. PhaseNone when it said nothing (a
+// non-streamed response's headers come with its end).
 func (x *exchange) engineSaidPhase() endreason.Phase {
 	tl := &x.rec.Timeline
-	if x.enginePhase == endreason.PhaseNone && x.rd != nil && x.rd.Kind() == signals.KindReference &&
+	if x.enginePhase == endreason.PhaseNone && x.rec.Streaming && x.rd != nil && x.rd.Kind() == signals.KindReference &&
 		tl.Has(stages.UpstreamSent) && !tl.Has(stages.UpstreamHeaders) {
 		return endreason.PhasePreparing
 	}
@@ -570,7 +579,7 @@ func (x *exchange) reset() {
 	x.scan.Reset(nil)
 	x.cw, x.gone = nil, nil
 	x.out, x.outParsed, x.outContent, x.handedOut, x.lastReturn, x.readErr, x.done, x.streaming = nil, 0, false, false, 0, nil, false, false
-	x.contentReads, x.enginePhase = 0, endreason.PhaseNone
+	x.contentReads, x.contentBlocked, x.enginePhase = 0, 0, endreason.PhaseNone
 	x.breakdown, x.breakdownSent, x.respHeader = false, false, nil
 	x.dl, x.up, x.release, x.res, x.hasRes, x.promptEst = deadlines{}, nil, nil, gateway.Reservation{}, false, 0
 	x.dec.src = nil

@@ -67,7 +67,8 @@ func (s *captureSink) Emit(r *record.Record) {
 		g.gapSum += d
 	}
 	g.Stream = stages.Stream{Events: r.Stream.Events, ContentEvents: r.Stream.ContentEvents,
-		Stalls: r.Stream.Stalls, Blocked: r.Stream.Blocked, MaxResidency: r.Stream.MaxResidency}
+		Stalls: r.Stream.Stalls, Blocked: r.Stream.Blocked, MaxResidency: r.Stream.MaxResidency,
+		Together: r.Stream.Together, FirstTogether: r.Stream.FirstTogether}
 	checkIdentity(s.t, &g)
 	s.recs <- g
 }

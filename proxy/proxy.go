@@ -79,8 +79,6 @@ type Config struct {
 	PassEngineTiming bool
 	// Clock is the request clock (default stages.Monotonic); tests inject one.
 	Clock stages.Clock
-	// Dial overrides how upstream connections are made (tests).
-	Dial fasthttp.DialFunc
 	// Tracker, when set, is told when each request starts and ends (the
 	// in-flight gauge).
 	Tracker Tracker
@@ -229,7 +227,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
 	if c, ok := p.clients.Load(u.URL); ok {
 		return c.(*Upstream), nil
 	}
-	c, err := NewUpstream(u.URL, p.UpstreamLabel(u), p.cfg.Dial)
+	c, err := NewUpstream(u.URL, p.UpstreamLabel(u))
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,11 @@ func TestSlowClientIsTransport(t *testing.T) {
 	if r.Reason != endreason.Stop {
 		t.Fatalf("record %s/%s (%s)", r.Reason, r.Detail, r.Error)
 	}
+	// Events that piled up upstream while the proxy was blocked on the
+	// client arrive together, but were not held back there.
+	if r.Buffering != 0 {
+		t.Errorf("buffering %v: the slow client was taken for upstream buffering (together %d of %d)", r.Buffering.Kinds(), r.Stream.Together, r.Stream.ContentEvents)
+	}
 	if r.Stream.Blocked < 100*time.Millisecond {
 		t.Errorf("blocked on the client %v, want the slow reads to show (>= 100ms)", r.Stream.Blocked)
 	}

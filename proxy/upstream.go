@@ -29,7 +29,7 @@ type Upstream struct {
 
 // NewUpstream parses an http:// or https:// base URL. name labels the
 // upstream in records and metrics; empty means its host:port.
-func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error) {
+func NewUpstream(rawURL, name string) (*Upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -54,9 +54,6 @@ func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error)
 	if name == "" {
 		name = u.Host
 	}
-	if dial == nil {
-		dial = fasthttp.Dial // HostClient's own default
-	}
 	up := &Upstream{
 		Name: name,
 		Addr: addr,
@@ -64,7 +61,7 @@ func NewUpstream(rawURL, name string, dial fasthttp.DialFunc) (*Upstream, error)
 			Addr:  addr,
 			IsTLS: u.Scheme == "https",
 			Dial: func(addr string) (net.Conn, error) {
-				c, err := dial(addr)
+				c, err := fasthttp.Dial(addr) // HostClient's own default
 				if err != nil {
 					return nil, err
 				}
@@ -190,19 +187,26 @@ func isClosedBeforeResponse(err error) bool {
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
-// countingConn counts the reads that returned bytes, so the relay can tell
-// events that arrived together in one read (held back upstream and released
-// at once) from events that each needed a read of their own (DESIGN §7).
-// Only the goroutine using the connection reads or touches reads.
+// countingConn counts arrivals: reads that returned bytes after a read that
+// had room to spare, so the relay can tell events that arrived together
+// (held back upstream and released at once) from events that each needed a
+// read of their own (DESIGN §7). A read that fills the caller's buffer (4
+// KiB, fasthttp's reader) left more waiting in the socket, so the read after
+// it is part of the same arrival. Only the goroutine using the connection
+// reads or touches the fields.
 type countingConn struct {
 	net.Conn
-	reads uint64
+	reads    uint64
+	lastFull bool // the last read filled its buffer
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.reads++
+		if !c.lastFull {
+			c.reads++
+		}
+		c.lastFull = n == len(p)
 	}
 	return n, err
 }

@@ -27,8 +27,11 @@ type Stream struct {
 	MaxResidency time.Duration
 	// Together counts content events that arrived in the same upstream
 	// read as the content event before them: held back and released at
-	// once, not generated one by one (DESIGN §7). Set by the relay.
-	Together int
+	// once, not generated one by one (DESIGN §7); FirstTogether says the
+	// second did, so the first token was held back with the ones after it.
+	// Set by the relay.
+	Together      int
+	FirstTogether bool
 
 	gaps    []time.Duration
 	resid   []time.Duration

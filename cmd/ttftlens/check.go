@@ -204,7 +204,7 @@ func checkUpstream(raw string) error {
 	if !strings.Contains(raw, "://") {
 		return fmt.Errorf("--upstream %q: no scheme; give the server's base URL, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
 	}
-	if _, err := proxy.NewUpstream(raw, "", nil); err != nil {
+	if _, err := proxy.NewUpstream(raw, ""); err != nil {
 		return err
 	}
 	u, _ := url.Parse(raw) // parsed by NewUpstream already

@@ -112,7 +112,7 @@ func routeModels(gw *gateway.Gateway) []string {
 // upstreamNames are the upstream label values the metrics accept.
 func upstreamNames(cfg *proxy.Config) ([]string, error) {
 	if cfg.Gateway == nil {
-		up, err := proxy.NewUpstream(cfg.Upstream, cfg.UpstreamName, nil)
+		up, err := proxy.NewUpstream(cfg.Upstream, cfg.UpstreamName)
 		if err != nil {
 			return nil, err
 		}
