@@ -78,6 +78,10 @@ type Snapshot struct {
 	globs  []*Route
 	routes []*Route
 	pools  []*Pool
+	// unchecked are the upstreams of pools without health checks: Reload
+	// marks them healthy once the old checkers have stopped, so a probe of
+	// theirs still finishing cannot undo it.
+	unchecked []*Upstream
 }
 
 // New validates cfg, fills its defaults (cfg is modified; do not modify it
@@ -141,10 +145,13 @@ func (g *Gateway) Reload(cfg *Config) error {
 		return err
 	}
 	old := g.cur.Swap(s)
+	if g.running && old != nil {
+		stopCheckers(old)
+	}
+	for _, u := range s.unchecked {
+		u.checksRemoved() // no checks: no verdict to keep
+	}
 	if g.running {
-		if old != nil {
-			stopCheckers(old)
-		}
 		g.startCheckers(s)
 	}
 	return nil
@@ -249,7 +256,7 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 				u = newUpstream(g, uu)
 			}
 			if pc.Health.Path == "" {
-				u.checksRemoved() // no checks: no verdict to keep
+				s.unchecked = append(s.unchecked, u)
 			}
 			u.ejectAfter.Store(int32(min(pc.Ejection.ConsecutiveFailures, 1<<30)))
 			u.ejectFor.Store(int64(pc.Ejection.Duration))

@@ -131,21 +131,21 @@ func (c *Config) Normalize() error {
 
 // Proxy serves clients and forwards to the upstreams the gateway picks.
 type Proxy struct {
-	cfg      Config
-	gw       *gateway.Gateway
-	ownGW    bool     // gw was built here from Config.Upstream: started and stopped here
-	clients  sync.Map // upstream base URL → *Upstream (connection pool)
-	sink     record.Sink
-	log      zerolog.Logger
-	clock    stages.Clock
-	watcher  *watcher
-	conns    sync.Map // client net.Conn → *connWatch, from accept to close
-	pool     sync.Pool
-	scrapers sync.WaitGroup // the engine-load scrapers, stopped by stop
-	stop     context.CancelFunc
-	stopCtx  context.Context
-	inflight atomic.Int64
-	server   *fasthttp.Server
+	cfg        Config
+	gw         *gateway.Gateway
+	ownGW      bool     // gw was built here from Config.Upstream: started and stopped here
+	clients    sync.Map // upstream base URL → *Upstream (connection pool)
+	sink       record.Sink
+	log        zerolog.Logger
+	clock      stages.Clock
+	watcher    *watcher
+	conns      sync.Map // client net.Conn → *connWatch, from accept to close
+	pool       sync.Pool
+	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
+	stop       context.CancelFunc
+	stopCtx    context.Context
+	inflight   atomic.Int64
+	server     *fasthttp.Server
 }
 
 // New builds a proxy that hands every finished request's record to sink.
@@ -194,7 +194,7 @@ func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
 	p.stop()
-	p.scrapers.Wait()
+	p.background.Wait()
 	p.watcher.close()
 	if p.ownGW {
 		p.gw.Stop()
@@ -234,15 +234,19 @@ func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*Upstream); !loaded {
 		if iv := p.cfg.ScrapeEngineMetrics; iv > 0 {
-			p.scrapers.Add(1)
+			p.background.Add(1)
 			go func() {
-				defer p.scrapers.Done()
+				defer p.background.Done()
 				c.load.scrapeLoad(p.stopCtx, u.URL, iv)
 			}()
 		}
 		switch p.cfg.Engine {
 		case EngineAuto:
-			go p.detectEngine(c, u.URL)
+			p.background.Add(1)
+			go func() {
+				defer p.background.Done()
+				p.detectEngine(c, u.URL)
+			}()
 		case "":
 		default:
 			c.kind.set(p.cfg.Engine)
