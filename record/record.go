@@ -98,7 +98,8 @@ type Buffering uint8
 const (
 	// BufferedBurst: the content events arrived together, not as generated.
 	BufferedBurst Buffering = 1 << iota
-	// BufferedLateFirst: the first token arrived near the end of the stream.
+	// BufferedLateFirst: a burst whose first token was held back with the
+	// rest (it arrived in one upstream read with the second).
 	BufferedLateFirst
 	// BufferedNotStream: a streaming request got a response that is not an
 	// event stream (the whole answer at once).
