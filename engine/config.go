@@ -92,38 +92,38 @@ func (c *Config) Normalize() {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
-	if c.Ranks <= 0 {
+	if c.Ranks == 0 {
 		c.Ranks = 1
 	}
-	if c.MaxRunning <= 0 {
+	if c.MaxRunning == 0 {
 		c.MaxRunning = 16
 	}
-	if c.MaxBatchTokens <= 0 {
+	if c.MaxBatchTokens == 0 {
 		c.MaxBatchTokens = 512
 	}
 	// Every running sequence must be able to decode one token per step.
 	if c.MaxBatchTokens < c.MaxRunning {
 		c.MaxBatchTokens = c.MaxRunning
 	}
-	if c.TokenizerWorkers <= 0 {
+	if c.TokenizerWorkers == 0 {
 		c.TokenizerWorkers = runtime.GOMAXPROCS(0)
 	}
-	if c.MediaTimeout <= 0 {
+	if c.MediaTimeout == 0 {
 		c.MediaTimeout = 10 * time.Second
 	}
-	if c.MediaMaxBytes <= 0 {
+	if c.MediaMaxBytes == 0 {
 		c.MediaMaxBytes = 20 << 20
 	}
-	if c.ImageTokens <= 0 {
+	if c.ImageTokens == 0 {
 		c.ImageTokens = 64
 	}
-	if c.DefaultMaxTokens <= 0 {
+	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = 256
 	}
 	if c.ModelName == "" {
 		c.ModelName = "ttftlens-ref"
 	}
-	if c.TruthCapacity <= 0 {
+	if c.TruthCapacity == 0 {
 		c.TruthCapacity = 4096
 	}
 }
@@ -131,11 +131,24 @@ func (c *Config) Normalize() {
 // Validate reports contradictions in a normalized Config.
 func (c *Config) Validate() error {
 	var errs []error
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{
+		{"ranks", int64(c.Ranks)}, {"max-running", int64(c.MaxRunning)}, {"max-batch-tokens", int64(c.MaxBatchTokens)},
+		{"tokenizer-workers", int64(c.TokenizerWorkers)}, {"media-timeout", int64(c.MediaTimeout)},
+		{"media-max-bytes", c.MediaMaxBytes}, {"image-tokens", int64(c.ImageTokens)},
+		{"default-max-tokens", int64(c.DefaultMaxTokens)}, {"truth-capacity", int64(c.TruthCapacity)},
+	} {
+		if v.n < 0 {
+			errs = append(errs, fmt.Errorf("%s is negative (0 means the default)", v.name))
+		}
+	}
 	if c.TokenizerPath != "" && c.ModelPath == "" {
-		errs = append(errs, errors.New("tokenizer path given without a model path"))
+		errs = append(errs, errors.New("a tokenizer file given without a model file"))
 	}
 	if _, err := ParseFaults(c.Faults); err != nil {
-		errs = append(errs, fmt.Errorf("fault: %w", err))
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -255,7 +255,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m.e2eVec = prometheus.NewHistogramVec(histOpts("e2e_request_duration_seconds",
 		"Time from receipt to the end of the response, for every request.", LatencyBuckets, opts.ClassicOnly), mu)
 	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
-		"Time to first token split into stages (DESIGN §2); per request the stages add up to its TTFT.",
+		"Time to first token split into stages (gateway, route, queue, preparation, prefill, first_decode, unattributed, transport); per request the stages add up to its TTFT.",
 		StageBuckets, opts.ClassicOnly), []string{"stage", "model", "upstream"})
 	m.itlVec = prometheus.NewHistogramVec(histOpts("inter_token_latency_seconds",
 		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets, opts.ClassicOnly), mu)
@@ -265,7 +265,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m.tokensVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "output_tokens_total", Help: "Generated tokens (upstream usage when reported, else content events)."}, mu)
 	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
-		Name: "requests_total", Help: "Finished requests by end reason and detail (DESIGN §3), model and upstream."},
+		Name: "requests_total", Help: "Finished requests by end reason and detail (a closed set, in the README), model and upstream."},
 		[]string{"end_reason", "detail", "model", "upstream"})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens",
 		Name: "requests_in_flight", Help: "Requests received and not yet finished."})
@@ -292,7 +292,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 		BlockedBuckets, opts.ClassicOnly))
 	bufferedVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "buffered_streams_total",
-		Help: "Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response (DESIGN §7)."},
+		Help: "Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response: burst, late_first_token, not_event_stream, content_length, compressed."},
 		[]string{"upstream", "kind"})
 	m.drops = &dropCollector{desc: prometheus.NewDesc("ttftlens_records_dropped_total",
 		"Records a sink dropped instead of blocking the request (full queue, closed sink, write error, panic).",

@@ -168,8 +168,10 @@ func TestCancelPhaseFromEngine(t *testing.T) {
 		{"slow_tokenizer=5s", true, nil, endreason.PhasePreparing},
 		{"queue_delay=5s", true, func(w, _ int) bool { return w == 1 }, endreason.PhaseQueued},
 		// Not streamed: no progress comments, and no headers until the
-		// end, so no headers does not mean preparing.
+		// end, so no headers does not mean preparing. Nor under
+		// hold_headers, which holds a stream's until the first token.
 		{"slow_tokenizer=5s", false, nil, endreason.PhaseUpstream},
+		{"hold_headers,queue_delay=5s", true, nil, endreason.PhaseUpstream},
 		// Last: its steps take 1.2 s, and the engine finishes a step before
 		// it notices the client left.
 		{"straggler=0:200ms", true, func(_, r int) bool { return r == 1 }, endreason.PhasePrefill},

@@ -558,11 +558,13 @@ func (x *exchange) applyCause(cause error, abortedAt, closedAt time.Duration) {
 // progress comment, or, for a stream from the reference engine (which sends
 // a stream's headers once the request is prepared), preparing while it had
 // the request and no headers yet. PhaseNone when it said nothing (a
-// non-streamed response's headers come with its end).
+// non-streamed response's headers come with its end, and the hold_headers
+// fault holds a stream's until the first token).
 func (x *exchange) engineSaidPhase() endreason.Phase {
 	tl := &x.rec.Timeline
 	if x.enginePhase == endreason.PhaseNone && x.rec.Streaming && x.rd != nil && x.rd.Kind() == signals.KindReference &&
-		tl.Has(stages.UpstreamSent) && !tl.Has(stages.UpstreamHeaders) {
+		tl.Has(stages.UpstreamSent) && !tl.Has(stages.UpstreamHeaders) &&
+		!signals.WithholdsHeaders(x.req.Header.Peek(signals.FaultHeader)) {
 		return endreason.PhasePreparing
 	}
 	return x.enginePhase

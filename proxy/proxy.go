@@ -107,10 +107,18 @@ func (c *Config) Normalize() error {
 	def(&c.TotalTimeout, 0)
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.StallThreshold, time.Second)
-	if c.MaxEventBytes <= 0 {
+	switch {
+	case c.MaxEventBytes < 0:
+		return fmt.Errorf("--max-event-bytes %d: negative (0 means the default)", c.MaxEventBytes)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("--max-body-bytes %d: negative (0 means the default)", c.MaxBodyBytes)
+	case c.Heartbeat < 0:
+		return fmt.Errorf("--heartbeat %v: negative (0 means off)", c.Heartbeat)
+	}
+	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = sse.DefaultLimit
 	}
-	if c.MaxBodyBytes <= 0 {
+	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 16 << 20
 	}
 	if c.Clock == nil {

@@ -46,6 +46,9 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	if err := checkEngineKind(f.cfg.Engine); err != nil {
 		return nil, err
 	}
+	if f.grace < 0 {
+		return nil, fmt.Errorf("--shutdown-grace %v: negative", f.grace)
+	}
 	if err := checkListen(f.listen, f.adminListen); err != nil {
 		return nil, err
 	}

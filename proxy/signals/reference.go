@@ -1,6 +1,8 @@
 package signals
 
 import (
+	"bytes"
+
 	"github.com/valyala/fastjson"
 
 	"github.com/ttftlens/ttftlens/endreason"
@@ -10,6 +12,28 @@ import (
 // PhasePrefix starts the reference engine's progress comment
 // (engine/PROTOCOL.md, "Progress"): ": ttftlens-phase queued|prefill".
 var PhasePrefix = []byte("ttftlens-phase ")
+
+// FaultHeader is the reference engine's per-request fault list
+// (engine.FaultHeader; engine/FAULTS.md).
+const FaultHeader = "X-Ttftlens-Fault"
+
+// WithholdsHeaders reports whether a fault list asks the reference engine
+// for hold_headers: no headers (and no progress) until the first token, so
+// their absence says nothing about where the request is.
+func WithholdsHeaders(faults []byte) bool {
+	for len(faults) > 0 {
+		var f []byte
+		if i := bytes.IndexByte(faults, ','); i >= 0 {
+			f, faults = faults[:i], faults[i+1:]
+		} else {
+			f, faults = faults, nil
+		}
+		if string(bytes.TrimSpace(f)) == "hold_headers" {
+			return true
+		}
+	}
+	return false
+}
 
 // ParsePhase reads a progress comment's value: PhaseQueued, PhasePrefill,
 // or PhaseNone for anything else.
