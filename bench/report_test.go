@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,17 +11,30 @@ import (
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// readmeLine is the record line of the README, as "ttftlens serve" writes it.
-const readmeLine = `{"time":"2026-11-30T19:16:05.667541247Z","level":"info","msg":"request","request_id":"468d505b4a14e2cbdf7aa791bc61afb1","trace_id":"3737eaf5eb1fbf87c1d891170831db95","span_id":"60c7a001b7a8978b","method":"POST","path":"/v1/chat/completions","model":"ttftlens-ref","stream":true,"status":200,"upstream":"embedded-engine","end_reason":"length","end_detail":"finish_length","ttft_ms":35.512,"e2e_ms":91.646,"stages_ms":{"gateway":0.102,"route":0,"queue":0.202,"preparation":0.061,"prefill":32.954,"first_decode":0.334,"unattributed":1.85,"transport":0.009},"engine_ms":{"queue":0.202,"tokenize":0.06,"media":0.001,"prefill":32.954,"sync":0,"first_decode":0.334},"engine_report":"server-timing","tokens_out":12,"itl_ms":{"p50":5.392,"p99":11.354,"max":11.354},"events":15,"bytes_in":111,"bytes_out":3302}`
-
-func TestParseRecordReadmeLine(t *testing.T) {
-	r, err := ParseRecord([]byte(readmeLine))
+// readmeRecord returns the record line the README shows, as one line.
+func readmeRecord(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.RequestID != "468d505b4a14e2cbdf7aa791bc61afb1" || !r.HasTTFT || r.TTFT != 35512*time.Microsecond ||
-		r.Stages[stages.Prefill] != 32954*time.Microsecond || r.Engine["tokenize"] != 60*time.Microsecond ||
-		r.EndReason != "length" || r.EndDetail != "finish_length" || r.TokensOut != 12 {
+	_, rest, ok := bytes.Cut(b, []byte("```json\n{\"time\""))
+	block, _, ok2 := bytes.Cut(rest, []byte("\n```"))
+	if !ok || !ok2 {
+		t.Fatal("README: no json block starting with a record")
+	}
+	return append([]byte(`{"time"`), bytes.ReplaceAll(block, []byte("\n"), nil)...)
+}
+
+// TestParseRecordReadmeLine reads the README's record the way report does:
+// the example stays a real record (stages add up to its TTFT).
+func TestParseRecordReadmeLine(t *testing.T) {
+	r, err := ParseRecord(readmeRecord(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RequestID == "" || !r.HasTTFT || r.Stages[stages.Prefill] <= 0 || r.Engine["tokenize"] <= 0 ||
+		r.EndReason != "length" || r.EndDetail != "finish_length" || r.TokensOut != 16 {
 		t.Errorf("%+v", r)
 	}
 	var sum time.Duration
@@ -137,7 +152,7 @@ func TestReportCounts(t *testing.T) {
 }
 
 func FuzzReadLog(f *testing.F) {
-	f.Add(readmeLine)
+	f.Add(string(readmeRecord(f)))
 	f.Add(logLine("a", "/p", "m", "length", time.Millisecond, time.Millisecond, "queue") + "\n" + logLine("b", "/p", "", "deadline", 0, 0, ""))
 	f.Add(`{"msg":"request","request_id":"a","end_reason":"stop","ttft_ms":1,"stages_ms":{"bogus":1}}`)
 	f.Add(`{"request_id":"a","end_reason":"stop","ttft_ms":-1,"stages_ms":{"queue":-5}}`)

@@ -481,7 +481,7 @@ func (x *exchange) finish() {
 	if x.rec.EngineSource == "" && signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
 	}
-	if x.rd != nil && x.rd.Header(x.peek, tl) {
+	if x.rd != nil && x.rd.Header(x.peek, tl) && x.rec.EngineSource == "" {
 		x.rec.EngineSource = x.rd.Kind()
 	}
 	if signals.InferQueue(tl) {

@@ -131,7 +131,9 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	if signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
 	}
-	if x.rd.Header(x.peek, tl) {
+	// The protocol's name wins over the reader's (the reference engine's
+	// reader reads the same Server-Timing).
+	if x.rd.Header(x.peek, tl) && x.rec.EngineSource == "" {
 		x.rec.EngineSource = x.rd.Kind()
 	}
 	status := x.resp.StatusCode()
