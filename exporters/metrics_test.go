@@ -169,7 +169,7 @@ func TestMetricsTransport(t *testing.T) {
 	m.Emit(fixtureByName(t, "worker_failure_5xx")) // no first token, not streamed
 	m.Emit(fixtureByName(t, "deadline_before_first_token"))
 	want := `
-# HELP ttftlens_buffered_streams_total Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response (DESIGN §7).
+# HELP ttftlens_buffered_streams_total Responses that arrived held back upstream of the proxy, one increment per sign (kind) seen on a response: burst, late_first_token, not_event_stream, content_length, compressed.
 # TYPE ttftlens_buffered_streams_total counter
 ttftlens_buffered_streams_total{kind="burst",upstream="none"} 0
 ttftlens_buffered_streams_total{kind="burst",upstream="other"} 0
