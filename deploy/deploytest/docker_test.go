@@ -120,11 +120,15 @@ func listenAddrs(t *testing.T, bin string, args []string) map[string]string {
 	if len(addr) != 2 {
 		t.Fatalf("could not read the listen defaults from serve --help:\n%s", help)
 	}
-	for _, a := range args {
-		name, v, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if _, known := addr[name]; ok && known {
-			addr[name] = v
+	for i, a := range args { // --flag=value or --flag value
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, known := addr[name]; !known || !strings.HasPrefix(a, "-") {
+			continue
 		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		addr[name] = v
 	}
 	out := map[string]string{}
 	for _, a := range addr {
