@@ -57,8 +57,15 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	}
 
 	cfg := f.cfg // a copy: Normalize fills defaults serve's proxy.New fills again
-	if len(f.engineFlags) > 0 && (f.configPath != "" || f.cfg.Upstream != "") {
-		return nil, fmt.Errorf("%s: flags of the embedded engine, which does not run with --upstream or --config; drop them, or run the engine alone (ttftlens engine)", strings.Join(f.engineFlags, ", "))
+	if f.configPath != "" || f.cfg.Upstream != "" {
+		if len(f.engineFlags) > 0 {
+			return nil, fmt.Errorf("%s: flags of the embedded engine, which does not run with --upstream or --config; drop them, or run the engine alone (ttftlens engine)", strings.Join(f.engineFlags, ", "))
+		}
+		// The same variables configure "ttftlens engine", so a shared
+		// environment may carry them: said, not refused.
+		if vars := engineVars(os.Environ()); len(vars) > 0 {
+			plan.log.Warn().Strs("variables", vars).Msg("ignored: the embedded engine does not run with --upstream or --config")
+		}
 	}
 	switch {
 	case f.configPath != "" && f.cfg.Upstream != "":
@@ -217,6 +224,18 @@ func checkUpstream(raw string) error {
 		}
 	}
 	return nil
+}
+
+// engineVars returns the names of the TTFTLENS_ENGINE_* variables in env
+// (TTFTLENS_ENGINE itself is serve's --engine).
+func engineVars(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "TTFTLENS_ENGINE_") {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // checkEngine checks the embedded engine's flags as engine.New would,

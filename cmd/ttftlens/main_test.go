@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -547,4 +548,11 @@ func deadURL(t *testing.T) string {
 	}
 	defer ln.Close()
 	return "http://" + ln.Addr().String()
+}
+
+func TestEngineVars(t *testing.T) {
+	got := engineVars([]string{"TTFTLENS_ENGINE=vllm", "TTFTLENS_ENGINE_FAULT=queue_delay=1s", "HOME=/root", "TTFTLENS_ENGINE_RANKS=2"})
+	if want := []string{"TTFTLENS_ENGINE_FAULT", "TTFTLENS_ENGINE_RANKS"}; !slices.Equal(got, want) {
+		t.Errorf("engineVars = %q, want %q", got, want)
+	}
 }
