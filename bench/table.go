@@ -160,6 +160,16 @@ func (d jsonMS) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("%.3f", math.Round(v*1000)/1000)), nil
 }
 
+// breakdownJSON is Breakdown in the --json output.
+type breakdownJSON struct {
+	N        int               `json:"requests"`
+	P50      partsJSON         `json:"p50"`
+	P99      partsJSON         `json:"p99"`
+	Median   map[string]jsonMS `json:"median_ms"`
+	Engine   map[string]jsonMS `json:"engine_median_ms,omitempty"`
+	Buffered int               `json:"buffered"`
+}
+
 type partsJSON struct {
 	ID         string            `json:"request_id"`
 	ClientTTFT jsonMS            `json:"client_ttft_ms"`
@@ -196,29 +206,22 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	}
 	ttft, itl, e2e := s.WithTTFT > 0, s.Gaps > 0, s.Requests > 0
 	v := struct {
-		Requests           int          `json:"requests"`
-		Errors             int          `json:"errors"`
-		ElapsedS           float64      `json:"elapsed_s"`
-		RequestsPerSec     float64      `json:"requests_per_s"`
-		OutputTokensPerSec float64      `json:"output_tokens_per_s"`
-		WithTTFT           int          `json:"with_first_token"`
-		TTFT               pcts3        `json:"client_ttft_ms"`
-		ITL                pcts         `json:"inter_token_ms"`
-		E2E                pcts         `json:"completion_ms"`
-		MaxLag             jsonMS       `json:"max_start_lag_ms"`
-		EndReasons         []Count      `json:"end_reasons"`
-		TopErrors          []ErrorCount `json:"top_errors"`
-		ErrorKinds         int          `json:"error_kinds"`
-		Joined             int          `json:"joined"`
-		JoinNote           string       `json:"join_note,omitempty"`
-		Breakdown          *struct {
-			N        int               `json:"requests"`
-			P50      partsJSON         `json:"p50"`
-			P99      partsJSON         `json:"p99"`
-			Median   map[string]jsonMS `json:"median_ms"`
-			Engine   map[string]jsonMS `json:"engine_median_ms,omitempty"`
-			Buffered int               `json:"buffered"`
-		} `json:"breakdown,omitempty"`
+		Requests           int            `json:"requests"`
+		Errors             int            `json:"errors"`
+		ElapsedS           float64        `json:"elapsed_s"`
+		RequestsPerSec     float64        `json:"requests_per_s"`
+		OutputTokensPerSec float64        `json:"output_tokens_per_s"`
+		WithTTFT           int            `json:"with_first_token"`
+		TTFT               pcts3          `json:"client_ttft_ms"`
+		ITL                pcts           `json:"inter_token_ms"`
+		E2E                pcts           `json:"completion_ms"`
+		MaxLag             jsonMS         `json:"max_start_lag_ms"`
+		EndReasons         []Count        `json:"end_reasons"`
+		TopErrors          []ErrorCount   `json:"top_errors"`
+		ErrorKinds         int            `json:"error_kinds"`
+		Joined             int            `json:"joined"`
+		JoinNote           string         `json:"join_note,omitempty"`
+		Breakdown          *breakdownJSON `json:"breakdown,omitempty"`
 	}{
 		Requests: s.Requests, Errors: s.Errors, ElapsedS: s.Elapsed.Seconds(),
 		RequestsPerSec: s.RequestsPerSec, OutputTokensPerSec: s.OutputTokensPerSec,
@@ -236,14 +239,7 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		v.TopErrors = []ErrorCount{}
 	}
 	if b := s.Breakdown; b != nil {
-		v.Breakdown = &struct {
-			N        int               `json:"requests"`
-			P50      partsJSON         `json:"p50"`
-			P99      partsJSON         `json:"p99"`
-			Median   map[string]jsonMS `json:"median_ms"`
-			Engine   map[string]jsonMS `json:"engine_median_ms,omitempty"`
-			Buffered int               `json:"buffered"`
-		}{N: b.N, P50: partsOf(b.P50), P99: partsOf(b.P99), Median: map[string]jsonMS{}, Engine: map[string]jsonMS{}, Buffered: b.Buffered}
+		v.Breakdown = &breakdownJSON{N: b.N, P50: partsOf(b.P50), P99: partsOf(b.P99), Median: map[string]jsonMS{}, Engine: map[string]jsonMS{}, Buffered: b.Buffered}
 		for p := range NumParts {
 			v.Breakdown.Median[Part(p).String()] = jsonMS(b.Median[p])
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -195,26 +196,8 @@ func TestStageSumProperty(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe writer that keeps everything.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestLogSinkWritesEveryLineAndCloseFlushes(t *testing.T) {
-	var out syncBuffer
+	var out logtest.Lines
 	s := NewLogSink(&out, LogOptions{})
 	const goroutines, each = 8, 200
 	var wg sync.WaitGroup

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -386,7 +387,7 @@ func TestDebugRequestHasTheLogFields(t *testing.T) {
 	for _, f := range allFixtures() {
 		t.Run(f.name, func(t *testing.T) {
 			r := f.record()
-			var out syncBuffer
+			var out logtest.Lines
 			s := NewLogSink(&out, LogOptions{})
 			s.Emit(r)
 			if err := s.Close(); err != nil {

@@ -240,6 +240,20 @@ type validator struct {
 	errs errorList
 }
 
+// uniqueName checks the name of list[i] (a key or pool: what) is given and
+// not taken, and records it in seen (name → index + 1).
+func (v *validator) uniqueName(seen map[string]int, list, what, name string, i int) {
+	p := fmt.Sprintf("%s[%d].name", list, i)
+	switch {
+	case name == "":
+		v.add(p, "missing")
+	case seen[name] > 0:
+		v.add(p, "duplicate %s name %q (also %s[%d])", what, name, list, seen[name]-1)
+	default:
+		seen[name] = i + 1
+	}
+}
+
 func (v *validator) add(path, format string, args ...any) {
 	v.errs.add(v.c.file, v.c.line(path), path, fmt.Sprintf(format, args...))
 }
@@ -267,14 +281,7 @@ func (v *validator) check() {
 	for i := range c.Keys {
 		k := &c.Keys[i]
 		p := fmt.Sprintf("keys[%d]", i)
-		switch {
-		case k.Name == "":
-			v.add(p+".name", "missing")
-		case names[k.Name] > 0:
-			v.add(p+".name", "duplicate key name %q (also keys[%d])", k.Name, names[k.Name]-1)
-		default:
-			names[k.Name] = i + 1
-		}
+		v.uniqueName(names, "keys", "key", k.Name, i)
 		if k.Key == "" {
 			v.add(p+".key", "missing: give sha256:<hex> or env:VARNAME")
 		} else if h, err := resolveKey(k.Key); err != nil {
@@ -294,14 +301,7 @@ func (v *validator) check() {
 	for i := range c.Pools {
 		pl := &c.Pools[i]
 		p := fmt.Sprintf("pools[%d]", i)
-		switch {
-		case pl.Name == "":
-			v.add(p+".name", "missing")
-		case pools[pl.Name] > 0:
-			v.add(p+".name", "duplicate pool name %q (also pools[%d])", pl.Name, pools[pl.Name]-1)
-		default:
-			pools[pl.Name] = i + 1
-		}
+		v.uniqueName(pools, "pools", "pool", pl.Name, i)
 		if len(pl.Upstreams) == 0 {
 			v.add(p+".upstreams", "a pool needs at least one upstream")
 		}

@@ -26,6 +26,13 @@ func (l *Lines) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+// String returns everything written so far, as written.
+func (l *Lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // All returns every line kept, decoded; a line that is not a JSON object
 // fails the test.
 func (l *Lines) All(t testing.TB) []map[string]any {
