@@ -14,7 +14,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
@@ -43,10 +43,10 @@ type exchange struct {
 	dec     decoder  // for a compressed upstream stream
 	enc     *encoder // for a compressed stream to the client
 	scan    *sse.Scanner
-	lines   *signals.LineScanner // for NDJSON streams (Ollama's native API)
+	lines   *engines.LineScanner // for NDJSON streams (Ollama's native API)
 	ndjson  bool
-	readers []signals.Reader // one per engine kind met, kept with the exchange
-	rd      signals.Reader   // this request's
+	readers []engines.Reader // one per engine kind met, kept with the exchange
+	rd      engines.Reader   // this request's
 	peek    func(name string) []byte
 	reqJSON fastjson.Parser
 
@@ -97,7 +97,7 @@ type exchange struct {
 }
 
 func newExchange(p *Proxy) *exchange {
-	x := &exchange{p: p, scan: sse.NewScanner(nil, p.cfg.MaxEventBytes), lines: signals.NewLineScanner(nil, p.cfg.MaxEventBytes)}
+	x := &exchange{p: p, scan: sse.NewScanner(nil, p.cfg.MaxEventBytes), lines: engines.NewLineScanner(nil, p.cfg.MaxEventBytes)}
 	x.peek = func(name string) []byte { return x.resp.Header.Peek(name) }
 	return x
 }
@@ -258,12 +258,12 @@ func (x *exchange) nextEvent() error {
 		if ev.Comments > 0 {
 			signal := true // a comment of the engine's protocol, for us
 			switch c := ev.Comment; {
-			case bytes.HasPrefix(c, signals.ServerTimingPrefix):
-				if signals.ParseServerTiming(c[len(signals.ServerTimingPrefix):], tl) > 0 {
+			case bytes.HasPrefix(c, engines.ServerTimingPrefix):
+				if engines.ParseServerTiming(c[len(engines.ServerTimingPrefix):], tl) > 0 {
 					x.rec.EngineSource = "server-timing"
 				}
-			case bytes.HasPrefix(c, signals.PhasePrefix):
-				if p := signals.ParsePhase(c[len(signals.PhasePrefix):]); p != endreason.PhaseNone {
+			case bytes.HasPrefix(c, engines.PhasePrefix):
+				if p := engines.ParsePhase(c[len(engines.PhasePrefix):]); p != endreason.PhaseNone {
 					x.enginePhase = p
 				}
 			default:
@@ -309,7 +309,7 @@ func (x *exchange) next() (sse.Event, error) {
 }
 
 // observe folds what an event said into the request's facts and clock.
-func (x *exchange) observe(s signals.Event, now time.Duration) {
+func (x *exchange) observe(s engines.Event, now time.Duration) {
 	if s.Timing {
 		x.rec.EngineSource = x.rd.Kind()
 	}
@@ -478,13 +478,13 @@ func (x *exchange) finish() {
 	}
 
 	// The body is read: trailers have arrived.
-	if x.rec.EngineSource == "" && signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
+	if x.rec.EngineSource == "" && engines.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
 	}
 	if x.rd != nil && x.rd.Header(x.peek, tl) && x.rec.EngineSource == "" {
 		x.rec.EngineSource = x.rd.Kind()
 	}
-	if signals.InferQueue(tl) {
+	if engines.InferQueue(tl) {
 		x.rec.EngineInferred = true
 	}
 	x.applyCause(cause, abortedAt, closedAt)
@@ -562,9 +562,9 @@ func (x *exchange) applyCause(cause error, abortedAt, closedAt time.Duration) {
 // fault holds a stream's until the first token).
 func (x *exchange) engineSaidPhase() endreason.Phase {
 	tl := &x.rec.Timeline
-	if x.enginePhase == endreason.PhaseNone && x.rec.Streaming && x.rd != nil && x.rd.Kind() == signals.KindReference &&
+	if x.enginePhase == endreason.PhaseNone && x.rec.Streaming && x.rd != nil && x.rd.Kind() == engines.KindReference &&
 		tl.Has(stages.UpstreamSent) && !tl.Has(stages.UpstreamHeaders) &&
-		!signals.WithholdsHeaders(x.req.Header.Peek(signals.FaultHeader)) {
+		!engines.WithholdsHeaders(x.req.Header.Peek(engines.FaultHeader)) {
 		return endreason.PhasePreparing
 	}
 	return x.enginePhase

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -128,7 +128,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	tl.Mark(stages.UpstreamHeaders)
-	if signals.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
+	if engines.ParseServerTiming(x.resp.Header.Peek("Server-Timing"), tl) > 0 {
 		x.rec.EngineSource = "server-timing"
 	}
 	// The protocol's name wins over the reader's (the reference engine's
@@ -191,8 +191,8 @@ func (x *exchange) chooseReader(path []byte, u *Upstream, completion bool, body 
 	kind := readerKind(path, u)
 	x.rd = x.reader(kind)
 	x.sendBody, x.dropUsage = x.sendBody[:0], false
-	if kind == signals.KindVLLM && completion && x.rec.Streaming && !x.includeUsage {
-		body, added, err := signals.EnsureIncludeUsage(body, x.sendBody[:0])
+	if kind == engines.KindVLLM && completion && x.rec.Streaming && !x.includeUsage {
+		body, added, err := engines.EnsureIncludeUsage(body, x.sendBody[:0])
 		if err == nil && added {
 			x.sendBody, x.dropUsage = body, true
 		}

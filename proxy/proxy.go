@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/gateway"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
@@ -51,7 +51,7 @@ type Config struct {
 	// response body (default 16 MiB).
 	MaxBodyBytes int
 	// Engine is the kind of engine behind the upstreams, which decides how
-	// its timing signals are read: one of signals.Kinds, or EngineAuto to
+	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
 	// OpenAI fields only; the reference engine's Server-Timing is always
 	// read).
@@ -130,7 +130,7 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("--compress-streams %q: want gzip or zstd", c.CompressStreams)
 	}
 	if c.Engine != "" && c.Engine != EngineAuto {
-		if _, err := signals.NewReader(c.Engine); err != nil {
+		if _, err := engines.NewReader(c.Engine); err != nil {
 			return fmt.Errorf("--engine: %w", err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -43,7 +43,7 @@ func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
 func (h *relayHarness) run(tb testing.TB, stream []byte) int {
 	x := h.x
 	if x.rd == nil {
-		x.rd = x.reader(signals.KindGeneric)
+		x.rd = x.reader(engines.KindGeneric)
 	}
 	x.rec.Timeline.Start(stages.Monotonic, time.Time{})
 	x.rec.Stream.Reset()

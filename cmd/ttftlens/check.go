@@ -21,7 +21,7 @@ import (
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // servePlan is what serve runs, checked and prepared from the flags before
@@ -160,7 +160,7 @@ func parseLogLevel(s string) (zerolog.Level, error) {
 }
 
 // engineKinds are the --engine values: auto and every kind the proxy reads.
-func engineKinds() []string { return append([]string{proxy.EngineAuto}, signals.Kinds...) }
+func engineKinds() []string { return append([]string{proxy.EngineAuto}, engines.Kinds...) }
 
 // checkEngineKind checks --engine against the same list its help shows.
 func checkEngineKind(kind string) error {

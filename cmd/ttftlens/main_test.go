@@ -23,7 +23,7 @@ import (
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // TestMain clears the variables that would change what the commands read,
@@ -428,7 +428,7 @@ func TestServeHelpText(t *testing.T) {
 	}
 	t.Run("engine kinds", func(t *testing.T) {
 		h := flagHelp("engine")
-		for _, k := range append([]string{proxy.EngineAuto}, signals.Kinds...) {
+		for _, k := range append([]string{proxy.EngineAuto}, engines.Kinds...) {
 			if !strings.Contains(h, k) {
 				t.Errorf("--engine help lacks %s: %s", k, h)
 			}

@@ -16,7 +16,7 @@ import (
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // serveFlags are the flags of "ttftlens serve".
@@ -120,7 +120,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 			return err
 		}
 		defer srv.Close()
-		f.cfg.Upstream, f.cfg.UpstreamName, f.cfg.Engine = url, "embedded-engine", signals.KindReference
+		f.cfg.Upstream, f.cfg.UpstreamName, f.cfg.Engine = url, "embedded-engine", engines.KindReference
 		models = []string{srv.Config().ModelName}
 		adminRoutes["/engine/metrics"] = engineMetrics(srv) // its vllm:* series, scrapeable
 		log.Info().Str("upstream", url).Msg("no --upstream: started the reference engine in-process")

@@ -1,8 +1,8 @@
-// Package signals reads what upstream responses say about a request: whether
+// Package engines reads what upstream responses say about a request: whether
 // an event carries generated content, how generation finished, token usage,
 // errors, and the engine's own timing. One file per protocol or engine kind.
 // Readers allocate nothing per event once warm.
-package signals
+package engines
 
 import (
 	"bytes"

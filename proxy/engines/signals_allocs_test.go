@@ -1,6 +1,6 @@
 //go:build !race
 
-package signals
+package engines
 
 import (
 	"testing"

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/internal/logtest"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // closedAddr returns a loopback address nothing listens on (yet).
@@ -76,7 +76,7 @@ func TestIdentifyRetries(t *testing.T) {
 		t.Errorf("first failure: %v", warn)
 	}
 	nudge := func() {
-		if k := u.kind.get(); k != signals.KindGeneric { // what a request does
+		if k := u.kind.get(); k != engines.KindGeneric { // what a request does
 			t.Errorf("kind %q before identification", k)
 		}
 	}
@@ -104,10 +104,10 @@ func TestIdentifyRetries(t *testing.T) {
 	ready.Store(true)
 	ok := logs.WaitFor(t, msgIdentified, 1, nudge)[0]
 	<-done
-	if ok["level"] != "info" || ok["upstream"] != "up" || ok["engine"] != signals.KindVLLM || ok["attempts"] == nil || len(ok) != 5 {
+	if ok["level"] != "info" || ok["upstream"] != "up" || ok["engine"] != engines.KindVLLM || ok["attempts"] == nil || len(ok) != 5 {
 		t.Errorf("identified: %v", ok)
 	}
-	if k := u.kind.get(); k != signals.KindVLLM {
+	if k := u.kind.get(); k != engines.KindVLLM {
 		t.Errorf("kind %q", k)
 	}
 	if got := logs.With(t, msgIdentified); len(got) != 1 {
@@ -153,7 +153,7 @@ func TestIdentifyReachableButUnknown(t *testing.T) {
 	u, _ := NewUpstream("http://"+addr, "up")
 	p.identify(context.Background(), u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
 	got := logs.All(t)
-	if len(got) != 1 || got[0]["message"] != msgIdentified || got[0]["engine"] != signals.KindGeneric || got[0]["attempts"] != nil {
+	if len(got) != 1 || got[0]["message"] != msgIdentified || got[0]["engine"] != engines.KindGeneric || got[0]["attempts"] != nil {
 		t.Errorf("log %v", got)
 	}
 }
@@ -200,7 +200,7 @@ func TestAutoEngineUpstreamComesUp(t *testing.T) {
 		}
 	}
 	ok := logs.WaitFor(t, msgIdentified, 1, request)[0]
-	if ok["engine"] != signals.KindVLLM || ok["upstream"] != "engine" {
+	if ok["engine"] != engines.KindVLLM || ok["upstream"] != "engine" {
 		t.Errorf("identified: %v", ok)
 	}
 	for len(bodies) > 0 {

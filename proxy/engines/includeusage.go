@@ -1,4 +1,4 @@
-package signals
+package engines
 
 import (
 	"encoding/json"
@@ -7,9 +7,9 @@ import (
 
 // Errors of EnsureIncludeUsage. The relay forwards the body unchanged then.
 var (
-	ErrBodyNotJSON          = errors.New("signals: request body is not valid JSON")
-	ErrBodyNotObject        = errors.New("signals: request body is not a JSON object")
-	ErrStreamOptionsInvalid = errors.New("signals: stream_options is neither an object nor null")
+	ErrBodyNotJSON          = errors.New("engines: request body is not valid JSON")
+	ErrBodyNotObject        = errors.New("engines: request body is not a JSON object")
+	ErrStreamOptionsInvalid = errors.New("engines: stream_options is neither an object nor null")
 )
 
 const (

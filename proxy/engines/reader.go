@@ -1,4 +1,4 @@
-package signals
+package engines
 
 import (
 	"errors"
@@ -61,7 +61,7 @@ const (
 var Kinds = []string{KindReference, KindVLLM, KindLlamaCpp, KindOllama, KindSGLang, KindTGI, KindAnthropic, KindGeneric}
 
 // ErrUnknownKind is returned by NewReader for a kind it does not know.
-var ErrUnknownKind = errors.New("signals: unknown engine kind")
+var ErrUnknownKind = errors.New("engines: unknown engine kind")
 
 // NewReader returns a reader for kind (one of Kinds). "auto" is not a kind:
 // resolve it with Detect first.

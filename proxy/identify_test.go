@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// transcript is a recorded upstream response (proxy/signals/testdata; its
+// transcript is a recorded upstream response (proxy/engines/testdata; its
 // README cites the source of each shape).
 type transcript struct {
 	status int
@@ -45,7 +45,7 @@ func readTranscript(t *testing.T, path string) transcript {
 // comment, which the relay consumes.
 func (tr transcript) blocks(t *testing.T) (raw, data, timing [][]byte) {
 	if strings.Contains(tr.header.Get("Content-Type"), "ndjson") {
-		sc := signals.NewLineScanner(bytes.NewReader(tr.body), 0)
+		sc := engines.NewLineScanner(bytes.NewReader(tr.body), 0)
 		for {
 			r, line, err := sc.Next()
 			if err != nil {
@@ -64,8 +64,8 @@ func (tr transcript) blocks(t *testing.T) (raw, data, timing [][]byte) {
 		var d, tm []byte
 		if ev.HasData {
 			d = bytes.Clone(ev.Data)
-		} else if bytes.HasPrefix(ev.Comment, signals.ServerTimingPrefix) {
-			tm = bytes.Clone(ev.Comment[len(signals.ServerTimingPrefix):])
+		} else if bytes.HasPrefix(ev.Comment, engines.ServerTimingPrefix) {
+			tm = bytes.Clone(ev.Comment[len(engines.ServerTimingPrefix):])
 		}
 		data, timing = append(data, d), append(timing, tm)
 	}
@@ -80,15 +80,15 @@ func (tr transcript) stream() bool {
 // transcript on their own: the engine durations the proxy must attribute,
 // and whether the engine reported a failure.
 func (tr transcript) oracle(t *testing.T, kind string) (tl stages.Timeline, failed bool) {
-	r, err := signals.NewReader(kind)
+	r, err := engines.NewReader(kind)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tl.Start(func() int64 { return 0 }, time.Time{})
 	h := func(name string) []byte { return []byte(tr.header.Get(name)) }
 	r.Header(h, &tl)
-	signals.ParseServerTiming([]byte(tr.header.Get("Server-Timing")), &tl)
-	look := func(ev signals.Event) {
+	engines.ParseServerTiming([]byte(tr.header.Get("Server-Timing")), &tl)
+	look := func(ev engines.Event) {
 		failed = failed || ev.Error || ev.Finish == endreason.FinishAbort || ev.Finish == endreason.FinishError
 	}
 	if !tr.stream() {
@@ -98,7 +98,7 @@ func (tr transcript) oracle(t *testing.T, kind string) (tl stages.Timeline, fail
 	_, data, timing := tr.blocks(t)
 	for i, d := range data {
 		if timing[i] != nil {
-			signals.ParseServerTiming(timing[i], &tl)
+			engines.ParseServerTiming(timing[i], &tl)
 		}
 		if d != nil {
 			look(r.Event(d, &tl))
@@ -141,8 +141,8 @@ func TestEngineTranscripts(t *testing.T) {
 				c.end()
 			})
 			engineKind := kind
-			if kind == signals.KindAnthropic {
-				engineKind = signals.KindGeneric // the path picks the reader
+			if kind == engines.KindAnthropic {
+				engineKind = engines.KindGeneric // the path picks the reader
 			}
 			addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.Engine = engineKind })
 			path, body := requestFor(kind, file)
@@ -168,7 +168,7 @@ func TestEngineTranscripts(t *testing.T) {
 				t.Errorf("engine_report %q, want %q", r.EngineSource, kind)
 			}
 			// What the client got.
-			dropUsage := kind == signals.KindVLLM && tr.stream() && r.Streaming
+			dropUsage := kind == engines.KindVLLM && tr.stream() && r.Streaming
 			if dropUsage && !strings.Contains(sentBody, `"include_usage":true`) {
 				t.Errorf("vLLM was not asked for usage: %s", sentBody)
 			}
@@ -197,13 +197,13 @@ func requestFor(kind, file string) (path, body string) {
 		s = "true"
 	}
 	switch {
-	case kind == signals.KindAnthropic:
+	case kind == engines.KindAnthropic:
 		return "/v1/messages", `{"model":"claude","max_tokens":64,"stream":` + s + `,"messages":[{"role":"user","content":"hi"}]}`
-	case kind == signals.KindOllama && strings.Contains(file, "generate"):
+	case kind == engines.KindOllama && strings.Contains(file, "generate"):
 		return "/api/generate", `{"model":"llama3.2","prompt":"hi","stream":` + s + `}`
-	case kind == signals.KindOllama:
+	case kind == engines.KindOllama:
 		return "/api/chat", `{"model":"llama3.2","stream":` + s + `,"messages":[{"role":"user","content":"hi"}]}`
-	case (kind == signals.KindSGLang || kind == signals.KindTGI) && strings.Contains(file, "generate"):
+	case (kind == engines.KindSGLang || kind == engines.KindTGI) && strings.Contains(file, "generate"):
 		return "/generate", `{"text":"hi","stream":` + s + `}`
 	case strings.Contains(file, "completion_native"):
 		return "/completion", `{"prompt":"hi","stream":` + s + `}`
@@ -244,7 +244,7 @@ func forwarded(t *testing.T, tr transcript, dropUsage bool) string {
 	raw, data, timing := tr.blocks(t)
 	var b strings.Builder
 	for i := range raw {
-		if timing[i] != nil || dropUsage && data[i] != nil && signals.IsUsageOnlyChunk(data[i]) {
+		if timing[i] != nil || dropUsage && data[i] != nil && engines.IsUsageOnlyChunk(data[i]) {
 			continue
 		}
 		b.Write(raw[i])

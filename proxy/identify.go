@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ttftlens/ttftlens/proxy/signals"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // EngineAuto asks the proxy to identify each upstream's engine from what it
@@ -37,7 +37,7 @@ func (k *engineKind) get() string {
 		default:
 		}
 	}
-	return signals.KindGeneric // until identified: the OpenAI fields, no engine timing
+	return engines.KindGeneric // until identified: the OpenAI fields, no engine timing
 }
 
 func (k *engineKind) set(kind string) { k.v.Store(&kind) }
@@ -106,7 +106,7 @@ func askEngine(ctx context.Context, client *http.Client, baseURL string) (kind, 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/v1/models", nil)
 	if err != nil {
-		return signals.KindGeneric, "", nil // a URL NewUpstream took; cannot happen
+		return engines.KindGeneric, "", nil // a URL NewUpstream took; cannot happen
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -115,8 +115,8 @@ func askEngine(ctx context.Context, client *http.Client, baseURL string) (kind, 
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	h := func(name string) []byte { return []byte(resp.Header.Get(name)) }
-	kind = signals.Detect(h, body, []byte(resp.Header.Get("Server")))
-	if kind == signals.KindGeneric && resp.StatusCode >= 500 {
+	kind = engines.Detect(h, body, []byte(resp.Header.Get("Server")))
+	if kind == engines.KindGeneric && resp.StatusCode >= 500 {
 		return "", "upstream not ready", fmt.Errorf("GET %s/v1/models: status %d", baseURL, resp.StatusCode)
 	}
 	return kind, "", nil
@@ -150,9 +150,9 @@ var (
 func readerKind(path []byte, u *Upstream) string {
 	switch {
 	case bytes.Equal(path, pathMessages):
-		return signals.KindAnthropic
+		return engines.KindAnthropic
 	case bytes.HasPrefix(path, pathOllama):
-		return signals.KindOllama
+		return engines.KindOllama
 	}
 	return u.kind.get()
 }
@@ -160,16 +160,16 @@ func readerKind(path []byte, u *Upstream) string {
 // reader returns the exchange's reader of kind, reset for this request.
 // Readers are kept per kind for the exchange's life (they are pooled with
 // it).
-func (x *exchange) reader(kind string) signals.Reader {
+func (x *exchange) reader(kind string) engines.Reader {
 	for _, r := range x.readers {
 		if r.Kind() == kind {
 			r.Reset()
 			return r
 		}
 	}
-	r, err := signals.NewReader(kind)
+	r, err := engines.NewReader(kind)
 	if err != nil {
-		r, _ = signals.NewReader(signals.KindGeneric)
+		r, _ = engines.NewReader(engines.KindGeneric)
 	}
 	x.readers = append(x.readers, r)
 	return r

@@ -1,4 +1,4 @@
-package signals
+package engines
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ const (
 	lineEmptyReads = 100
 )
 
-var errLineBadReadCount = errors.New("signals: reader returned invalid count")
+var errLineBadReadCount = errors.New("engines: reader returned invalid count")
 
 // LineScanner splits a newline-delimited JSON stream (Ollama's native
 // streaming, application/x-ndjson) into lines, with the contract of
