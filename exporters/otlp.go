@@ -51,7 +51,7 @@ type OTLPOptions struct {
 	BatchOptions []sdktrace.BatchSpanProcessorOption
 }
 
-// OTLPSink turns every record into a trace (DESIGN §4): one SERVER span
+// OTLPSink turns every record into a trace: one SERVER span
 // for the request, continuing the caller's trace, with a child span per
 // TTFT stage and one for decoding, all on the request's own clock. See the
 // README's "Traces" section for the layout and the attributes.

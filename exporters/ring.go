@@ -36,7 +36,7 @@ const maxReasons = 16
 
 // Ring is a record.Sink that keeps compact copies (Summary) of the most
 // recent records and of the slowest ones since start, for the page and
-// the /debug/requests endpoints (DESIGN §4).
+// the /debug/requests endpoints.
 //
 // Emit copies the record outside the lock, then takes one mutex for a
 // struct copy into a fixed slot and, when the record is among the slowest,

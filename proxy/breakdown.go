@@ -27,19 +27,19 @@ func appendServerTiming(dst []byte, bd *stages.Breakdown) []byte {
 
 // appendBreakdownComment builds the closing SSE comment with the client's
 // breakdown, and sets the Server-Timing trailer. The result aliases
-// x.scratch.
-func (x *exchange) appendBreakdownComment() []byte {
-	bd := x.rec.Breakdown()
+// r.scratch.
+func (r *relay) appendBreakdownComment() []byte {
+	bd := r.fin.rec.Breakdown()
 	if !bd.OK {
-		x.scratch = append(x.scratch[:0], ": ttftlens no token reached the client\n\n"...)
-		return x.scratch
+		r.scratch = append(r.scratch[:0], ": ttftlens no token reached the client\n\n"...)
+		return r.scratch
 	}
 	const prefix = ": ttftlens "
-	x.scratch = append(x.scratch[:0], prefix...)
-	x.scratch = appendServerTiming(x.scratch, &bd)
-	if x.respHeader != nil {
-		x.respHeader.SetBytesV("Server-Timing", x.scratch[len(prefix):]) // copies
+	r.scratch = append(r.scratch[:0], prefix...)
+	r.scratch = appendServerTiming(r.scratch, &bd)
+	if r.respHeader != nil {
+		r.respHeader.SetBytesV("Server-Timing", r.scratch[len(prefix):]) // copies
 	}
-	x.scratch = append(x.scratch, "\n\n"...)
-	return x.scratch
+	r.scratch = append(r.scratch, "\n\n"...)
+	return r.scratch
 }

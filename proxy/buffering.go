@@ -16,7 +16,7 @@ import (
 )
 
 // Thresholds for telling a stream that was held back upstream from one that
-// arrived as it was generated (DESIGN §7). A decoder writes each event as it
+// arrived as it was generated. A decoder writes each event as it
 // is sampled, so the proxy reads each in a read of its own, however fast
 // the engine; events that were held back arrive together, many in one read.
 // (Timing thresholds cannot tell the two apart: a small model on a CPU
@@ -120,7 +120,9 @@ func (d *decoder) open() error {
 		}
 		d.r = d.fl
 	case "zstd":
-		// One goroutine-free decoder per stream: no read-ahead (research §5).
+		// One goroutine-free decoder per stream: the default decodes ahead
+		// on goroutines of its own, which a stream that waits for its next
+		// event does not need.
 		if d.zs == nil {
 			d.zs, err = zstd.NewReader(d.src, zstd.WithDecoderConcurrency(1))
 		} else {

@@ -17,7 +17,7 @@ import (
 )
 
 // maxCloseDelay is how soon after the client leaves the upstream must see
-// its connection closed, at default settings (issue 2).
+// its connection closed, at default settings.
 const maxCloseDelay = 300 * time.Millisecond
 
 // TestClientCancel checks that a client that leaves makes the proxy close

@@ -38,7 +38,7 @@ var (
 	zstdPool = sync.Pool{New: func() any {
 		e := &encoder{name: CompressZstd}
 		// The small-memory settings: one goroutine-free encoder, a 64 KiB
-		// window (research §5: the defaults cost ~18 MiB per stream).
+		// window (the defaults cost about 18 MiB per stream).
 		e.zs, _ = zstd.NewWriter(&e.buf, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(64<<10),
 			zstd.WithLowerEncoderMem(true), zstd.WithEncoderLevel(zstd.SpeedFastest))
 		return e

@@ -128,11 +128,6 @@ func (c *control) aborted() error {
 	return c.cause
 }
 
-// deadlines are a request's time limits as offsets from receipt (0 = none).
-type deadlines struct {
-	ttft, total, idle time.Duration
-}
-
 // rearm moves the deadline timer to fire after d, if it is running.
 func (c *control) rearm(gen uint64, d time.Duration) {
 	c.mu.Lock()

@@ -95,7 +95,7 @@ func (s *captureSink) none(t *testing.T, d time.Duration) {
 	}
 }
 
-// checkIdentity asserts DESIGN §2's identity: the stages add up exactly to
+// checkIdentity asserts the stage identity (ARCHITECTURE.md): the stages add up exactly to
 // TTFT and none is negative.
 func checkIdentity(t *testing.T, g *gotRecord) {
 	if !g.bd.OK {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -52,7 +51,7 @@ var detectRetry = retrySchedule{min: 250 * time.Millisecond, first: time.Second,
 // detectEngine identifies the engine behind u (see identify) in the
 // background, so no request waits for it, until it is known or the proxy
 // stops.
-func (p *Proxy) detectEngine(u *Upstream, baseURL string) {
+func (p *Proxy) detectEngine(u *upstream, baseURL string) {
 	p.identify(p.stopCtx, u, baseURL, detectRetry)
 }
 
@@ -63,7 +62,7 @@ func (p *Proxy) detectEngine(u *Upstream, baseURL string) {
 // again only if the problem changes; each retry at debug level), and tries
 // again on retry's schedule until it gets an answer or ctx ends. An
 // upstream that answers but cannot be told apart is generic.
-func (p *Proxy) identify(ctx context.Context, u *Upstream, baseURL string, retry retrySchedule) {
+func (p *Proxy) identify(ctx context.Context, u *upstream, baseURL string, retry retrySchedule) {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()
 	wake := make(chan struct{}, 1)
@@ -136,48 +135,4 @@ func sleepFor(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	case <-wake:
 	}
 	return true
-}
-
-var (
-	pathMessages = []byte("/v1/messages")
-	pathOllama   = []byte("/api/")
-)
-
-// readerKind is the reader for a request: a path only one protocol uses
-// decides (Anthropic Messages; Ollama's /api/chat and /api/generate),
-// otherwise the upstream's engine (SGLang's and TGI's native /generate
-// share a path, so the engine tells them apart).
-func readerKind(path []byte, u *Upstream) string {
-	switch {
-	case bytes.Equal(path, pathMessages):
-		return engines.KindAnthropic
-	case bytes.HasPrefix(path, pathOllama):
-		return engines.KindOllama
-	}
-	return u.kind.get()
-}
-
-// reader returns the exchange's reader of kind, reset for this request.
-// Readers are kept per kind for the exchange's life (they are pooled with
-// it).
-func (x *exchange) reader(kind string) engines.Reader {
-	for _, r := range x.readers {
-		if r.Kind() == kind {
-			r.Reset()
-			return r
-		}
-	}
-	r, err := engines.NewReader(kind)
-	if err != nil {
-		r, _ = engines.NewReader(engines.KindGeneric)
-	}
-	x.readers = append(x.readers, r)
-	return r
-}
-
-// isNDJSON reports a newline-delimited JSON stream (Ollama's native API).
-func isNDJSON(ct []byte) bool {
-	mt, _, _ := bytes.Cut(ct, []byte(";"))
-	mt = bytes.TrimSpace(mt)
-	return bytes.EqualFold(mt, []byte("application/x-ndjson")) || bytes.EqualFold(mt, []byte("application/jsonl"))
 }

@@ -142,7 +142,7 @@ type Proxy struct {
 	cfg        Config
 	gw         *gateway.Gateway
 	ownGW      bool     // gw was built here from Config.Upstream: started and stopped here
-	clients    sync.Map // upstream base URL → *Upstream (connection pool)
+	clients    sync.Map // upstream base URL → *upstream (connection pool)
 	sink       record.Sink
 	log        zerolog.Logger
 	clock      stages.Clock
@@ -208,7 +208,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		p.gw.Stop()
 	}
 	p.clients.Range(func(_, v any) bool {
-		v.(*Upstream).hc.CloseIdleConnections()
+		v.(*upstream).hc.CloseIdleConnections()
 		return true
 	})
 	return err
@@ -231,16 +231,16 @@ func passThrough(c *Config) *gateway.Config {
 }
 
 // client returns the connection pool for a gateway upstream.
-func (p *Proxy) client(u *gateway.Upstream) (*Upstream, error) {
+func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	if c, ok := p.clients.Load(u.URL); ok {
-		return c.(*Upstream), nil
+		return c.(*upstream), nil
 	}
-	c, err := NewUpstream(u.URL, p.UpstreamLabel(u))
+	c, err := newUpstream(u.URL, p.UpstreamLabel(u))
 	if err != nil {
 		return nil, err
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
-	if c = actual.(*Upstream); !loaded {
+	if c = actual.(*upstream); !loaded {
 		if iv := p.cfg.ScrapeEngineMetrics; iv > 0 {
 			p.background.Add(1)
 			go func() {
@@ -275,6 +275,24 @@ func (p *Proxy) UpstreamLabel(u *gateway.Upstream) string {
 		return p.cfg.UpstreamName
 	}
 	return u.Name
+}
+
+// started counts a request in flight.
+func (p *Proxy) started() {
+	p.inflight.Add(1)
+	if t := p.cfg.Tracker; t != nil {
+		t.RequestStarted()
+	}
+}
+
+// ended counts a request out and emits its record: last, so a sink that
+// panics cannot skip the rest.
+func (p *Proxy) ended(rec *record.Record) {
+	p.inflight.Add(-1)
+	if t := p.cfg.Tracker; t != nil {
+		t.RequestEnded()
+	}
+	p.sink.Emit(rec)
 }
 
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }

@@ -41,20 +41,18 @@ func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
 
 // run relays the whole stream and returns the events seen.
 func (h *relayHarness) run(tb testing.TB, stream []byte) int {
-	x := h.x
-	if x.rd == nil {
-		x.rd = x.reader(engines.KindGeneric)
-	}
-	x.rec.Timeline.Start(stages.Monotonic, time.Time{})
-	x.rec.Stream.Reset()
-	x.facts.Done, x.handedOut, x.out = false, false, nil
-	x.firstToken.Store(false)
+	x, r := h.x, &h.x.relay
+	x.sig.Begin(engines.KindGeneric, x.peekReq)
+	x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
+	x.fin.rec.Stream.Reset()
+	x.fin.facts.Done, r.handedOut, r.out = false, false, nil
+	r.firstToken.Store(false)
 	h.src.Reset(stream)
-	x.scan.Reset(h.src)
+	r.scan.Reset(h.src)
 	for {
-		_, err := x.Read(h.buf)
+		_, err := r.Read(h.buf)
 		if err == io.EOF {
-			return x.rec.Stream.Events
+			return x.fin.rec.Stream.Events
 		}
 		if err != nil {
 			tb.Fatal(err)
@@ -87,10 +85,10 @@ func TestRelayStreamShape(t *testing.T) {
 	if got := h.run(t, relayStream(5)); got != 8 {
 		t.Fatalf("events %d, want 8", got)
 	}
-	if got := h.x.rec.Stream.ContentEvents; got != 5 {
+	if got := h.x.fin.rec.Stream.ContentEvents; got != 5 {
 		t.Errorf("content events %d, want 5", got)
 	}
-	if h.x.rec.EngineSource != "server-timing" {
-		t.Errorf("engine timing comment not read (source %q)", h.x.rec.EngineSource)
+	if src := h.x.sig.Source(); src != engines.SourceServerTiming {
+		t.Errorf("engine timing comment not read (source %q)", src)
 	}
 }

@@ -15,9 +15,10 @@ import (
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// Upstream is one model server the proxy forwards to, with its own pool of
-// keep-alive connections.
-type Upstream struct {
+// upstream is one model server the proxy forwards to, with its own pool of
+// keep-alive connections. (The gateway's Upstream is the same server as the
+// gateway sees it: health, admission and routing.)
+type upstream struct {
 	// Name identifies the upstream in records and metrics.
 	Name string
 	// Addr is host:port.
@@ -27,9 +28,20 @@ type Upstream struct {
 	load engineLoad // its waiting and running counts, when scraped
 }
 
-// NewUpstream parses an http:// or https:// base URL. name labels the
+// UpstreamName checks an upstream base URL as the proxy reads it and
+// returns the upstream's label in records and metrics: name, or its
+// host:port when name is empty.
+func UpstreamName(rawURL, name string) (string, error) {
+	up, err := newUpstream(rawURL, name)
+	if err != nil {
+		return "", err
+	}
+	return up.Name, nil
+}
+
+// newUpstream parses an http:// or https:// base URL. name labels the
 // upstream in records and metrics; empty means its host:port.
-func NewUpstream(rawURL, name string) (*Upstream, error) {
+func newUpstream(rawURL, name string) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -54,7 +66,7 @@ func NewUpstream(rawURL, name string) (*Upstream, error) {
 	if name == "" {
 		name = u.Host
 	}
-	up := &Upstream{
+	up := &upstream{
 		Name: name,
 		Addr: addr,
 		hc: &fasthttp.HostClient{
@@ -71,7 +83,7 @@ func NewUpstream(rawURL, name string) (*Upstream, error) {
 			MaxConns:           8192,
 			MaxConnWaitTimeout: 2 * time.Second,
 			// Below uvicorn's 5 s keep-alive, so we rarely reuse a
-			// connection the engine is about to close (research §1.5).
+			// connection the engine is about to close.
 			MaxIdleConnDuration: 4 * time.Second,
 			// ReadTimeout stays 0: it would cap the whole stream. The
 			// proxy's watchdog bounds time to first token and idle gaps.
@@ -107,8 +119,10 @@ func (e *exchangeError) Unwrap() error { return e.err }
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
-// which fasthttp's default transport cannot do (research §1.4).
-func (u *Upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
+// which fasthttp's default transport cannot do: its Do returns only
+// once the headers are read, and offers no way to close the connection
+// meanwhile.
+func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
 	for attempt := 0; ; attempt++ {
 		reused, err := u.tryRoundTrip(req, resp, ab, tl, body)
 		if err == nil {
@@ -125,7 +139,7 @@ func (u *Upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab 
 	}
 }
 
-func (u *Upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (reused bool, err error) {
+func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (reused bool, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
 	if err != nil {
@@ -190,7 +204,7 @@ func isClosedBeforeResponse(err error) bool {
 // countingConn counts arrivals: reads that returned bytes after a read that
 // had room to spare, so the relay can tell events that arrived together
 // (held back upstream and released at once) from events that each needed a
-// read of their own (DESIGN §7). A read that fills the caller's buffer (4
+// read of their own. A read that fills the caller's buffer (4
 // KiB, fasthttp's reader) left more waiting in the socket, so the read after
 // it is part of the same arrival. Only the goroutine using the connection
 // reads or touches the fields.

@@ -24,7 +24,7 @@ import (
 	"github.com/ttftlens/ttftlens/record"
 )
 
-// Benchmarks of the transport side (issue 6): what watching clients for a
+// Benchmarks of the transport side: what watching clients for a
 // disconnect costs, against polling TCP_INFO, and how long events stay
 // inside the proxy under load. Figures and how to run them: BENCHMARKS.md,
 // "Transport and disconnect watching".

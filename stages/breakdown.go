@@ -2,7 +2,8 @@ package stages
 
 import "time"
 
-// Stage is one part of time to first token (DESIGN §2).
+// Stage is one part of time to first token (ARCHITECTURE.md, "The request
+// clock and the stages").
 type Stage uint8
 
 // The stages, in the order they happen. They add up exactly to the

@@ -27,7 +27,7 @@ type Stream struct {
 	MaxResidency time.Duration
 	// Together counts content events that arrived in the same upstream
 	// read as the content event before them: held back and released at
-	// once, not generated one by one (DESIGN §7); FirstTogether says the
+	// once, not generated one by one; FirstTogether says the
 	// second did, so the first token was held back with the ones after it.
 	// Set by the relay.
 	Together      int

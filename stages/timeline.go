@@ -1,6 +1,6 @@
 // Package stages keeps one request's clock: monotonic marks observed by the
 // proxy, durations reported by the engine, and the stages of time to first
-// token derived from both (DESIGN §2). It imports only the standard library.
+// token derived from both (ARCHITECTURE.md has the formulas). It imports only the standard library.
 package stages
 
 import "time"
@@ -39,7 +39,8 @@ func (m Mark) String() string {
 // EngineDur is a duration the engine reports about the request.
 type EngineDur uint8
 
-// The engine durations (DESIGN §5). Sync is part of Prefill, not added to it.
+// The engine durations, as engines report them (proxy/engines reads
+// them). Sync is part of Prefill, not added to it.
 const (
 	EngineQueue EngineDur = iota
 	EngineTokenize

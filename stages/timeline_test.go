@@ -403,7 +403,7 @@ func randEngine(r *rand.Rand, scale time.Duration) time.Duration {
 }
 
 // TestBreakdownProperty checks Breakdown over random timelines against an
-// oracle written from DESIGN §2, independent of the implementation's
+// oracle written from the formulas in ARCHITECTURE.md, independent of the implementation's
 // sequential carving.
 func TestBreakdownProperty(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 0xdeadbeef, 20240501} {

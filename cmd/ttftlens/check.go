@@ -214,10 +214,10 @@ func checkUpstream(raw string) error {
 	if !strings.Contains(raw, "://") {
 		return fmt.Errorf("--upstream %q: no scheme; give the server's base URL, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
 	}
-	if _, err := proxy.NewUpstream(raw, ""); err != nil {
+	if _, err := proxy.UpstreamName(raw, ""); err != nil {
 		return err
 	}
-	u, _ := url.Parse(raw) // parsed by NewUpstream already
+	u, _ := url.Parse(raw) // parsed by UpstreamName already
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("upstream %q: port %s out of range (1 to 65535)", raw, p)

@@ -112,11 +112,11 @@ func routeModels(gw *gateway.Gateway) []string {
 // upstreamNames are the upstream label values the metrics accept.
 func upstreamNames(cfg *proxy.Config) ([]string, error) {
 	if cfg.Gateway == nil {
-		up, err := proxy.NewUpstream(cfg.Upstream, cfg.UpstreamName)
+		name, err := proxy.UpstreamName(cfg.Upstream, cfg.UpstreamName)
 		if err != nil {
 			return nil, err
 		}
-		return []string{up.Name}, nil
+		return []string{name}, nil
 	}
 	var out []string
 	for _, p := range cfg.Gateway.Snapshot().Pools() {

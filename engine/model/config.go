@@ -6,7 +6,7 @@
 //
 // The computation is real: prefill, decode, rank synchronisation and prefix
 // cache hits take the time the arithmetic takes, which is what the proxy's
-// demonstrations rely on. See DESIGN.md §9.
+// demonstrations rely on.
 package model
 
 import (

@@ -16,8 +16,8 @@ import (
 // response of the upstream (nil when absent; may be nil itself); modelsBody
 // is the body of GET /v1/models (or Ollama's GET /api/tags, or TGI's
 // GET /info; nil when not fetched); serverHeader is that response's Server
-// header. The rules, first match wins (sources: engine-signals.md and the
-// engines' code):
+// header. The rules, first match wins (sources: the engines' code and
+// documentation, as cited in testdata/README.md):
 //
 //  1. A Server-Timing header with a metric of the reference protocol
 //     (queue, prefill, …; engine/PROTOCOL.md) → reference.

@@ -32,7 +32,7 @@ import (
 //     stamps under meta_info.time_stats is read when the top-level ones are
 //     missing (queue = forward_entry_time − wait_queue_entry_time there).
 //
-// Caveat (engine-signals.md §3.1): these values have been seen to arrive as
+// Caveat (a third-party patch to SGLang reports it): these values have been seen to arrive as
 // 0 or None (lost on the scheduler→detokenizer→tokenizer hop): 0 and null
 // are treated as not reported. Without a queue but with a prefill the
 // event sets Inferred and InferQueue infers the queue at done.

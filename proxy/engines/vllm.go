@@ -21,7 +21,7 @@ import (
 // its first token: every prefill chunk plus the sampling of the first token,
 // queue excluded. It goes to prefill, not to first_decode, because no engine
 // separates a first decode step: the first token is sampled at the end of
-// the last prefill forward pass (engine-signals.md §12.8), so the whole
+// the last prefill forward pass, so the whole
 // interval is the engine's prefill and first_decode stays unreported.
 // Null values are not reported; 0 is a measurement. A null queue with a
 // prefill sets Event.Inferred: InferQueue infers the queue at done. metrics is null for

@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// lease is what the gateway granted one request: its key's quota
+// reservation, its upstream and admission slot, and its deadlines. settle
+// gives it all back, once, at the request's end. A zero lease holds nothing.
+type lease struct {
+	dl        deadlines
+	up        *gateway.Upstream // nil until routed
+	release   func()            // the admission slot; nil when none is held
+	res       gateway.Reservation
+	hasRes    bool
+	promptEst int // the gateway's prompt-token estimate, for settling quota
+}
+
+// releaseSlot gives the admission slot back early (before a retry).
+func (l *lease) releaseSlot() {
+	if l.release != nil {
+		l.release()
+		l.release = nil
+	}
+}
+
+// settle gives back what the gateway lent: the upstream's health verdict,
+// the admission slot, the quota reservation (charged with the real usage,
+// or the prompt estimate where the upstream reported none; not charged for
+// a request that was refused or never reached the engine).
+func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Record) {
+	if l.up != nil {
+		gw.Done(l.up, !upstreamFault(f))
+	}
+	l.releaseSlot()
+	if !l.hasRes {
+		return
+	}
+	if f.Rejected != 0 || !rec.Timeline.Has(stages.UpstreamSent) {
+		l.res.Cancel()
+		return
+	}
+	in := rec.TokensIn
+	if in == 0 {
+		in = l.promptEst
+	}
+	l.res.Settle(in + rec.TokensOut)
+}
+
+// upstreamFault reports failures that count against the upstream's health:
+// it could not be reached, failed, or broke the stream.
+func upstreamFault(f *endreason.Facts) bool {
+	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 || f.ErrorEvent ||
+		f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
+		f.Read == endreason.ReadTruncated || f.Read == endreason.ReadFailed
+}

@@ -1,0 +1,377 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/sse"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// relay is the upstream response body on its way to the client. For a
+// streamed response it is the io.Reader fasthttp drives: each Read returns
+// (part of) one upstream event, which fasthttp sends as one chunk and
+// flushes, so entering the next Read means the previous bytes reached the
+// client socket. Every event is parsed and timed on the request's clock on
+// the way; what it says goes into the record (through fin) and the engine
+// report (sig). fasthttp calls CloseWithError once when the response is
+// over. Only the goroutine serving the request touches a relay, except for
+// firstToken and lastEvent, which the deadline timer reads.
+type relay struct {
+	relayWiring
+
+	body      upstreamBody
+	dec       decoder  // for a compressed upstream stream
+	enc       *encoder // for a compressed stream to the client
+	scan      *sse.Scanner
+	lines     *engines.LineScanner // for NDJSON streams (Ollama's native API)
+	ndjson    bool
+	dropUsage bool // the usage-only chunk was asked for by us, not the client
+
+	// The event being handed to fasthttp.
+	out        []byte        // its bytes not yet returned by Read
+	outParsed  time.Duration // when it was parsed
+	outContent bool          // it carries generated content
+	handedOut  bool          // the last Read returned bytes
+	lastReturn time.Duration // when the last Read returned
+	readErr    error         // the error Read returned, if any
+	// contentReads and contentBlocked are the upstream read count and the
+	// time blocked on the client when the last content event was parsed:
+	// both unchanged at the next one means both came in one upstream read.
+	contentReads   uint64
+	contentBlocked time.Duration
+
+	// The client asked for its own breakdown (and its key may have it);
+	// respHeader receives its Server-Timing trailer (set when the stream
+	// starts, cleared at finish).
+	breakdown     bool
+	breakdownSent bool
+	respHeader    *fasthttp.ResponseHeader
+	scratch       []byte
+
+	// Read by the deadline timer.
+	firstToken atomic.Bool
+	lastEvent  atomic.Int64 // offset of the last parsed event, ns
+}
+
+// relayWiring is what a relay reports to, set once per exchange.
+type relayWiring struct {
+	cfg          *Config
+	fin          *finalizer
+	ctl          *control
+	sig          *engines.Report
+	onFirstToken func(now time.Duration) // the first content event was parsed
+	onClose      func(clientFailed bool) // fasthttp ended the streamed response
+}
+
+func newRelay(w relayWiring) relay {
+	return relay{
+		relayWiring: w,
+		scan:        sse.NewScanner(nil, w.cfg.MaxEventBytes),
+		lines:       engines.NewLineScanner(nil, w.cfg.MaxEventBytes),
+	}
+}
+
+// reset readies r for another request, keeping its wiring, buffers and
+// decompressors.
+func (r *relay) reset() {
+	if r.enc != nil {
+		r.enc.release()
+	}
+	r.scan.Reset(nil)
+	r.lines.Reset(nil)
+	dec := r.dec
+	dec.src = nil
+	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0]}
+}
+
+// Read hands fasthttp the next bytes of the stream. See the type comment.
+func (r *relay) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			n, err = 0, r.fin.panicked(v)
+		}
+		if err != nil && err != io.EOF {
+			r.readErr = err
+		}
+	}()
+	rec := &r.fin.rec
+	now := rec.Timeline.Now()
+	if r.handedOut {
+		r.handedOut = false
+		if r.firstToken.Load() {
+			rec.Stream.Blocked += now - r.lastReturn
+		}
+		if len(r.out) == 0 {
+			r.flushed(now)
+		}
+	}
+	if len(r.out) == 0 {
+		if err := r.nextEvent(); err != nil {
+			return 0, err
+		}
+		if r.enc != nil && !r.enc.closed {
+			r.out = r.enc.encode(r.out)
+		}
+	}
+	n = copy(p, r.out)
+	r.out = r.out[n:]
+	r.handedOut = true
+	rec.BytesOut += int64(n)
+	r.lastReturn = rec.Timeline.Now()
+	return n, nil
+}
+
+// CloseWithError is called by fasthttp once, when the streamed response is
+// over: err is nil after a clean end, the error our Read returned, or the
+// error writing to the client.
+func (r *relay) CloseWithError(err error) error {
+	r.onClose(err != nil && r.readErr == nil)
+	return nil
+}
+
+// flushed records that the event handed out last reached the client socket.
+func (r *relay) flushed(now time.Duration) {
+	r.fin.rec.Stream.Flushed(now - r.outParsed)
+	if r.outContent {
+		r.fin.rec.Timeline.Mark(stages.FirstTokenFlushed)
+	}
+}
+
+// start points the relay at the upstream body, decoding it when it is
+// compressed; false for an encoding it cannot decode.
+func (r *relay) start(ndjson bool, encoding []byte) bool {
+	r.ndjson = ndjson
+	var src io.Reader = &r.body
+	if len(encoding) > 0 {
+		if !r.dec.reset(&r.body, encoding) {
+			return false
+		}
+		src = &r.dec
+	}
+	if ndjson {
+		r.lines.Reset(src)
+	} else {
+		r.scan.Reset(src)
+	}
+	return true
+}
+
+// nextEvent parses upstream events until one is to be forwarded, and makes
+// it the current output. The engine's protocol comments are consumed, not
+// forwarded, unless configured otherwise.
+func (r *relay) nextEvent() error {
+	tl := &r.fin.rec.Timeline
+	hb := r.cfg.Heartbeat
+	for {
+		if hb > 0 && !r.ndjson {
+			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
+		}
+		ev, err := r.next()
+		if err != nil {
+			if hb > 0 && isTimeout(err) && r.ctl.aborted() == nil {
+				// The client is always between two whole events here (an
+				// upstream event arriving in pieces stays in the scanner), so
+				// the heartbeat never splits one.
+				r.out, r.outParsed, r.outContent = heartbeat, tl.Now(), false
+				return nil
+			}
+			return r.streamEnd(err)
+		}
+		now := tl.Now()
+		r.lastEvent.Store(int64(now))
+		if ev.Comments > 0 && r.sig.Comment(ev.Comment, tl) && !ev.HasData && !r.cfg.PassEngineTiming {
+			continue
+		}
+		content := false
+		if ev.HasData {
+			tl.Mark(stages.FirstEvent)
+			r.fin.rec.Stream.Events++
+			s := r.sig.Event(ev.Data, tl)
+			if s.BadUTF8 {
+				r.fin.facts.Read = endreason.ReadBadUTF8
+				return r.fin.fail(errInvalidUTF8)
+			}
+			if s.Malformed {
+				r.fin.facts.Read = endreason.ReadMalformed
+				return r.fin.fail(errMalformedEvent)
+			}
+			r.observe(s, now)
+			content = s.Content
+			if r.dropUsage && s.UsageOnly {
+				continue // we asked for it; the client did not
+			}
+		}
+		r.out, r.outParsed, r.outContent = ev.Raw, now, content
+		if len(r.out) > 0 {
+			return nil
+		}
+	}
+}
+
+// next returns the next upstream block: an SSE event, or an NDJSON line in
+// the same shape.
+func (r *relay) next() (sse.Event, error) {
+	if !r.ndjson {
+		return r.scan.Next()
+	}
+	raw, line, err := r.lines.Next()
+	return sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}, err
+}
+
+// observe folds what an event said into the request's facts and clock.
+func (r *relay) observe(s engines.Event, now time.Duration) {
+	rec, f := &r.fin.rec, &r.fin.facts
+	if s.Error {
+		f.ErrorEvent = true
+	}
+	if s.Finish != endreason.FinishNone {
+		f.Finish = s.Finish
+	}
+	if s.Done {
+		f.Done = true
+	}
+	if s.Usage {
+		rec.UsageReported = true
+		rec.TokensOut, rec.TokensIn = s.CompletionTokens, s.PromptTokens
+	}
+	if !s.Content {
+		return
+	}
+	st := &rec.Stream
+	if reads, ok := r.body.readCount(); ok {
+		// Events that piled up while we were blocked on a slow client
+		// were not held back upstream: they do not count.
+		if st.ContentEvents > 0 && reads == r.contentReads && st.Blocked-r.contentBlocked < clientMasksArrival {
+			st.Together++
+			if st.ContentEvents == 1 {
+				st.FirstTogether = true
+			}
+		}
+		r.contentReads, r.contentBlocked = reads, st.Blocked
+	}
+	rec.Timeline.Mark(stages.FirstToken)
+	rec.Timeline.MarkAt(stages.LastToken, now)
+	if !r.firstToken.Swap(true) {
+		r.onFirstToken(now)
+	}
+	// Gaps are measured without the time the proxy was blocked writing to
+	// the client (it does not read the upstream meanwhile): a slow client
+	// shows up as transport, not as decode.
+	st.Content(now-st.Blocked, r.cfg.StallThreshold)
+}
+
+// heartbeat is the comment block sent after Config.Heartbeat of upstream
+// silence, at an event boundary only. Clients ignore comments.
+var heartbeat = []byte(": keep-alive\n\n")
+
+// isTimeout reports a read deadline passing (the heartbeat's wake-up).
+func isTimeout(err error) bool {
+	// Unwrapped by hand: errors.As into an interface variable allocates, and
+	// this runs at every stream's end.
+	for ; err != nil; err = errors.Unwrap(err) {
+		if t, ok := err.(interface{ Timeout() bool }); ok {
+			return t.Timeout()
+		}
+	}
+	return false
+}
+
+var (
+	errMalformedEvent = errors.New("upstream sent an event whose data is not JSON")
+	errInvalidUTF8    = errors.New("upstream sent an event that is not valid UTF-8")
+	errNoDone         = errors.New("upstream ended the stream without a finish reason or [DONE]")
+	errBodyTooLarge   = errors.New("upstream response body larger than the limit")
+)
+
+// streamEnd turns the end of the upstream stream into facts and the error
+// Read returns: io.EOF only for a stream that really finished, so fasthttp
+// writes the final chunk; anything else cuts the client's stream.
+func (r *relay) streamEnd(err error) error {
+	if cause := r.ctl.aborted(); cause != nil {
+		return cause
+	}
+	f := &r.fin.facts
+	if err != io.EOF {
+		f.Read = readEnd(err)
+		return r.fin.fail(err)
+	}
+	f.Read = endreason.ReadClean
+	// A stream that ends cleanly after an error event is ended by the
+	// engine: the client has the error. Any other end without a finish or
+	// an end marker is cut, so it is never taken for complete.
+	if !f.Done && f.Finish == endreason.FinishNone && !f.ErrorEvent {
+		return r.fin.fail(errNoDone)
+	}
+	if r.breakdown && !r.breakdownSent && !r.ndjson {
+		// One more block before the end: the client's own breakdown. The
+		// scanner returns io.EOF again on the next call.
+		r.breakdownSent = true
+		r.out, r.outParsed, r.outContent = r.appendBreakdownComment(), r.fin.rec.Timeline.Now(), false
+		return nil
+	}
+	if r.enc != nil && !r.enc.closed {
+		r.out, r.outParsed, r.outContent = r.enc.close(), r.fin.rec.Timeline.Now(), false
+		return nil
+	}
+	return io.EOF
+}
+
+// readEnd classifies an upstream read error from its type, never its text.
+func readEnd(err error) endreason.ReadEnd {
+	switch {
+	case errors.Is(err, sse.ErrEventTooLarge):
+		return endreason.ReadTooLarge
+	case errors.Is(err, syscall.ECONNRESET):
+		return endreason.ReadReset
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return endreason.ReadTruncated
+	}
+	return endreason.ReadFailed
+}
+
+// readWhole reads a non-streamed upstream body, bounded by MaxBodyBytes.
+// The result aliases r.scratch.
+func (r *relay) readWhole() ([]byte, error) {
+	limit := r.cfg.MaxBodyBytes
+	buf := r.scratch[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		r.scratch = buf
+		if len(buf) > limit {
+			r.fin.facts.Read = endreason.ReadTooLarge
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			if cause := r.ctl.aborted(); cause != nil {
+				return nil, cause
+			}
+			r.fin.facts.Read = readEnd(err)
+			return nil, err
+		}
+	}
+}
+
+// closeUpstream lets go of the upstream body, closing the connection unless
+// the body was read to a clean end; it reports whether a body was open.
+func (r *relay) closeUpstream(discard bool) bool {
+	if !r.body.open {
+		return false
+	}
+	r.body.close(discard || r.fin.facts.Read != endreason.ReadClean)
+	return true
+}
