@@ -9,8 +9,9 @@ import (
 )
 
 // Summary is a compact, self-contained copy of a record.Record: everything
-// the ring, the page and the trace exporter need, and nothing pooled. A
-// Summary may be kept after the record it came from is reused.
+// the log line, the ring, the pages and the trace exporter need, and
+// nothing pooled. The record's JSON fields (record.Fields) are written from
+// it. A Summary may be kept after the record it came from is reused.
 //
 // Strings are shared with the record, not copied: Go strings are
 // immutable, so this is a copy by the language's rules (the proxy builds
@@ -202,13 +203,5 @@ func (s *Summary) Segments(dst []Segment) []Segment {
 	return append(dst, Segment{Name: SegNameUpstream, Kind: SegOpen, Start: prev, End: max(done, prev)})
 }
 
-// roundMicros rounds d to whole microseconds (half away from zero).
-func roundMicros(d time.Duration) int64 {
-	if d < 0 {
-		return -((-int64(d) + 500) / 1000)
-	}
-	return (int64(d) + 500) / 1000
-}
-
 // millis is d in milliseconds, rounded to the microsecond.
-func millis(d time.Duration) float64 { return float64(roundMicros(d)) / 1000 }
+func millis(d time.Duration) float64 { return float64(stages.Micros(d)) / 1000 }
