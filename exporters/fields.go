@@ -196,10 +196,19 @@ func appendStages(b []byte, s *Summary) []byte {
 
 // appendEngine appends the engine's reported durations, raw.
 func appendEngine(b []byte, s *Summary) []byte {
+	return appendMillisObject(b, stages.NumEngineDurs, s.Timeline.Engine)
+}
+
+// appendMillisObject appends a JSON object of the durations at reports
+// set, of the keys below n in order, by the keys' names.
+func appendMillisObject[K interface {
+	~uint8
+	String() string
+}](b []byte, n K, at func(K) (time.Duration, bool)) []byte {
 	b = append(b, '{')
-	for d := range stages.NumEngineDurs {
-		if v, ok := s.Timeline.Engine(d); ok {
-			b = appendMillisMember(b, d.String(), stages.Micros(v))
+	for k := range n {
+		if v, ok := at(k); ok {
+			b = appendMillisMember(b, k.String(), stages.Micros(v))
 		}
 	}
 	return append(b, '}')

@@ -179,13 +179,7 @@ func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json
 
 // appendMarks appends the marks set on s's clock, in mark order.
 func appendMarks(b []byte, s *Summary) []byte {
-	b = append(b, '{')
-	for m := range stages.NumMarks {
-		if at, ok := s.Timeline.At(m); ok {
-			b = appendMillisMember(b, m.String(), stages.Micros(at))
-		}
-	}
-	return append(b, '}')
+	return appendMillisObject(b, stages.NumMarks, s.Timeline.At)
 }
 
 // appendWaterfall appends s's waterfall bars (Summary.Segments). start_ms
