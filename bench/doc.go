@@ -1,4 +1,4 @@
-// Package bench is the probe (DESIGN §10): a load generator that measures
+// Package bench is the probe: a load generator that measures
 // what clients see — time to first token, inter-token gaps and time to
 // completion, per event, on one monotonic clock — and joins every request
 // with the proxy's own record (by X-Request-Id, from the admin listener's
@@ -9,7 +9,8 @@
 //
 // It also reads the proxy's JSON log lines (Report) for the same breakdown
 // offline. The package imports only the standard library and the stdlib-only
-// stages package, so it can probe any OpenAI-compatible endpoint; bench/lab
+// stages and record packages (record for the names of the record's JSON
+// fields), so it can probe any OpenAI-compatible endpoint; bench/lab
 // runs the reference engine and the proxy in-process for the demos and the
 // proof suite.
 package bench

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -62,68 +63,102 @@ type Record struct {
 	Buffering []string
 }
 
-// recordJSON is the wire form shared by the log line and the admin endpoint.
-type recordJSON struct {
-	Msg          string             `json:"msg"`
-	RequestID    string             `json:"request_id"`
-	Path         string             `json:"path"`
-	Model        string             `json:"model"`
-	Status       int                `json:"status"`
-	EndReason    string             `json:"end_reason"`
-	EndDetail    string             `json:"end_detail"`
-	Phase        string             `json:"phase"`
-	TTFT         *float64           `json:"ttft_ms"`
-	E2E          float64            `json:"e2e_ms"`
-	Stages       map[string]float64 `json:"stages_ms"`
-	Engine       map[string]float64 `json:"engine_ms"`
-	EngineReport string             `json:"engine_report"`
-	Unsplit      bool               `json:"upstream_unsplit"`
-	TokensOut    int                `json:"tokens_out"`
-	Buffering    json.RawMessage    `json:"buffering"`
-}
-
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
-// ParseRecord decodes one record from its JSON form. It requires a
-// request_id and an end_reason; when ttft_ms is present, stages_ms must be
-// too, name only known stages, and hold no negative value.
+// ParseRecord decodes one record from its JSON form (record.Fields). It
+// requires a request_id and an end_reason; when ttft_ms is present,
+// stages_ms must be too, name only known stages, and hold no negative
+// value.
 func ParseRecord(b []byte) (Record, error) {
 	var j recordJSON
-	if err := json.Unmarshal(b, &j); err != nil {
+	if err := j.decode(b); err != nil {
 		return Record{}, err
 	}
-	if j.RequestID == "" || j.EndReason == "" {
+	r := j.asIs
+	if r.RequestID == "" || r.EndReason == "" {
 		return Record{}, errors.New("not a request record (no request_id or end_reason)")
 	}
-	r := Record{
-		RequestID: j.RequestID, Path: j.Path, Model: j.Model, Status: j.Status,
-		EndReason: j.EndReason, EndDetail: j.EndDetail, Phase: j.Phase,
-		E2E: ms(j.E2E), EngineReport: j.EngineReport, Unsplit: j.Unsplit, TokensOut: j.TokensOut,
-	}
-	if j.TTFT != nil {
-		if j.Stages == nil {
+	r.E2E = ms(j.e2e)
+	if j.ttft != nil {
+		if j.stages == nil {
 			return Record{}, errors.New("ttft_ms without stages_ms")
 		}
-		r.HasTTFT, r.TTFT = true, ms(*j.TTFT)
-		for name, v := range j.Stages {
-			s, ok := stageByName(name)
-			if !ok {
-				return Record{}, fmt.Errorf("unknown stage %q", name)
-			}
-			if v < 0 {
-				return Record{}, fmt.Errorf("stage %s negative", name)
-			}
-			r.Stages[s] = ms(v)
+		var err error
+		if r.Stages, err = parseStages(j.stages); err != nil {
+			return Record{}, err
 		}
+		r.HasTTFT, r.TTFT = true, ms(*j.ttft)
 	}
-	if len(j.Engine) > 0 {
-		r.Engine = make(map[string]time.Duration, len(j.Engine))
-		for k, v := range j.Engine {
+	if len(j.engine) > 0 {
+		r.Engine = make(map[string]time.Duration, len(j.engine))
+		for k, v := range j.engine {
 			r.Engine[k] = ms(v)
 		}
 	}
-	r.Buffering = parseBuffering(j.Buffering)
+	r.Buffering = parseBuffering(j.buffering)
 	return r, nil
+}
+
+// recordJSON is what ParseRecord reads of a record's JSON form: the fields
+// a Record takes as they are, and the others still to convert.
+type recordJSON struct {
+	asIs           Record
+	ttft           *float64
+	e2e            float64
+	stages, engine map[string]float64
+	buffering      json.RawMessage
+}
+
+// decode reads j's fields from b, a JSON object.
+func (j *recordJSON) decode(b []byte) error {
+	var fields map[record.Field]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	r := &j.asIs
+	for _, f := range []struct {
+		name record.Field
+		into any
+	}{
+		{record.FieldRequestID, &r.RequestID},
+		{record.FieldPath, &r.Path},
+		{record.FieldModel, &r.Model},
+		{record.FieldStatus, &r.Status},
+		{record.FieldEndReason, &r.EndReason},
+		{record.FieldEndDetail, &r.EndDetail},
+		{record.FieldPhase, &r.Phase},
+		{record.FieldTTFT, &j.ttft},
+		{record.FieldE2E, &j.e2e},
+		{record.FieldStages, &j.stages},
+		{record.FieldUpstreamUnsplit, &r.Unsplit},
+		{record.FieldEngine, &j.engine},
+		{record.FieldEngineReport, &r.EngineReport},
+		{record.FieldTokensOut, &r.TokensOut},
+		{record.FieldBuffering, &j.buffering},
+	} {
+		if raw, ok := fields[f.name]; ok {
+			if err := json.Unmarshal(raw, f.into); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// parseStages converts stages_ms: known stage names, no negative value.
+func parseStages(msByName map[string]float64) ([stages.NumStages]time.Duration, error) {
+	var out [stages.NumStages]time.Duration
+	for name, v := range msByName {
+		s, ok := stageByName(name)
+		if !ok {
+			return out, fmt.Errorf("unknown stage %q", name)
+		}
+		if v < 0 {
+			return out, fmt.Errorf("stage %s negative", name)
+		}
+		out[s] = ms(v)
+	}
+	return out, nil
 }
 
 // parseBuffering accepts a list of names or a single name; anything else

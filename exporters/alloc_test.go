@@ -23,7 +23,7 @@ func TestAllocs(t *testing.T) {
 	sc := &scratch{}
 	if n := testing.AllocsPerRun(200, func() {
 		e := l.Log()
-		buildLine(e, r, sc)
+		writeLine(e, r, sc)
 		e.Send()
 	}); n > 0 {
 		t.Errorf("log line: %v allocs, want 0", n)

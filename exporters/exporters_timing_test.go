@@ -71,7 +71,7 @@ func BenchmarkLogLine(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e := l.Log()
-		buildLine(e, r, sc)
+		writeLine(e, r, sc)
 		e.Send()
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/record"
-	"github.com/ttftlens/ttftlens/stages"
 )
 
 // LogOptions configures a LogSink. The zero value is ready to use.
@@ -36,13 +35,14 @@ func (o *LogOptions) normalize() {
 	}
 }
 
-// LogSink writes one zerolog JSON line per record (DESIGN §4). Emit formats
-// the line on the caller's goroutine and appends it to a bounded buffer
-// under a short mutex (a memcpy); one goroutine swaps that buffer for an
-// empty one and writes the full one with a single Write. A line that does
-// not fit is dropped and counted (Dropped), so a slow or stuck writer
-// never blocks a request. Lines are never split across writes; several
-// lines may share one Write.
+// LogSink writes one zerolog JSON line per record, with the fields of
+// record.Fields that apply to the request. Emit formats the line on the
+// caller's goroutine and appends it to a bounded buffer under a short
+// mutex (a memcpy); one goroutine swaps that buffer for an empty one and
+// writes the full one with a single Write. A line that does not fit is
+// dropped and counted (Dropped), so a slow or stuck writer never blocks a
+// request. Lines are never split across writes; several lines may share
+// one Write.
 //
 // Zerolog's diode writer is not used: it allocates a copy of every line,
 // reports drops only when its reader catches up (never, with a stuck
@@ -196,11 +196,15 @@ func countLines(b []byte) int {
 }
 
 // maxPooledScratch bounds the scratch buffers kept for reuse, so one huge
-// record does not pin memory (golang.org/issue/23199).
+// record does not pin memory: a pooled buffer keeps the capacity it grew to.
 const maxPooledScratch = 16 << 10
 
-// scratch holds per-Emit buffers for fields built as raw JSON.
-type scratch struct{ b []byte }
+// scratch is what formatting one line needs: the record's copy the fields
+// are read from, and a buffer for values built as raw JSON.
+type scratch struct {
+	sum Summary
+	b   []byte
+}
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{b: make([]byte, 0, 512)} }}
 
@@ -210,11 +214,18 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{b: make([]byte, 0,
 func (s *LogSink) Emit(r *record.Record) {
 	sc := scratchPool.Get().(*scratch)
 	e := s.logger.Log()
-	buildLine(e, r, sc)
+	writeLine(e, r, sc)
 	e.Send()
 	if cap(sc.b) <= maxPooledScratch {
 		scratchPool.Put(sc)
 	}
+}
+
+// writeLine adds r's fields to e, in the order of record.Fields. It
+// allocates nothing.
+func writeLine(e *zerolog.Event, r *record.Record, sc *scratch) {
+	sc.sum.Fill(r)
+	sc.b = writeFields(e, &sc.sum, inLog, sc.b)
 }
 
 // level is the line's level: warn for failures the operator should look at.
@@ -224,151 +235,4 @@ func level(r endreason.Reason) string {
 		return "warn"
 	}
 	return "info"
-}
-
-// buildLine adds r's fields to e. Field names are the log contract
-// (issue 2); see the README of the package for the list.
-func buildLine(e *zerolog.Event, r *record.Record, sc *scratch) {
-	b := sc.b[:0]
-	b = append(b, '"')
-	b = r.Timeline.Wall().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
-	e.RawJSON("time", b)
-	e.Str("level", level(r.Reason))
-	e.Str("msg", "request")
-	e.Str("request_id", r.RequestID)
-	e.Hex("trace_id", r.TraceID[:])
-	e.Hex("span_id", r.SpanID[:])
-	if !r.ParentID.IsZero() {
-		e.Hex("parent_span_id", r.ParentID[:])
-	}
-	e.Str("method", r.Method)
-	e.Str("path", r.Path)
-	e.Str("model", r.Model)
-	e.Bool("stream", r.Streaming)
-	e.Int("status", r.Status)
-	e.Str("upstream", r.Upstream)
-	if r.Key != "" {
-		e.Str("key", r.Key)
-	}
-	e.Str("end_reason", r.Reason.String())
-	e.Str("end_detail", string(r.Detail))
-	cancel := r.Reason == endreason.ClientCancel
-	if cancel {
-		e.Str("phase", r.Phase.String())
-	}
-	if r.Error != "" {
-		e.Str("error", r.Error)
-	}
-
-	bd := r.Breakdown()
-	var us [stages.NumStages]int64
-	var ttftUS int64
-	if bd.OK {
-		ttftUS = bd.Micros(&us)
-		b = stages.AppendMillis(b[:0], ttftUS)
-		e.RawJSON("ttft_ms", b)
-	}
-	b = stages.AppendMillis(b[:0], stages.Micros(r.E2E()))
-	e.RawJSON("e2e_ms", b)
-	if bd.OK {
-		b = append(b[:0], '{')
-		for i := range stages.NumStages {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = append(b, stages.Stage(i).String()...)
-			b = append(b, '"', ':')
-			b = stages.AppendMillis(b, us[i])
-		}
-		b = append(b, '}')
-		e.RawJSON("stages_ms", b)
-		if bd.Unsplit {
-			e.Bool("upstream_unsplit", true)
-		}
-		if bd.Inconsistent {
-			e.Bool("engine_report_inconsistent", true)
-		}
-	}
-	if r.Timeline.EngineReported() {
-		b = append(b[:0], '{')
-		first := true
-		for d := range stages.NumEngineDurs {
-			v, ok := r.Timeline.Engine(stages.EngineDur(d))
-			if !ok {
-				continue
-			}
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			b = append(b, '"')
-			b = append(b, stages.EngineDur(d).String()...)
-			b = append(b, '"', ':')
-			b = stages.AppendMillis(b, stages.Micros(v))
-		}
-		b = append(b, '}')
-		e.RawJSON("engine_ms", b)
-	}
-	if r.EngineSource != "" {
-		e.Str("engine_report", r.EngineSource)
-		if r.EngineInferred {
-			e.Bool("engine_report_inferred", true) // part of it (the queue) inferred, not measured
-		}
-	}
-	if r.EngineLoad {
-		e.Int64("engine_waiting", r.EngineWaiting)
-		e.Int64("engine_running", r.EngineRunning)
-	}
-	e.Int("tokens_out", r.TokensOut)
-	if r.TokensIn != 0 {
-		e.Int("tokens_in", r.TokensIn)
-	}
-	if g := r.Stream.Gaps(); g.N > 0 {
-		b = append(b[:0], `{"p50":`...)
-		b = stages.AppendMillis(b, stages.Micros(g.P50))
-		b = append(b, `,"p99":`...)
-		b = stages.AppendMillis(b, stages.Micros(g.P99))
-		b = append(b, `,"max":`...)
-		b = stages.AppendMillis(b, stages.Micros(g.Max))
-		b = append(b, '}')
-		e.RawJSON("itl_ms", b)
-	}
-	if r.Stream.Stalls != 0 {
-		e.Int("stalls", r.Stream.Stalls)
-	}
-	e.Int("events", r.Stream.Events)
-	if r.Stream.MaxResidency > 0 {
-		b = stages.AppendMillis(b[:0], stages.Micros(r.Stream.MaxResidency))
-		e.RawJSON("residency_max_ms", b)
-	}
-	if us := stages.Micros(r.Stream.Blocked); us > 0 {
-		b = stages.AppendMillis(b[:0], us)
-		e.RawJSON("transport_blocked_ms", b)
-	}
-	if r.Buffering != 0 {
-		b = append(b[:0], '[')
-		for i, k := range record.BufferingKinds() {
-			if r.Buffering&(1<<i) == 0 {
-				continue
-			}
-			if len(b) > 1 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = append(b, k...)
-			b = append(b, '"')
-		}
-		b = append(b, ']')
-		e.RawJSON("buffering", b)
-	}
-	e.Int64("bytes_in", r.BytesIn)
-	e.Int64("bytes_out", r.BytesOut)
-	if cancel {
-		b = stages.AppendMillis(b[:0], stages.Micros(r.CancelToClose))
-		e.RawJSON("cancel_to_close_ms", b)
-		e.Int("tokens_after_cancel", r.TokensAfterCancel)
-	}
-	sc.b = b
 }

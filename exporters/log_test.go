@@ -26,7 +26,7 @@ func line(r *record.Record) []byte {
 	var buf bytes.Buffer
 	l := zerolog.New(&buf)
 	e := l.Log()
-	buildLine(e, r, &scratch{})
+	writeLine(e, r, &scratch{})
 	e.Send()
 	return buf.Bytes()
 }

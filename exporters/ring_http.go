@@ -1,11 +1,12 @@
 package exporters
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
@@ -56,15 +57,9 @@ func (g *Ring) serveList(ctx *fasthttp.RequestCtx) {
 	st := g.Stats()
 	out := listJSON{
 		Total:      st.Total,
-		Recent:     make([]rowJSON, len(recent)),
-		Slowest:    make([]rowJSON, len(slowest)),
+		Recent:     rowsJSON(recent),
+		Slowest:    rowsJSON(slowest),
 		Aggregates: aggregatesJSON(&st),
-	}
-	for i := range recent {
-		out.Recent[i] = row(&recent[i])
-	}
-	for i := range slowest {
-		out.Slowest[i] = row(&slowest[i])
 	}
 	writeJSON(ctx, fasthttp.StatusOK, &out)
 }
@@ -76,7 +71,7 @@ func (g *Ring) serveOne(ctx *fasthttp.RequestCtx) {
 		writeJSONError(ctx, fasthttp.StatusNotFound, "no record kept for request id "+strconv.Quote(id), "unknown_request_id")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, full(&s))
+	writeJSON(ctx, fasthttp.StatusOK, requestJSON(&s))
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
@@ -103,71 +98,10 @@ func writeJSONError(ctx *fasthttp.RequestCtx, status int, msg, code string) {
 }
 
 type listJSON struct {
-	Total      uint64    `json:"total"`
-	Recent     []rowJSON `json:"recent"`
-	Slowest    []rowJSON `json:"slowest"`
-	Aggregates aggJSON   `json:"aggregates"`
-}
-
-// rowJSON is a record in a list: enough for a table row and a small
-// stacked bar. Field names follow the JSON log line.
-type rowJSON struct {
-	RequestID string    `json:"request_id"`
-	Time      time.Time `json:"time"`
-	Method    string    `json:"method"`
-	Path      string    `json:"path"`
-	Model     string    `json:"model"`
-	Upstream  string    `json:"upstream"`
-	Stream    bool      `json:"stream"`
-	Status    int       `json:"status"`
-	EndReason string    `json:"end_reason"`
-	EndDetail string    `json:"end_detail"`
-	Phase     string    `json:"phase,omitempty"`
-	TTFT      *float64  `json:"ttft_ms,omitempty"`
-	E2E       float64   `json:"e2e_ms"`
-	TokensOut int       `json:"tokens_out"`
-	Stages    msObject  `json:"stages_ms,omitempty"`
-}
-
-// requestJSON is one record in full.
-type requestJSON struct {
-	rowJSON
-	TraceID           string    `json:"trace_id"`
-	SpanID            string    `json:"span_id"`
-	ParentSpanID      string    `json:"parent_span_id,omitempty"`
-	Key               string    `json:"key,omitempty"`
-	Error             string    `json:"error,omitempty"`
-	Marks             msObject  `json:"marks_ms"`
-	Engine            msObject  `json:"engine_ms,omitempty"`
-	EngineReport      string    `json:"engine_report,omitempty"`
-	EngineInferred    bool      `json:"engine_report_inferred,omitempty"`
-	EngineWaiting     *int64    `json:"engine_waiting,omitempty"`
-	EngineRunning     *int64    `json:"engine_running,omitempty"`
-	Unsplit           bool      `json:"upstream_unsplit,omitempty"`
-	Inconsistent      bool      `json:"engine_report_inconsistent,omitempty"`
-	TokensIn          int       `json:"tokens_in,omitempty"`
-	ITL               msObject  `json:"itl_ms,omitempty"`
-	Stalls            int       `json:"stalls,omitempty"`
-	Events            int       `json:"events"`
-	BytesIn           int64     `json:"bytes_in"`
-	BytesOut          int64     `json:"bytes_out"`
-	MaxResidency      float64   `json:"residency_max_ms,omitempty"`
-	Blocked           float64   `json:"transport_blocked_ms,omitempty"`
-	Buffering         []string  `json:"buffering,omitempty"`
-	CancelToClose     *float64  `json:"cancel_to_close_ms,omitempty"`
-	TokensAfterCancel *int      `json:"tokens_after_cancel,omitempty"`
-	Waterfall         []segJSON `json:"waterfall"`
-}
-
-// segJSON is a waterfall bar. start_ms and end_ms are the segment's
-// offsets rounded to the microsecond, dur_ms their difference, so
-// contiguous bars stay contiguous and the TTFT stages add up to ttft_ms.
-type segJSON struct {
-	Name  string  `json:"name"`
-	Kind  string  `json:"kind"`
-	Start float64 `json:"start_ms"`
-	End   float64 `json:"end_ms"`
-	Dur   float64 `json:"dur_ms"`
+	Total      uint64            `json:"total"`
+	Recent     []json.RawMessage `json:"recent"`
+	Slowest    []json.RawMessage `json:"slowest"`
+	Aggregates aggJSON           `json:"aggregates"`
 }
 
 type aggJSON struct {
@@ -209,81 +143,70 @@ func aggregatesJSON(st *RingStats) aggJSON {
 	return a
 }
 
-func row(s *Summary) rowJSON {
-	r := rowJSON{
-		RequestID: s.RequestID, Time: s.Timeline.Wall(),
-		Method: s.Method, Path: s.Path, Model: s.Model, Upstream: s.Upstream,
-		Stream: s.Streaming, Status: s.Status,
-		EndReason: s.Reason.String(), EndDetail: string(s.Detail),
-		E2E: millis(s.E2E), TokensOut: s.TokensOut,
+// rowsJSON returns the list rows of sums: enough of each record for a
+// table row and a small stacked bar.
+func rowsJSON(sums []Summary) []json.RawMessage {
+	out := make([]json.RawMessage, len(sums))
+	for i := range sums {
+		out[i] = recordJSON(&sums[i], inRow, nil)
 	}
-	if s.Reason == endreason.ClientCancel {
-		r.Phase = s.Phase.String()
-	}
-	if s.Breakdown.OK {
-		ttft := millis(s.Breakdown.TTFT)
-		r.TTFT = &ttft
-		r.Stages = make(msObject, stages.NumStages)
-		var cum time.Duration
-		var prev int64
-		for i, d := range s.Breakdown.Stages {
-			// Round the boundaries, not each stage, so the stages add up
-			// to ttft_ms exactly.
-			cum += d
-			us := roundMicros(cum)
-			r.Stages[i] = msField{stages.Stage(i).String(), float64(us-prev) / 1000}
-			prev = us
-		}
-	}
-	return r
+	return out
 }
 
-func full(s *Summary) *requestJSON {
-	r := &requestJSON{
-		rowJSON: row(s),
-		TraceID: s.TraceID.String(), SpanID: s.SpanID.String(),
-		Key: s.Key, Error: s.Error,
-		EngineReport: s.EngineSource, EngineInferred: s.EngineInferred,
-		MaxResidency: millis(s.MaxResidency), Blocked: millis(s.Blocked),
-		Buffering:    s.Buffering.Kinds(),
-		Unsplit:      s.Breakdown.OK && s.Breakdown.Unsplit,
-		Inconsistent: s.Breakdown.Inconsistent,
-		TokensIn:     s.TokensIn,
-		Stalls:       s.Stalls, Events: s.Events, BytesIn: s.BytesIn, BytesOut: s.BytesOut,
+// requestJSON returns s in full: the log line's fields but its framing,
+// marks_ms and the waterfall.
+func requestJSON(s *Summary) json.RawMessage {
+	return recordJSON(s, inPage, func(e *zerolog.Event, b []byte) {
+		e.RawJSON("marks_ms", appendMarks(b[:0], s))
+		e.RawJSON("waterfall", appendWaterfall(b[:0], s))
+	})
+}
+
+// recordJSON returns the fields of s that form in carries as one JSON
+// object, then what more adds (b is scratch space for it). The log line's
+// writer writes it, so the pages and the log cannot disagree.
+func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json.RawMessage {
+	var buf bytes.Buffer
+	l := zerolog.New(&buf)
+	e := l.Log()
+	b := writeFields(e, s, in, nil)
+	if more != nil {
+		more(e, b)
 	}
-	if !s.ParentID.IsZero() {
-		r.ParentSpanID = s.ParentID.String()
-	}
-	if s.EngineLoad {
-		waiting, running := s.EngineWaiting, s.EngineRunning
-		r.EngineWaiting, r.EngineRunning = &waiting, &running
-	}
-	for m := range stages.NumMarks {
-		if at, ok := s.Timeline.At(m); ok {
-			r.Marks = append(r.Marks, msField{m.String(), millis(at)})
-		}
-	}
-	for d := range stages.NumEngineDurs {
-		if v, ok := s.Timeline.Engine(d); ok {
-			r.Engine = append(r.Engine, msField{d.String(), millis(v)})
-		}
-	}
-	if s.Gaps.N > 0 {
-		r.ITL = msObject{{"p50", millis(s.Gaps.P50)}, {"p99", millis(s.Gaps.P99)}, {"max", millis(s.Gaps.Max)}}
-	}
-	if s.Reason == endreason.ClientCancel {
-		c, n := millis(s.CancelToClose), s.TokensAfterCancel
-		r.CancelToClose, r.TokensAfterCancel = &c, &n
-	}
+	e.Send()
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+}
+
+// appendMarks appends the marks set on s's clock, in mark order.
+func appendMarks(b []byte, s *Summary) []byte {
+	return appendMillisObject(b, stages.NumMarks, s.Timeline.At)
+}
+
+// appendWaterfall appends s's waterfall bars (Summary.Segments). start_ms
+// and end_ms are the segment's offsets rounded to the microsecond, dur_ms
+// their difference, so contiguous bars stay contiguous and the TTFT stages
+// add up to ttft_ms.
+func appendWaterfall(b []byte, s *Summary) []byte {
 	var buf [12]Segment
-	segs := s.Segments(buf[:0])
-	r.Waterfall = make([]segJSON, len(segs))
-	for i, g := range segs {
-		a, b := roundMicros(g.Start), roundMicros(g.End)
-		r.Waterfall[i] = segJSON{Name: g.Name, Kind: g.Kind.String(),
-			Start: float64(a) / 1000, End: float64(b) / 1000, Dur: float64(b-a) / 1000}
+	b = append(b, '[')
+	for i, g := range s.Segments(buf[:0]) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		start, end := stages.Micros(g.Start), stages.Micros(g.End)
+		b = append(b, `{"name":"`...)
+		b = append(b, g.Name...)
+		b = append(b, `","kind":"`...)
+		b = append(b, g.Kind.String()...)
+		b = append(b, `","start_ms":`...)
+		b = stages.AppendMillis(b, start)
+		b = append(b, `,"end_ms":`...)
+		b = stages.AppendMillis(b, end)
+		b = append(b, `,"dur_ms":`...)
+		b = stages.AppendMillis(b, end-start)
+		b = append(b, '}')
 	}
-	return r
+	return append(b, ']')
 }
 
 // msObject is a JSON object of milliseconds that keeps its keys in order

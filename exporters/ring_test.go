@@ -308,7 +308,11 @@ func TestRingEndpoints(t *testing.T) {
 				Marks     map[string]float64 `json:"marks_ms"`
 				Engine    map[string]float64 `json:"engine_ms"`
 				Parent    string             `json:"parent_span_id"`
-				Waterfall []segJSON          `json:"waterfall"`
+				Waterfall []struct {
+					Name string  `json:"name"`
+					End  float64 `json:"end_ms"`
+					Dur  float64 `json:"dur_ms"`
+				} `json:"waterfall"`
 			}
 			if err := json.Unmarshal([]byte(body), &r); err != nil {
 				t.Fatal(err)
@@ -380,10 +384,12 @@ func BenchmarkRingList(b *testing.B) {
 	}
 }
 
-// TestDebugRequestHasTheLogFields checks that /debug/requests/{id} carries
-// every field of the request's log line, with the same value: the page and
-// the log must never disagree about a request.
-func TestDebugRequestHasTheLogFields(t *testing.T) {
+// TestPagesCarryTheLogFields checks that /debug/requests/{id} carries
+// exactly the fields of the request's log line, with the same values, but
+// the log's framing (level, msg), plus its own marks_ms and waterfall; and
+// that a row of /debug/requests is a part of it: the pages and the log must
+// never disagree about a request.
+func TestPagesCarryTheLogFields(t *testing.T) {
 	for _, f := range allFixtures() {
 		t.Run(f.name, func(t *testing.T) {
 			r := f.record()
@@ -393,27 +399,68 @@ func TestDebugRequestHasTheLogFields(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			var line map[string]any
-			if err := json.Unmarshal([]byte(out.String()), &line); err != nil {
-				t.Fatal(err, out.String())
-			}
+			want := decodeObject(t, out.String())
+			delete(want, "level")
+			delete(want, "msg")
 			g := NewRing(RingOptions{})
 			g.Emit(r)
-			_, _, body := get(AdminHandler(prometheus.NewRegistry(), g.Routes()), "GET", "/debug/requests/"+r.RequestID)
-			var page map[string]any
-			if err := json.Unmarshal([]byte(body), &page); err != nil {
-				t.Fatal(err, body)
-			}
-			for k, v := range line {
-				if k == "level" || k == "msg" {
-					continue // the log's own framing
+			h := AdminHandler(prometheus.NewRegistry(), g.Routes())
+			_, _, body := get(h, "GET", "/debug/requests/"+r.RequestID)
+			page := decodeObject(t, body)
+			for _, own := range []string{"marks_ms", "waterfall"} {
+				if _, ok := page[own]; !ok {
+					t.Errorf("%s missing from /debug/requests/{id}", own)
 				}
-				if got, ok := page[k]; !ok {
-					t.Errorf("%s: in the log line (%v), not on /debug/requests", k, v)
-				} else if !reflect.DeepEqual(got, v) {
-					t.Errorf("%s: /debug/requests says %v, the log line %v", k, got, v)
+				delete(page, own)
+			}
+			sameFields(t, "/debug/requests/{id}", page, want)
+
+			_, _, body = get(h, "GET", "/debug/requests")
+			var list struct{ Recent []map[string]any }
+			if err := json.Unmarshal([]byte(body), &list); err != nil || len(list.Recent) != 1 {
+				t.Fatalf("%v: %s", err, body)
+			}
+			// A row holds part of the record: at least what the requests
+			// page's tables show of every request.
+			row := list.Recent[0]
+			for _, k := range []string{"time", "request_id", "model", "status", "end_reason", "end_detail", "e2e_ms", "tokens_out"} {
+				if _, ok := row[k]; !ok {
+					t.Errorf("%s missing from a row of /debug/requests", k)
 				}
 			}
+			for k := range want {
+				if _, ok := row[k]; !ok {
+					delete(want, k)
+				}
+			}
+			sameFields(t, "a row of /debug/requests", row, want)
 		})
+	}
+}
+
+func decodeObject(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err, s)
+	}
+	return m
+}
+
+// sameFields reports the fields where got, served at where, differs from
+// the log line's want.
+func sameFields(t *testing.T, where string, got, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			t.Errorf("%s: in the log line (%v), not on %s", k, v, where)
+		} else if !reflect.DeepEqual(g, v) {
+			t.Errorf("%s: %s says %v, the log line %v", k, where, g, v)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: on %s (%v), not in the log line", k, where, g)
+		}
 	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // Summary is a compact, self-contained copy of a record.Record: everything
-// the ring, the page and the trace exporter need, and nothing pooled. A
-// Summary may be kept after the record it came from is reused.
+// the log line, the ring, the pages and the trace exporter need, and
+// nothing pooled. The record's JSON fields (record.Fields) are written from
+// it. A Summary may be kept after the record it came from is reused.
 //
 // Strings are shared with the record, not copied: Go strings are
 // immutable, so this is a copy by the language's rules (the proxy builds
@@ -147,40 +148,50 @@ const (
 	SegNameUpstream = "upstream"
 )
 
-// Segments appends s's waterfall to dst and returns it.
-//
-// With a first token: the eight TTFT stages laid end to end from 0 in
+// Segments appends s's waterfall to dst and returns it: the TTFT stages
+// then decode and finish for a request that got a first token
+// (tokenSegments), the stages up to the one it ended in otherwise
+// (tokenlessSegments).
+func (s *Summary) Segments(dst []Segment) []Segment {
+	if s.Breakdown.OK {
+		return s.tokenSegments(dst)
+	}
+	return s.tokenlessSegments(dst)
+}
+
+// tokenSegments appends the eight TTFT stages laid end to end from 0 in
 // stage order (they are contiguous and the last ends at TTFT exactly),
 // then decode (FirstToken to LastToken, when a last token was marked) and
 // finish (to Done, when Done is after the later of TTFT and LastToken).
-//
-// Without one: the proxy stages the request passed (gateway, route, queue,
-// on proxy marks only), then the stage it was in when it ended, as SegOpen
-// up to Done: "gateway", "route" or "queue" when it ended before
-// admission, "upstream" when it was admitted (waiting on the upstream).
-// Zero-length stages are kept so the layout has a fixed shape.
-func (s *Summary) Segments(dst []Segment) []Segment {
+func (s *Summary) tokenSegments(dst []Segment) []Segment {
 	t := &s.Timeline
-	if s.Breakdown.OK {
-		var at time.Duration
-		for i, d := range s.Breakdown.Stages {
-			dst = append(dst, Segment{Name: stages.Stage(i).String(), Kind: SegStage, Start: at, End: at + d})
-			at += d
-		}
-		end := at
-		first, okF := t.At(stages.FirstToken)
-		last, okL := t.At(stages.LastToken)
-		if okF && okL {
-			first = min(first, at)
-			last = max(last, first)
-			dst = append(dst, Segment{Name: SegNameDecode, Kind: SegDecode, Start: first, End: last})
-			end = max(end, last)
-		}
-		if done, ok := t.At(stages.Done); ok && done > end {
-			dst = append(dst, Segment{Name: SegNameFinish, Kind: SegFinish, Start: end, End: done})
-		}
-		return dst
+	var at time.Duration
+	for i, d := range s.Breakdown.Stages {
+		dst = append(dst, Segment{Name: stages.Stage(i).String(), Kind: SegStage, Start: at, End: at + d})
+		at += d
 	}
+	end := at
+	first, okF := t.At(stages.FirstToken)
+	last, okL := t.At(stages.LastToken)
+	if okF && okL {
+		first = min(first, at)
+		last = max(last, first)
+		dst = append(dst, Segment{Name: SegNameDecode, Kind: SegDecode, Start: first, End: last})
+		end = max(end, last)
+	}
+	if done, ok := t.At(stages.Done); ok && done > end {
+		dst = append(dst, Segment{Name: SegNameFinish, Kind: SegFinish, Start: end, End: done})
+	}
+	return dst
+}
+
+// tokenlessSegments appends the proxy stages the request passed (gateway,
+// route, queue, on proxy marks only), then the stage it was in when it
+// ended, as SegOpen up to Done: "gateway", "route" or "queue" when it
+// ended before admission, "upstream" when it was admitted (waiting on the
+// upstream). Zero-length stages are kept so the layout has a fixed shape.
+func (s *Summary) tokenlessSegments(dst []Segment) []Segment {
+	t := &s.Timeline
 	done, _ := t.At(stages.Done)
 	var prev time.Duration
 	for _, m := range [...]struct {
@@ -202,13 +213,5 @@ func (s *Summary) Segments(dst []Segment) []Segment {
 	return append(dst, Segment{Name: SegNameUpstream, Kind: SegOpen, Start: prev, End: max(done, prev)})
 }
 
-// roundMicros rounds d to whole microseconds (half away from zero).
-func roundMicros(d time.Duration) int64 {
-	if d < 0 {
-		return -((-int64(d) + 500) / 1000)
-	}
-	return (int64(d) + 500) / 1000
-}
-
 // millis is d in milliseconds, rounded to the microsecond.
-func millis(d time.Duration) float64 { return float64(roundMicros(d)) / 1000 }
+func millis(d time.Duration) float64 { return float64(stages.Micros(d)) / 1000 }

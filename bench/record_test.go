@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// TestParseRecordReadsTheLogLines parses the log lines the exporters'
+// golden files pin and checks every field ParseRecord keeps against the
+// line itself.
+func TestParseRecordReadsTheLogLines(t *testing.T) {
+	paths, err := filepath.Glob("../exporters/testdata/log/*.json")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no golden log lines: %v", err)
+	}
+	for _, p := range paths {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			line, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw map[record.Field]any
+			if err := json.Unmarshal(line, &raw); err != nil {
+				t.Fatal(err)
+			}
+			r, err := ParseRecord(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			millis := func(f record.Field) time.Duration {
+				v, _ := raw[f].(float64)
+				return ms(v)
+			}
+			var stagesMS map[string]any
+			if m, ok := raw[record.FieldStages].(map[string]any); ok {
+				stagesMS = m
+			}
+			var buffering []string
+			if l, ok := raw[record.FieldBuffering].([]any); ok {
+				for _, k := range l {
+					buffering = append(buffering, k.(string))
+				}
+			}
+			for _, c := range []struct {
+				field     record.Field
+				got, want any
+			}{
+				{record.FieldRequestID, r.RequestID, raw[record.FieldRequestID]},
+				{record.FieldPath, r.Path, raw[record.FieldPath]},
+				{record.FieldModel, r.Model, raw[record.FieldModel]},
+				{record.FieldStatus, float64(r.Status), raw[record.FieldStatus]},
+				{record.FieldEndReason, r.EndReason, raw[record.FieldEndReason]},
+				{record.FieldEndDetail, r.EndDetail, raw[record.FieldEndDetail]},
+				{record.FieldPhase, r.Phase, stringOr(raw[record.FieldPhase])},
+				{record.FieldTTFT, r.HasTTFT, raw[record.FieldTTFT] != nil},
+				{record.FieldTTFT, r.TTFT, millis(record.FieldTTFT)},
+				{record.FieldE2E, r.E2E, millis(record.FieldE2E)},
+				{record.FieldStages, r.HasTTFT, len(stagesMS) == int(stages.NumStages)},
+				{record.FieldUpstreamUnsplit, r.Unsplit, raw[record.FieldUpstreamUnsplit] == true},
+				{record.FieldEngine, len(r.Engine), lenOf(raw[record.FieldEngine])},
+				{record.FieldEngineReport, r.EngineReport, stringOr(raw[record.FieldEngineReport])},
+				{record.FieldTokensOut, float64(r.TokensOut), raw[record.FieldTokensOut]},
+				{record.FieldBuffering, r.Buffering, buffering},
+			} {
+				if !reflect.DeepEqual(c.got, c.want) {
+					t.Errorf("%s: parsed %v, the line has %v", c.field, c.got, c.want)
+				}
+			}
+			for name, v := range stagesMS {
+				s, _ := stageByName(name)
+				if r.Stages[s] != ms(v.(float64)) {
+					t.Errorf("stage %s: parsed %v, the line has %v ms", name, r.Stages[s], v)
+				}
+			}
+		})
+	}
+}
+
+func stringOr(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func lenOf(v any) int {
+	m, _ := v.(map[string]any)
+	return len(m)
+}
+
+func TestParseRecordRejects(t *testing.T) {
+	tests := []struct {
+		name, line, err string
+	}{
+		{"not JSON", `request a`, "invalid character"},
+		{"not an object", `["request_id"]`, "cannot unmarshal array"},
+		{"no request id", `{"end_reason":"stop"}`, "not a request record"},
+		{"no end reason", `{"request_id":"a"}`, "not a request record"},
+		{"a field of the wrong type", `{"request_id":"a","end_reason":"stop","status":"200"}`, "status:"},
+		{"ttft without stages", `{"request_id":"a","end_reason":"stop","ttft_ms":3}`, "ttft_ms without stages_ms"},
+		{"unknown stage", `{"request_id":"a","end_reason":"stop","ttft_ms":3,"stages_ms":{"bogus":3}}`, `unknown stage "bogus"`},
+		{"negative stage", `{"request_id":"a","end_reason":"stop","ttft_ms":3,"stages_ms":{"queue":-1}}`, "stage queue negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := ParseRecord([]byte(tt.line))
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("error %v, want one saying %q", err, tt.err)
+			}
+			if !reflect.DeepEqual(r, Record{}) {
+				t.Errorf("record %+v, want none", r)
+			}
+		})
+	}
+}
