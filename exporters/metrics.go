@@ -148,7 +148,7 @@ type counterRef struct{ prometheus.Counter }
 var (
 	beforeUpstreamDetails = []endreason.Detail{
 		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
-		endreason.DetailMalformedRequest, endreason.DetailRequestTooLarge, endreason.DetailUnknownModel,
+		endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
 		endreason.DetailInvalidParam, endreason.DetailNoHealthy,
 	}
 	eitherSideDetails = []endreason.Detail{

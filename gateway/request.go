@@ -79,7 +79,7 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 			Status: 400, Type: "invalid_request_error", Code: "request_too_large",
 			Message: "request body of " + strconv.Itoa(len(body)) + " bytes is over the limit of " +
 				strconv.Itoa(s.cfg.MaxBodyBytes),
-			Reason: endreason.InvalidRequest, Detail: DetailBodyTooLarge,
+			Reason: endreason.InvalidRequest, Detail: endreason.DetailRequestBodyTooLarge,
 		}
 	}
 	v, err := p.ParseBytes(body)
@@ -150,7 +150,7 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 		return Request{}, &Rejection{
 			Status: 400, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
 			Message: fmt.Sprintf("The model %q does not exist or is not served here.", req.Model),
-			Reason:  endreason.InvalidRequest, Detail: DetailUnknownModel,
+			Reason:  endreason.InvalidRequest, Detail: endreason.DetailUnknownModel,
 		}
 	}
 	rt := req.Route
