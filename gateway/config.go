@@ -254,6 +254,13 @@ func (v *validator) uniqueName(seen map[string]int, list, what, name string, i i
 	}
 }
 
+// nonNegative reports n at path if it is negative.
+func nonNegative[N ~int | ~int64](v *validator, path string, n N) {
+	if n < 0 {
+		v.add(path, "must not be negative")
+	}
+}
+
 func (v *validator) add(path, format string, args ...any) {
 	v.errs.add(v.c.file, v.c.line(path), path, fmt.Sprintf(format, args...))
 }
@@ -261,9 +268,7 @@ func (v *validator) add(path, format string, args ...any) {
 // check checks the whole config, in file order.
 func (v *validator) check() {
 	v.checkAuth()
-	if v.c.MaxBodyBytes < 0 {
-		v.add("max_body_bytes", "must not be negative")
-	}
+	nonNegative(v, "max_body_bytes", v.c.MaxBodyBytes)
 	v.checkQuota("key_defaults.quota", &v.c.KeyDefaults.Quota)
 	v.checkKeys()
 	pools := v.checkPools()
@@ -322,9 +327,7 @@ func (v *validator) checkPools() map[string]int {
 		v.checkUpstreams(p, pl.Upstreams, addrs)
 		v.checkQueue(p, pl)
 		v.checkHealth(p+".health", &pl.Health)
-		if pl.Ejection.Duration < 0 {
-			v.add(p+".ejection.duration", "must not be negative")
-		}
+		nonNegative(v, p+".ejection.duration", pl.Ejection.Duration)
 	}
 	return pools
 }
@@ -352,15 +355,9 @@ func (v *validator) checkUpstreams(p string, upstreams []string, addrs map[strin
 
 // checkQueue checks the admission limits of pool p.
 func (v *validator) checkQueue(p string, pl *PoolConfig) {
-	if pl.MaxInFlight < 0 {
-		v.add(p+".max_in_flight", "must not be negative")
-	}
-	if pl.QueueSize < 0 {
-		v.add(p+".queue_size", "must not be negative")
-	}
-	if pl.QueueMaxWait < 0 {
-		v.add(p+".queue_max_wait", "must not be negative")
-	}
+	nonNegative(v, p+".max_in_flight", pl.MaxInFlight)
+	nonNegative(v, p+".queue_size", pl.QueueSize)
+	nonNegative(v, p+".queue_max_wait", pl.QueueMaxWait)
 	if pl.MaxInFlight == 0 && pl.QueueSize > 0 {
 		v.add(p+".queue_size", "a queue needs max_in_flight: without it nothing ever waits")
 	}
@@ -374,12 +371,8 @@ func (v *validator) checkHealth(p string, h *HealthConfig) {
 	if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
 		v.add(p+".path", "must start with /, not %q", h.Path)
 	}
-	if h.Interval < 0 {
-		v.add(p+".interval", "must not be negative")
-	}
-	if h.Timeout < 0 {
-		v.add(p+".timeout", "must not be negative")
-	}
+	nonNegative(v, p+".interval", h.Interval)
+	nonNegative(v, p+".timeout", h.Timeout)
 	if h.Path == "" && (h.Interval != 0 || h.Timeout != 0) {
 		v.add(p, "interval and timeout need a path to probe")
 	}
@@ -415,12 +408,8 @@ func (v *validator) checkRoutes(pools map[string]int) {
 		case pools[r.Pool] == 0:
 			v.add(p+".pool", "unknown pool %q", r.Pool)
 		}
-		if r.MaxTokens < 0 {
-			v.add(p+".max_tokens", "must not be negative")
-		}
-		if r.MaxN < 0 {
-			v.add(p+".max_n", "must not be negative")
-		}
+		nonNegative(v, p+".max_tokens", r.MaxTokens)
+		nonNegative(v, p+".max_n", r.MaxN)
 		v.checkDeadlines(p, r)
 	}
 }
@@ -428,17 +417,10 @@ func (v *validator) checkRoutes(pools map[string]int) {
 // checkDeadlines checks route p's deadlines are not negative, within their
 // maximums, and that the first-token deadline can fire before the total.
 func (v *validator) checkDeadlines(p string, r *RouteConfig) {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"first_token_deadline", r.FirstTokenDeadline}, {"total_deadline", r.TotalDeadline},
-		{"max_first_token_deadline", r.MaxFirstTokenDeadline}, {"max_total_deadline", r.MaxTotalDeadline},
-	} {
-		if d.v < 0 {
-			v.add(p+"."+d.name, "must not be negative")
-		}
-	}
+	nonNegative(v, p+".first_token_deadline", r.FirstTokenDeadline)
+	nonNegative(v, p+".total_deadline", r.TotalDeadline)
+	nonNegative(v, p+".max_first_token_deadline", r.MaxFirstTokenDeadline)
+	nonNegative(v, p+".max_total_deadline", r.MaxTotalDeadline)
 	if r.MaxFirstTokenDeadline > 0 && r.FirstTokenDeadline > r.MaxFirstTokenDeadline {
 		v.add(p+".max_first_token_deadline", "%s is shorter than first_token_deadline %s", r.MaxFirstTokenDeadline, r.FirstTokenDeadline)
 	}
@@ -451,15 +433,9 @@ func (v *validator) checkDeadlines(p string, r *RouteConfig) {
 }
 
 func (v *validator) checkQuota(p string, q *Quota) {
-	if q.Interval < 0 {
-		v.add(p+".interval", "must not be negative")
-	}
-	if q.Requests < 0 {
-		v.add(p+".requests", "must not be negative")
-	}
-	if q.Tokens < 0 {
-		v.add(p+".tokens", "must not be negative")
-	}
+	nonNegative(v, p+".interval", q.Interval)
+	nonNegative(v, p+".requests", q.Requests)
+	nonNegative(v, p+".tokens", q.Tokens)
 	if q.Interval > 0 && q.unlimited() {
 		v.add(p, "an interval with neither requests nor tokens limits nothing")
 	}
