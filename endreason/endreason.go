@@ -1,6 +1,7 @@
-// Package endreason is the closed set of reasons a request ends (DESIGN §3)
-// and the one function that decides it from observed facts. It never looks
-// at error text. It imports only the standard library.
+// Package endreason is the closed set of reasons a request ends, with the
+// details that refine them, and the one function that decides them from
+// observed facts. It never looks at error text. It imports only the
+// standard library.
 package endreason
 
 import "slices"
@@ -73,91 +74,91 @@ type Detail string
 
 // The details. Each belongs to one reason; the README's table lists them.
 const (
-	DetailStop             Detail = "finish_stop"
-	DetailToolCalls        Detail = "finish_tool_calls"
-	DetailDoneOnly         Detail = "done_without_finish_reason"
-	DetailComplete         Detail = "response_complete"
-	DetailNoDoneMarker     Detail = "finish_without_done"
-	DetailLength           Detail = "finish_length"
-	DetailContentFilter    Detail = "content_filter"
-	DetailUpstreamAuth     Detail = "upstream_unauthorized"
-	DetailUpstreamLimited  Detail = "upstream_rate_limited"
-	DetailUpstreamRejected Detail = "upstream_rejected_request"
-	DetailClientClosed     Detail = "client_closed"
-	DetailTTFTDeadline     Detail = "ttft_deadline"
-	DetailTotalDeadline    Detail = "total_deadline"
-	DetailIdleDeadline     Detail = "idle_deadline"
-	DetailConnectFailed    Detail = "connect_failed"
-	DetailUpstream5xx      Detail = "upstream_5xx"
-	DetailErrorEvent       Detail = "error_event"
-	DetailEngineError      Detail = "engine_error"
-	DetailEngineAbort      Detail = "engine_abort"
-	DetailEventTooLarge    Detail = "event_too_large"
-	DetailMalformedEvent   Detail = "malformed_event"
-	DetailInvalidUTF8      Detail = "invalid_utf8"
-	DetailBadContentType   Detail = "unexpected_content_type"
-	DetailBodyTooLarge     Detail = "upstream_body_too_large"
-	DetailResetMidStream   Detail = "reset_mid_stream"
-	DetailTruncatedBody    Detail = "truncated_body"
-	DetailEOFWithoutDone   Detail = "eof_without_done"
-	DetailReadFailed       Detail = "upstream_read_failed"
-	DetailClosedBeforeResp Detail = "closed_before_response"
-	DetailMalformedRequest Detail = "malformed_request_body"
-	DetailMissingKey       Detail = "missing_api_key"
-	DetailInvalidKey       Detail = "invalid_api_key"
-	DetailQuotaExceeded    Detail = "quota_exceeded"
-	DetailRequestTooLarge  Detail = "request_body_too_large"
-	DetailUnknownModel     Detail = "unknown_model"
-	DetailInvalidParam     Detail = "invalid_parameter"
-	DetailNoHealthy        Detail = "no_healthy_upstream"
-	DetailQueueFull        Detail = "queue_full"
-	DetailQueueTimeout     Detail = "queue_timeout"
-	DetailProxyPanic       Detail = "proxy_panic"
+	DetailStop                 Detail = "finish_stop"
+	DetailToolCalls            Detail = "finish_tool_calls"
+	DetailDoneOnly             Detail = "done_without_finish_reason"
+	DetailComplete             Detail = "response_complete"
+	DetailNoDoneMarker         Detail = "finish_without_done"
+	DetailLength               Detail = "finish_length"
+	DetailContentFilter        Detail = "content_filter"
+	DetailUpstreamAuth         Detail = "upstream_unauthorized"
+	DetailUpstreamLimited      Detail = "upstream_rate_limited"
+	DetailUpstreamRejected     Detail = "upstream_rejected_request"
+	DetailClientClosed         Detail = "client_closed"
+	DetailTTFTDeadline         Detail = "ttft_deadline"
+	DetailTotalDeadline        Detail = "total_deadline"
+	DetailIdleDeadline         Detail = "idle_deadline"
+	DetailConnectFailed        Detail = "connect_failed"
+	DetailUpstream5xx          Detail = "upstream_5xx"
+	DetailErrorEvent           Detail = "error_event"
+	DetailEngineError          Detail = "engine_error"
+	DetailEngineAbort          Detail = "engine_abort"
+	DetailEventTooLarge        Detail = "event_too_large"
+	DetailMalformedEvent       Detail = "malformed_event"
+	DetailInvalidUTF8          Detail = "invalid_utf8"
+	DetailBadContentType       Detail = "unexpected_content_type"
+	DetailUpstreamBodyTooLarge Detail = "upstream_body_too_large" // the upstream's response body over our limit
+	DetailResetMidStream       Detail = "reset_mid_stream"
+	DetailTruncatedBody        Detail = "truncated_body"
+	DetailEOFWithoutDone       Detail = "eof_without_done"
+	DetailReadFailed           Detail = "upstream_read_failed"
+	DetailClosedBeforeResp     Detail = "closed_before_response"
+	DetailMalformedRequest     Detail = "malformed_request_body"
+	DetailMissingKey           Detail = "missing_api_key"        // gateway: no or non-Bearer Authorization
+	DetailInvalidKey           Detail = "invalid_api_key"        // gateway: a key that is not configured
+	DetailQuotaExceeded        Detail = "quota_exceeded"         // gateway: the key's requests or tokens per interval
+	DetailRequestBodyTooLarge  Detail = "request_body_too_large" // gateway: the client's request body over max_body_bytes
+	DetailUnknownModel         Detail = "unknown_model"          // gateway: no route for the model
+	DetailInvalidParam         Detail = "invalid_parameter"      // gateway: a parameter out of range or of the wrong type
+	DetailNoHealthy            Detail = "no_healthy_upstream"    // gateway: every upstream of the pool unhealthy or ejected
+	DetailQueueFull            Detail = "queue_full"             // gateway: the upstream's admission queue is full
+	DetailQueueTimeout         Detail = "queue_timeout"          // gateway: waited queue_max_wait without a slot
+	DetailProxyPanic           Detail = "proxy_panic"
 )
 
 // detailReasons maps every detail to the one reason it refines. A detail
 // added above must be added here (a test checks Classify against it).
 var detailReasons = map[Detail]Reason{
-	DetailStop:             Stop,
-	DetailToolCalls:        Stop,
-	DetailDoneOnly:         Stop,
-	DetailComplete:         Stop,
-	DetailNoDoneMarker:     Stop,
-	DetailLength:           Length,
-	DetailContentFilter:    PolicyBlock,
-	DetailUpstreamAuth:     PolicyBlock,
-	DetailUpstreamLimited:  PolicyBlock,
-	DetailUpstreamRejected: InvalidRequest,
-	DetailMalformedRequest: InvalidRequest,
-	DetailMissingKey:       PolicyBlock,
-	DetailInvalidKey:       PolicyBlock,
-	DetailQuotaExceeded:    PolicyBlock,
-	DetailRequestTooLarge:  InvalidRequest,
-	DetailUnknownModel:     InvalidRequest,
-	DetailInvalidParam:     InvalidRequest,
-	DetailNoHealthy:        WorkerFailure,
-	DetailQueueFull:        WorkerFailure,
-	DetailQueueTimeout:     WorkerFailure,
-	DetailClientClosed:     ClientCancel,
-	DetailTTFTDeadline:     Deadline,
-	DetailTotalDeadline:    Deadline,
-	DetailIdleDeadline:     Deadline,
-	DetailConnectFailed:    WorkerFailure,
-	DetailUpstream5xx:      WorkerFailure,
-	DetailErrorEvent:       WorkerFailure,
-	DetailEngineError:      WorkerFailure,
-	DetailEngineAbort:      WorkerFailure,
-	DetailEventTooLarge:    WorkerFailure,
-	DetailMalformedEvent:   WorkerFailure,
-	DetailInvalidUTF8:      WorkerFailure,
-	DetailBadContentType:   WorkerFailure,
-	DetailBodyTooLarge:     WorkerFailure,
-	DetailProxyPanic:       WorkerFailure,
-	DetailResetMidStream:   UpstreamDisconnect,
-	DetailTruncatedBody:    UpstreamDisconnect,
-	DetailEOFWithoutDone:   UpstreamDisconnect,
-	DetailReadFailed:       UpstreamDisconnect,
-	DetailClosedBeforeResp: UpstreamDisconnect,
+	DetailStop:                 Stop,
+	DetailToolCalls:            Stop,
+	DetailDoneOnly:             Stop,
+	DetailComplete:             Stop,
+	DetailNoDoneMarker:         Stop,
+	DetailLength:               Length,
+	DetailContentFilter:        PolicyBlock,
+	DetailUpstreamAuth:         PolicyBlock,
+	DetailUpstreamLimited:      PolicyBlock,
+	DetailUpstreamRejected:     InvalidRequest,
+	DetailMalformedRequest:     InvalidRequest,
+	DetailMissingKey:           PolicyBlock,
+	DetailInvalidKey:           PolicyBlock,
+	DetailQuotaExceeded:        PolicyBlock,
+	DetailRequestBodyTooLarge:  InvalidRequest,
+	DetailUnknownModel:         InvalidRequest,
+	DetailInvalidParam:         InvalidRequest,
+	DetailNoHealthy:            WorkerFailure,
+	DetailQueueFull:            WorkerFailure,
+	DetailQueueTimeout:         WorkerFailure,
+	DetailClientClosed:         ClientCancel,
+	DetailTTFTDeadline:         Deadline,
+	DetailTotalDeadline:        Deadline,
+	DetailIdleDeadline:         Deadline,
+	DetailConnectFailed:        WorkerFailure,
+	DetailUpstream5xx:          WorkerFailure,
+	DetailErrorEvent:           WorkerFailure,
+	DetailEngineError:          WorkerFailure,
+	DetailEngineAbort:          WorkerFailure,
+	DetailEventTooLarge:        WorkerFailure,
+	DetailMalformedEvent:       WorkerFailure,
+	DetailInvalidUTF8:          WorkerFailure,
+	DetailBadContentType:       WorkerFailure,
+	DetailUpstreamBodyTooLarge: WorkerFailure,
+	DetailProxyPanic:           WorkerFailure,
+	DetailResetMidStream:       UpstreamDisconnect,
+	DetailTruncatedBody:        UpstreamDisconnect,
+	DetailEOFWithoutDone:       UpstreamDisconnect,
+	DetailReadFailed:           UpstreamDisconnect,
+	DetailClosedBeforeResp:     UpstreamDisconnect,
 }
 
 // Reason returns the reason d refines, false for an unknown detail.

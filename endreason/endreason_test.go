@@ -207,8 +207,8 @@ func TestClassify(t *testing.T) {
 		{"rejected: no upstream", Facts{Rejected: WorkerFailure, RejectedDetail: "no_healthy_upstream"},
 			WorkerFailure, "no_healthy_upstream"},
 		{"proxy panic", Facts{Rejected: WorkerFailure, RejectedDetail: DetailProxyPanic}, WorkerFailure, DetailProxyPanic},
-		{"upstream body too large", Facts{Rejected: WorkerFailure, RejectedDetail: DetailBodyTooLarge},
-			WorkerFailure, DetailBodyTooLarge},
+		{"upstream body too large", Facts{Rejected: WorkerFailure, RejectedDetail: DetailUpstreamBodyTooLarge},
+			WorkerFailure, DetailUpstreamBodyTooLarge},
 
 		// Deadlines pass their detail through.
 		{"ttft deadline", Facts{Deadline: DetailTTFTDeadline}, Deadline, DetailTTFTDeadline},
@@ -313,12 +313,12 @@ func TestClassifyCovers(t *testing.T) {
 		DetailConnectFailed: WorkerFailure, DetailUpstream5xx: WorkerFailure, DetailErrorEvent: WorkerFailure,
 		DetailEngineError: WorkerFailure, DetailEngineAbort: WorkerFailure, DetailEventTooLarge: WorkerFailure,
 		DetailMalformedEvent: WorkerFailure, DetailInvalidUTF8: WorkerFailure, DetailBadContentType: WorkerFailure,
-		DetailBodyTooLarge: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
+		DetailUpstreamBodyTooLarge: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
 		DetailTruncatedBody: UpstreamDisconnect, DetailEOFWithoutDone: UpstreamDisconnect,
 		DetailReadFailed: UpstreamDisconnect, DetailClosedBeforeResp: UpstreamDisconnect,
 		DetailMalformedRequest: InvalidRequest, DetailProxyPanic: WorkerFailure,
 		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock,
-		DetailRequestTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
+		DetailRequestBodyTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
 		DetailNoHealthy: WorkerFailure, DetailQueueFull: WorkerFailure, DetailQueueTimeout: WorkerFailure,
 	}
 	// Facts that the classifier decides on its own (no pass-through).
@@ -358,10 +358,10 @@ func TestClassifyCovers(t *testing.T) {
 	// Pass-through details (rejections and deadlines) come from the caller.
 	passThrough := map[Detail]bool{
 		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true,
-		DetailBodyTooLarge: true, DetailMalformedRequest: true, DetailProxyPanic: true,
+		DetailUpstreamBodyTooLarge: true, DetailMalformedRequest: true, DetailProxyPanic: true,
 		// The gateway's rejections.
 		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,
-		DetailRequestTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
+		DetailRequestBodyTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
 		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true,
 	}
 	for d := range passThrough {

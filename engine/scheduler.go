@@ -342,44 +342,76 @@ func (s *scheduler) preempt(r *request) {
 // be scheduled.
 func (s *scheduler) step() bool {
 	now := time.Now()
-	budget := s.maxBatchTokens
 	s.entries = s.entries[:0]
 	s.batch = s.batch[:0]
-	add := func(r *request, n int) {
-		e := model.StepEntry{Seq: r.kv, Tokens: r.tokens[r.computed : r.computed+n]}
-		if r.computed+n == len(r.tokens) {
-			if r.logits == nil {
-				r.logits = make([]float32, s.vocab)
-			}
-			e.Logits = r.logits
+	budget := s.scheduleRunning(s.maxBatchTokens)
+	s.admitWaiting(now, budget)
+	if len(s.entries) == 0 {
+		s.updateKV()
+		return false
+	}
+	s.setStraggler()
+	for _, r := range s.batch {
+		if !r.started {
+			r.markScheduled()
 		}
-		s.entries = append(s.entries, e)
-		s.batch = append(s.batch, r)
-		budget -= n
 	}
 
-	// Running sequences first, oldest first: decodes (1 token) and the
-	// next chunks of prefills in progress.
+	t0 := time.Now()
+	st := s.m.Step(s.entries)
+	t1 := time.Now()
+	s.steps.Add(1)
+
+	for i, r := range s.batch {
+		if s.recordStep(r, len(s.entries[i].Tokens), st.Sync, t0, t1) {
+			s.sampleNext(r)
+		}
+	}
+	clear(s.entries) // drop references to sequences and buffers
+	clear(s.batch)
+	s.updateKV()
+	return true
+}
+
+// addToBatch puts the next n tokens of r to compute in the coming step,
+// with a logits buffer when they are its last.
+func (s *scheduler) addToBatch(r *request, n int) {
+	e := model.StepEntry{Seq: r.kv, Tokens: r.tokens[r.computed : r.computed+n]}
+	if r.computed+n == len(r.tokens) {
+		if r.logits == nil {
+			r.logits = make([]float32, s.vocab)
+		}
+		e.Logits = r.logits
+	}
+	s.entries = append(s.entries, e)
+	s.batch = append(s.batch, r)
+}
+
+// scheduleRunning batches the running sequences first, oldest first:
+// decodes (1 token) and the next chunks of prefills in progress, preempting
+// the newest when the pool runs out of blocks. It returns the token budget
+// left.
+func (s *scheduler) scheduleRunning(budget int) int {
 	for i := 0; i < len(s.running) && budget > 0; i++ {
 		r := s.running[i]
 		n := min(len(r.tokens)-r.computed, budget)
-		preempted := false
 		for !s.pool.Reserve(r.kv, n) {
 			victim := s.running[len(s.running)-1]
 			s.preempt(victim)
 			if victim == r {
-				preempted = true
-				break
+				return budget
 			}
 		}
-		if preempted {
-			break
-		}
-		add(r, n)
+		s.addToBatch(r, n)
+		budget -= n
 	}
+	return budget
+}
 
-	// Admit waiting requests (FCFS among the eligible ones) while there is
-	// room in the batch, budget in the step and blocks in the pool.
+// admitWaiting admits waiting requests eligible at now (FCFS among them)
+// while there is room in the batch, budget in the step and blocks in the
+// pool. A request that could never fit in the pool ends with an error.
+func (s *scheduler) admitWaiting(now time.Time, budget int) {
 	for i := 0; i < len(s.waiting) && len(s.running) < s.maxRunning && budget > 0; {
 		r := s.waiting[i]
 		if now.Before(r.notBefore) {
@@ -398,108 +430,107 @@ func (s *scheduler) step() bool {
 				r.emit(-1, finishError, "prompt does not fit in the KV cache", s.met)
 				continue
 			}
-			break
+			return
 		}
 		s.waiting = slices.Delete(s.waiting, i, i+1)
-		s.running = append(s.running, r)
-		s.met.waiting.Dec()
-		s.met.running.Inc()
-		r.kv = kv
-		r.computed = cached
-		r.publish = true
-		if !r.admitted {
-			r.admitted = true
-			r.mu.Lock()
-			r.truth.CachedTokens = cached
-			r.mu.Unlock()
-			s.met.prefixQueries.Add(float64(len(r.tokens)))
-			s.met.prefixHits.Add(float64(cached))
-		}
-		add(r, min(need, budget))
+		s.admit(r, kv, cached)
+		n := min(need, budget)
+		s.addToBatch(r, n)
+		budget -= n
 	}
+}
 
-	if len(s.entries) == 0 {
-		s.updateKV()
-		return false
+// admit moves r, taken off the waiting queue, to running with its sequence
+// kv, whose first cached tokens came from the prefix cache. The prefix
+// cache's counters count r's first admission only.
+func (s *scheduler) admit(r *request, kv *model.Seq, cached int) {
+	s.running = append(s.running, r)
+	s.met.waiting.Dec()
+	s.met.running.Inc()
+	r.kv = kv
+	r.computed = cached
+	r.publish = true
+	if !r.admitted {
+		r.admitted = true
+		r.mu.Lock()
+		r.truth.CachedTokens = cached
+		r.mu.Unlock()
+		s.met.prefixQueries.Add(float64(len(r.tokens)))
+		s.met.prefixHits.Add(float64(cached))
 	}
-	s.setStraggler()
-	for _, r := range s.batch {
-		if !r.started {
-			r.markScheduled()
-		}
-	}
+}
 
-	t0 := time.Now()
-	st := s.m.Step(s.entries)
-	t1 := time.Now()
-	s.steps.Add(1)
-
-	for i, r := range s.batch {
-		n := len(s.entries[i].Tokens)
-		r.computed += n
-		if !r.started {
-			r.started = true
-			r.firstSched = t0
-		}
-		if !r.prefilled {
-			r.syncAcc += st.Sync
-		}
-		if r.computed < len(r.tokens) {
-			continue // mid-prefill chunk
-		}
-		if !r.prefilled {
-			r.prefilled = true
-			r.prefillDone = t1
-		}
-		if r.publish {
-			r.publish = false
-			s.pool.Publish(r.kv, r.tokens[:r.computed])
-		}
-		tok := model.Sample(r.logits, r.temperature, r.topP, r.rng)
-		now := time.Now()
-		r.tokens = append(r.tokens, tok)
-		r.generated++
-		if r.generated == 1 {
-			r.mu.Lock()
-			r.firstTok = true
-			r.truth.Queue = r.firstSched.Sub(r.submitted)
-			r.truth.Prefill = r.prefillDone.Sub(r.firstSched)
-			r.truth.Sync = r.syncAcc
-			r.truth.FirstDecode = now.Sub(r.prefillDone)
-			r.truth.FirstTokenAt = now
-			r.truth.FirstSched = r.firstSched
-			r.mu.Unlock()
-			s.met.promptTokens.Add(float64(len(r.prompt)))
-		} else {
-			s.met.itl.Observe(now.Sub(r.lastTokenAt).Seconds())
-		}
-		r.lastTokenAt = now
-		s.met.generationTokens.Inc()
-		finish := ""
-		switch {
-		case tok == s.eos && !r.ignoreEOS:
-			finish = finishStop
-		case r.generated >= r.maxTokens || len(r.tokens) >= s.maxSeq:
-			finish = finishLength
-		}
-		if finish == "" {
-			r.emit(tok, "", "", s.met)
-			continue
-		}
-		if tok == s.eos && !r.ignoreEOS {
-			tok = -1 // the end-of-sequence token is not content
-		}
-		s.pool.Release(r.kv)
-		r.kv = nil
-		j := slices.Index(s.running, r)
-		s.running = slices.Delete(s.running, j, j+1)
-		s.met.running.Dec()
-		r.emit(tok, finish, "", s.met)
+// recordStep records that the step from t0 to t1 (sync: its barrier waits)
+// computed n more of r's tokens, and reports whether they are all computed
+// now, so the next token is to sample. A finished prefill is published to
+// the prefix cache.
+func (s *scheduler) recordStep(r *request, n int, sync time.Duration, t0, t1 time.Time) bool {
+	r.computed += n
+	if !r.started {
+		r.started = true
+		r.firstSched = t0
 	}
-	clear(s.entries) // drop references to sequences and buffers
-	clear(s.batch)
-	s.updateKV()
+	if !r.prefilled {
+		r.syncAcc += sync
+	}
+	if r.computed < len(r.tokens) {
+		return false // mid-prefill chunk
+	}
+	if !r.prefilled {
+		r.prefilled = true
+		r.prefillDone = t1
+	}
+	if r.publish {
+		r.publish = false
+		s.pool.Publish(r.kv, r.tokens[:r.computed])
+	}
 	return true
+}
+
+// sampleNext samples r's next token and hands it to the handler; at the
+// end-of-sequence token or r's length limit r finishes and leaves running.
+// The first token completes r's ground truth.
+func (s *scheduler) sampleNext(r *request) {
+	tok := model.Sample(r.logits, r.temperature, r.topP, r.rng)
+	now := time.Now()
+	r.tokens = append(r.tokens, tok)
+	r.generated++
+	if r.generated == 1 {
+		r.mu.Lock()
+		r.firstTok = true
+		r.truth.Queue = r.firstSched.Sub(r.submitted)
+		r.truth.Prefill = r.prefillDone.Sub(r.firstSched)
+		r.truth.Sync = r.syncAcc
+		r.truth.FirstDecode = now.Sub(r.prefillDone)
+		r.truth.FirstTokenAt = now
+		r.truth.FirstSched = r.firstSched
+		r.mu.Unlock()
+		s.met.promptTokens.Add(float64(len(r.prompt)))
+	} else {
+		s.met.itl.Observe(now.Sub(r.lastTokenAt).Seconds())
+	}
+	r.lastTokenAt = now
+	s.met.generationTokens.Inc()
+	finish := ""
+	switch {
+	case tok == s.eos && !r.ignoreEOS:
+		finish = finishStop
+	case r.generated >= r.maxTokens || len(r.tokens) >= s.maxSeq:
+		finish = finishLength
+	}
+	if finish == "" {
+		r.emit(tok, "", "", s.met)
+		return
+	}
+	if tok == s.eos && !r.ignoreEOS {
+		tok = -1 // the end-of-sequence token is not content
+	}
+	s.pool.Release(r.kv)
+	r.kv = nil
+	j := slices.Index(s.running, r)
+	s.running = slices.Delete(s.running, j, j+1)
+	s.met.running.Dec()
+	r.emit(tok, finish, "", s.met)
 }
 
 // setStraggler applies the straggler fault of the server or of any request

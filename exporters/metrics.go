@@ -51,10 +51,10 @@ var (
 		0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10,
 	}
 	// ResidencyBuckets cover the time one event spends inside the proxy
-	// (parsed to flushed), which must stay in microseconds (DESIGN §7): a
-	// 1-2.5-5 series from 1 µs to 1 s (19 buckets, steps of 2 to 2.5x), so
-	// the microsecond range where a healthy proxy lives is resolved as
-	// finely as the millisecond range where a stuck one shows up.
+	// (parsed to flushed): a 1-2.5-5 series from 1 µs to 1 s (19 buckets,
+	// steps of 2 to 2.5x), so the microsecond range where a healthy proxy
+	// lives is resolved as finely as the millisecond range where a stuck
+	// one shows up.
 	ResidencyBuckets = []float64{
 		0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
 		0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -69,7 +69,8 @@ var (
 		0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 	}
 	// CancelBuckets cover the time from noticing a client left to closing
-	// the upstream connection (the budget is 300 ms).
+	// the upstream connection (the TTFTLensCancelToCloseSlow alert fires
+	// over 300 ms).
 	CancelBuckets = []float64{
 		0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 		0.1, 0.25, 0.3, 0.5, 1, 2.5, 10,
@@ -148,7 +149,7 @@ type counterRef struct{ prometheus.Counter }
 var (
 	beforeUpstreamDetails = []endreason.Detail{
 		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
-		endreason.DetailMalformedRequest, endreason.DetailRequestTooLarge, endreason.DetailUnknownModel,
+		endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
 		endreason.DetailInvalidParam, endreason.DetailNoHealthy,
 	}
 	eitherSideDetails = []endreason.Detail{
@@ -226,10 +227,21 @@ type Metrics struct {
 // token); ttftlens_buffered_streams_total{upstream, kind};
 // ttftlens_build_info{version, revision, goversion}.
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
-	m := &Metrics{
-		models:    make(map[string]int, len(opts.Models)),
-		upstreams: make(map[string]int, len(opts.Upstreams)),
-	}
+	m := &Metrics{}
+	configured := m.indexLabels(opts)
+	m.registerTupleSeries(reg, opts.ClassicOnly)
+	m.registerProxySeries(reg, opts)
+	m.indexRequestPairs()
+	m.precreate(configured)
+	return m
+}
+
+// indexLabels indexes the model and upstream label values opts allow, each
+// once, followed by LabelOther (and LabelNone for upstreams), and returns
+// how many upstreams are configured.
+func (m *Metrics) indexLabels(opts MetricOptions) int {
+	m.models = make(map[string]int, len(opts.Models))
+	m.upstreams = make(map[string]int, len(opts.Upstreams))
 	for _, v := range opts.Models {
 		if _, dup := m.models[v]; !dup && v != LabelOther {
 			m.models[v] = len(m.modelNames)
@@ -247,26 +259,39 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m.upNames = append(m.upNames, LabelOther, LabelNone)
 	m.nUp = len(m.upNames)
 	m.tuples = make([]atomic.Pointer[series], len(m.modelNames)*m.nUp)
+	return configured
+}
 
+// registerTupleSeries creates and registers the series labelled {model,
+// upstream}: the latency histograms, output tokens and requests.
+func (m *Metrics) registerTupleSeries(reg prometheus.Registerer, classicOnly bool) {
 	mu := []string{"model", "upstream"}
 	m.ttftVec = prometheus.NewHistogramVec(histOpts("time_to_first_token_seconds",
 		"Proxy-observed time to first token: receipt to the first content event flushed to the client.",
-		LatencyBuckets, opts.ClassicOnly), mu)
+		LatencyBuckets, classicOnly), mu)
 	m.e2eVec = prometheus.NewHistogramVec(histOpts("e2e_request_duration_seconds",
-		"Time from receipt to the end of the response, for every request.", LatencyBuckets, opts.ClassicOnly), mu)
+		"Time from receipt to the end of the response, for every request.", LatencyBuckets, classicOnly), mu)
 	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
 		"Time to first token split into stages (gateway, route, queue, preparation, prefill, first_decode, unattributed, transport); per request the stages add up to its TTFT.",
-		StageBuckets, opts.ClassicOnly), []string{"stage", "model", "upstream"})
+		StageBuckets, classicOnly), []string{"stage", "model", "upstream"})
 	m.itlVec = prometheus.NewHistogramVec(histOpts("inter_token_latency_seconds",
-		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets, opts.ClassicOnly), mu)
+		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets, classicOnly), mu)
 	m.tpotVec = prometheus.NewHistogramVec(histOpts("time_per_output_token_seconds",
 		"Decode time per output token after the first: (last token - first token) / (tokens - 1).",
-		TokenBuckets, opts.ClassicOnly), mu)
+		TokenBuckets, classicOnly), mu)
 	m.tokensVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "output_tokens_total", Help: "Generated tokens (upstream usage when reported, else content events)."}, mu)
 	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "requests_total", Help: "Finished requests by end reason and detail (a closed set, in the README), model and upstream."},
 		[]string{"end_reason", "detail", "model", "upstream"})
+	reg.MustRegister(m.ttftVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec, m.requestsVec)
+}
+
+// registerProxySeries creates and registers the series of the proxy
+// itself (in flight, cancellations, residency, buffering, drops, build
+// info) and resolves their children for every upstream value and cancel
+// phase.
+func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOptions) {
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens",
 		Name: "requests_in_flight", Help: "Requests received and not yet finished."})
 	unsplitVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
@@ -302,9 +327,7 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 		ConstLabels: prometheus.Labels{"version": orUnknown(opts.Version),
 			"revision": orUnknown(opts.Revision), "goversion": runtime.Version()}})
 	buildInfo.Set(1)
-
-	reg.MustRegister(m.ttftVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec,
-		m.requestsVec, m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
+	reg.MustRegister(m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
 		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, buildInfo)
 
 	m.cancelToClose = cancelToClose
@@ -321,6 +344,12 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	for p := endreason.PhaseQueued; p < endreason.NumPhases; p++ {
 		m.cancelPhase[p] = phaseVec.WithLabelValues(p.String())
 	}
+}
+
+// indexRequestPairs lists endreason's (reason, detail) pairs, the
+// requests_total children created up front or on first use without a map
+// lookup by label.
+func (m *Metrics) indexRequestPairs() {
 	m.reqIndex = make(map[reqKey]int, 64)
 	for _, r := range endreason.All() {
 		for _, d := range endreason.Details(r) {
@@ -329,8 +358,12 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 		}
 	}
 	m.requests = make([]atomic.Pointer[counterRef], len(m.tuples)*len(m.reqPairs))
-	// Pre-create the label pairs an operator will look at from the start.
-	// With no upstream configured, every upstream is LabelOther.
+}
+
+// precreate creates at zero the series an operator will look at from the
+// start, as NewMetrics says; configured is the number of configured
+// upstreams (with none, every upstream is LabelOther).
+func (m *Metrics) precreate(configured int) {
 	ups := []int{m.nUp - 2}
 	if configured > 0 {
 		ups = ups[:0]
@@ -354,7 +387,6 @@ func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 			}
 		}
 	}
-	return m
 }
 
 func orUnknown(s string) string {

@@ -97,7 +97,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 	if q.queued >= q.size {
 		q.mu.Unlock()
 		u.outstanding.Add(-1)
-		return nil, u.queueRejection(DetailQueueFull, "queue_full", "the admission queue of upstream "+u.Name+" is full")
+		return nil, u.queueRejection(endreason.DetailQueueFull, "queue_full", "the admission queue of upstream "+u.Name+" is full")
 	}
 	w := waiterPool.Get().(*waiter)
 	w.prev, w.next = q.tail, nil
@@ -140,7 +140,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 	if cancelled {
 		return nil, rejClientGone
 	}
-	return nil, u.queueRejection(DetailQueueTimeout, "queue_timeout",
+	return nil, u.queueRejection(endreason.DetailQueueTimeout, "queue_timeout",
 		"waited "+maxWait.String()+" for upstream "+u.Name+" without a free slot")
 }
 

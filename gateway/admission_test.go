@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
 )
 
 func queueUpstream(t testing.TB, maxInFlight, size int, wait time.Duration) (*Gateway, *Upstream) {
@@ -57,7 +59,7 @@ func TestAdmissionQueue(t *testing.T) {
 	w2 := acquireAsync(u, nil)
 	waitDepth(t, u, 2)
 	// Full: the third waiter is turned away at once.
-	if _, rej := u.Acquire(nil); rej == nil || rej.Status != 503 || rej.Detail != DetailQueueFull || rej.RetryAfter != 1 ||
+	if _, rej := u.Acquire(nil); rej == nil || rej.Status != 503 || rej.Detail != endreason.DetailQueueFull || rej.RetryAfter != 1 ||
 		rej.Reason.String() != "worker_failure" {
 		t.Fatalf("full queue: %+v", rej)
 	}
@@ -86,7 +88,7 @@ func TestAdmissionTimeout(t *testing.T) {
 	rel, _ := u.Acquire(nil)
 	start := time.Now()
 	_, rej := u.Acquire(nil)
-	if rej == nil || rej.Status != 503 || rej.Detail != DetailQueueTimeout {
+	if rej == nil || rej.Status != 503 || rej.Detail != endreason.DetailQueueTimeout {
 		t.Fatalf("timeout: %+v", rej)
 	}
 	if el := time.Since(start); el < 20*time.Millisecond || el > 2*time.Second {
@@ -192,7 +194,7 @@ func TestAdmissionBoundedWait(t *testing.T) {
 			el := time.Since(start)
 			mu.Lock()
 			worst = max(worst, el)
-			if rej != nil && rej.Detail == DetailQueueTimeout {
+			if rej != nil && rej.Detail == endreason.DetailQueueTimeout {
 				timeouts++
 			}
 			mu.Unlock()

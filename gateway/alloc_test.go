@@ -9,7 +9,7 @@ import (
 )
 
 // TestGatewayStepAllocs: the whole gateway step allocates nothing in steady
-// state (the budget is the "few allocations"; we hold it at zero).
+// state.
 func TestGatewayStepAllocs(t *testing.T) {
 	gb := newGatewayBench(t)
 	var p fastjson.Parser

@@ -254,11 +254,30 @@ func (v *validator) uniqueName(seen map[string]int, list, what, name string, i i
 	}
 }
 
+// nonNegative reports n at path if it is negative.
+func nonNegative[N ~int | ~int64](v *validator, path string, n N) {
+	if n < 0 {
+		v.add(path, "must not be negative")
+	}
+}
+
 func (v *validator) add(path, format string, args ...any) {
 	v.errs.add(v.c.file, v.c.line(path), path, fmt.Sprintf(format, args...))
 }
 
+// check checks the whole config, in file order.
 func (v *validator) check() {
+	v.checkAuth()
+	nonNegative(v, "max_body_bytes", v.c.MaxBodyBytes)
+	v.checkQuota("key_defaults.quota", &v.c.KeyDefaults.Quota)
+	v.checkKeys()
+	pools := v.checkPools()
+	v.checkRoutes(pools)
+}
+
+// checkAuth checks the auth mode and that keys are listed exactly when it
+// checks them.
+func (v *validator) checkAuth() {
 	c := v.c
 	switch c.Auth {
 	case "", AuthKeys, AuthPassthrough, AuthNone:
@@ -271,15 +290,15 @@ func (v *validator) check() {
 	if (c.Auth == AuthPassthrough || c.Auth == AuthNone) && len(c.Keys) > 0 {
 		v.add("keys", "keys are listed but auth is %s, which never checks them", c.Auth)
 	}
-	if c.MaxBodyBytes < 0 {
-		v.add("max_body_bytes", "must not be negative")
-	}
-	v.checkQuota("key_defaults.quota", &c.KeyDefaults.Quota)
+}
 
-	names := make(map[string]int, len(c.Keys))
-	hashes := make(map[[32]byte]int, len(c.Keys))
-	for i := range c.Keys {
-		k := &c.Keys[i]
+// checkKeys checks every key has a unique name, a key that resolves and
+// differs from the others, and a valid quota.
+func (v *validator) checkKeys() {
+	names := make(map[string]int, len(v.c.Keys))
+	hashes := make(map[[32]byte]int, len(v.c.Keys))
+	for i := range v.c.Keys {
+		k := &v.c.Keys[i]
 		p := fmt.Sprintf("keys[%d]", i)
 		v.uniqueName(names, "keys", "key", k.Name, i)
 		if k.Key == "" {
@@ -295,71 +314,82 @@ func (v *validator) check() {
 			v.checkQuota(p+".quota", k.Quota)
 		}
 	}
+}
 
-	pools := make(map[string]int, len(c.Pools))
-	addrs := make(map[string]string)
-	for i := range c.Pools {
-		pl := &c.Pools[i]
+// checkPools checks every pool and returns their names (name → index + 1).
+func (v *validator) checkPools() map[string]int {
+	pools := make(map[string]int, len(v.c.Pools))
+	addrs := make(map[string]string) // upstream address → the field that lists it first
+	for i := range v.c.Pools {
+		pl := &v.c.Pools[i]
 		p := fmt.Sprintf("pools[%d]", i)
 		v.uniqueName(pools, "pools", "pool", pl.Name, i)
-		if len(pl.Upstreams) == 0 {
-			v.add(p+".upstreams", "a pool needs at least one upstream")
-		}
-		for j, raw := range pl.Upstreams {
-			up := fmt.Sprintf("%s.upstreams[%d]", p, j)
-			u, err := parseUpstreamURL(raw)
-			if err != nil {
-				v.add(up, "%s", err)
-				continue
-			}
-			if other, dup := addrs[u.key]; dup {
-				v.add(up, "upstream %s is already in %s", raw, other)
-				continue
-			}
-			addrs[u.key] = up
-		}
-		if pl.MaxInFlight < 0 {
-			v.add(p+".max_in_flight", "must not be negative")
-		}
-		if pl.QueueSize < 0 {
-			v.add(p+".queue_size", "must not be negative")
-		}
-		if pl.QueueMaxWait < 0 {
-			v.add(p+".queue_max_wait", "must not be negative")
-		}
-		if pl.MaxInFlight == 0 && pl.QueueSize > 0 {
-			v.add(p+".queue_size", "a queue needs max_in_flight: without it nothing ever waits")
-		}
-		if pl.MaxInFlight == 0 && pl.QueueMaxWait > 0 {
-			v.add(p+".queue_max_wait", "a queue needs max_in_flight: without it nothing ever waits")
-		}
-		h := &pl.Health
-		if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
-			v.add(p+".health.path", "must start with /, not %q", h.Path)
-		}
-		if h.Interval < 0 {
-			v.add(p+".health.interval", "must not be negative")
-		}
-		if h.Timeout < 0 {
-			v.add(p+".health.timeout", "must not be negative")
-		}
-		if h.Path == "" && (h.Interval != 0 || h.Timeout != 0) {
-			v.add(p+".health", "interval and timeout need a path to probe")
-		}
-		if h.Interval > 0 && h.Timeout >= h.Interval {
-			v.add(p+".health.timeout", "timeout %s must be shorter than the interval %s", h.Timeout, h.Interval)
-		}
-		if pl.Ejection.Duration < 0 {
-			v.add(p+".ejection.duration", "must not be negative")
-		}
+		v.checkUpstreams(p, pl.Upstreams, addrs)
+		v.checkQueue(p, pl)
+		v.checkHealth(p+".health", &pl.Health)
+		nonNegative(v, p+".ejection.duration", pl.Ejection.Duration)
 	}
+	return pools
+}
 
-	if len(c.Routes) == 0 {
+// checkUpstreams checks the upstream URLs of pool p, none of them listed
+// before (addrs: address → the field that lists it).
+func (v *validator) checkUpstreams(p string, upstreams []string, addrs map[string]string) {
+	if len(upstreams) == 0 {
+		v.add(p+".upstreams", "a pool needs at least one upstream")
+	}
+	for j, raw := range upstreams {
+		up := fmt.Sprintf("%s.upstreams[%d]", p, j)
+		u, err := parseUpstreamURL(raw)
+		if err != nil {
+			v.add(up, "%s", err)
+			continue
+		}
+		if other, dup := addrs[u.key]; dup {
+			v.add(up, "upstream %s is already in %s", raw, other)
+			continue
+		}
+		addrs[u.key] = up
+	}
+}
+
+// checkQueue checks the admission limits of pool p.
+func (v *validator) checkQueue(p string, pl *PoolConfig) {
+	nonNegative(v, p+".max_in_flight", pl.MaxInFlight)
+	nonNegative(v, p+".queue_size", pl.QueueSize)
+	nonNegative(v, p+".queue_max_wait", pl.QueueMaxWait)
+	if pl.MaxInFlight == 0 && pl.QueueSize > 0 {
+		v.add(p+".queue_size", "a queue needs max_in_flight: without it nothing ever waits")
+	}
+	if pl.MaxInFlight == 0 && pl.QueueMaxWait > 0 {
+		v.add(p+".queue_max_wait", "a queue needs max_in_flight: without it nothing ever waits")
+	}
+}
+
+// checkHealth checks a pool's health check, at path p.
+func (v *validator) checkHealth(p string, h *HealthConfig) {
+	if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
+		v.add(p+".path", "must start with /, not %q", h.Path)
+	}
+	nonNegative(v, p+".interval", h.Interval)
+	nonNegative(v, p+".timeout", h.Timeout)
+	if h.Path == "" && (h.Interval != 0 || h.Timeout != 0) {
+		v.add(p, "interval and timeout need a path to probe")
+	}
+	if h.Interval > 0 && h.Timeout >= h.Interval {
+		v.add(p+".timeout", "timeout %s must be shorter than the interval %s", h.Timeout, h.Interval)
+	}
+}
+
+// checkRoutes checks every route: a unique model pattern, a known pool
+// (pools: name → index + 1), and its limits and deadlines.
+func (v *validator) checkRoutes(pools map[string]int) {
+	if len(v.c.Routes) == 0 {
 		v.add("routes", "no routes: every model would be unknown")
 	}
-	models := make(map[string]int, len(c.Routes))
-	for i := range c.Routes {
-		r := &c.Routes[i]
+	models := make(map[string]int, len(v.c.Routes))
+	for i := range v.c.Routes {
+		r := &v.c.Routes[i]
 		p := fmt.Sprintf("routes[%d]", i)
 		switch {
 		case r.Model == "":
@@ -378,45 +408,34 @@ func (v *validator) check() {
 		case pools[r.Pool] == 0:
 			v.add(p+".pool", "unknown pool %q", r.Pool)
 		}
-		if r.MaxTokens < 0 {
-			v.add(p+".max_tokens", "must not be negative")
-		}
-		if r.MaxN < 0 {
-			v.add(p+".max_n", "must not be negative")
-		}
-		for _, d := range []struct {
-			name string
-			v    time.Duration
-		}{
-			{"first_token_deadline", r.FirstTokenDeadline}, {"total_deadline", r.TotalDeadline},
-			{"max_first_token_deadline", r.MaxFirstTokenDeadline}, {"max_total_deadline", r.MaxTotalDeadline},
-		} {
-			if d.v < 0 {
-				v.add(p+"."+d.name, "must not be negative")
-			}
-		}
-		if r.MaxFirstTokenDeadline > 0 && r.FirstTokenDeadline > r.MaxFirstTokenDeadline {
-			v.add(p+".max_first_token_deadline", "%s is shorter than first_token_deadline %s", r.MaxFirstTokenDeadline, r.FirstTokenDeadline)
-		}
-		if r.MaxTotalDeadline > 0 && r.TotalDeadline > r.MaxTotalDeadline {
-			v.add(p+".max_total_deadline", "%s is shorter than total_deadline %s", r.MaxTotalDeadline, r.TotalDeadline)
-		}
-		if r.TotalDeadline > 0 && r.FirstTokenDeadline > r.TotalDeadline {
-			v.add(p+".first_token_deadline", "%s is longer than total_deadline %s: it could never fire", r.FirstTokenDeadline, r.TotalDeadline)
-		}
+		nonNegative(v, p+".max_tokens", r.MaxTokens)
+		nonNegative(v, p+".max_n", r.MaxN)
+		v.checkDeadlines(p, r)
+	}
+}
+
+// checkDeadlines checks route p's deadlines are not negative, within their
+// maximums, and that the first-token deadline can fire before the total.
+func (v *validator) checkDeadlines(p string, r *RouteConfig) {
+	nonNegative(v, p+".first_token_deadline", r.FirstTokenDeadline)
+	nonNegative(v, p+".total_deadline", r.TotalDeadline)
+	nonNegative(v, p+".max_first_token_deadline", r.MaxFirstTokenDeadline)
+	nonNegative(v, p+".max_total_deadline", r.MaxTotalDeadline)
+	if r.MaxFirstTokenDeadline > 0 && r.FirstTokenDeadline > r.MaxFirstTokenDeadline {
+		v.add(p+".max_first_token_deadline", "%s is shorter than first_token_deadline %s", r.MaxFirstTokenDeadline, r.FirstTokenDeadline)
+	}
+	if r.MaxTotalDeadline > 0 && r.TotalDeadline > r.MaxTotalDeadline {
+		v.add(p+".max_total_deadline", "%s is shorter than total_deadline %s", r.MaxTotalDeadline, r.TotalDeadline)
+	}
+	if r.TotalDeadline > 0 && r.FirstTokenDeadline > r.TotalDeadline {
+		v.add(p+".first_token_deadline", "%s is longer than total_deadline %s: it could never fire", r.FirstTokenDeadline, r.TotalDeadline)
 	}
 }
 
 func (v *validator) checkQuota(p string, q *Quota) {
-	if q.Interval < 0 {
-		v.add(p+".interval", "must not be negative")
-	}
-	if q.Requests < 0 {
-		v.add(p+".requests", "must not be negative")
-	}
-	if q.Tokens < 0 {
-		v.add(p+".tokens", "must not be negative")
-	}
+	nonNegative(v, p+".interval", q.Interval)
+	nonNegative(v, p+".requests", q.Requests)
+	nonNegative(v, p+".tokens", q.Tokens)
 	if q.Interval > 0 && q.unlimited() {
 		v.add(p, "an interval with neither requests nor tokens limits nothing")
 	}

@@ -137,6 +137,9 @@ func TestValidateInCode(t *testing.T) {
 		{"unknown pool", func(c *Config) { c.Routes[0].Pool = "q" }, `routes[0].pool: unknown pool "q"`},
 		{"keys auth without keys", func(c *Config) { c.Auth = AuthKeys }, "auth: auth is keys but no keys are listed"},
 		{"negative in flight", func(c *Config) { c.Pools[0].MaxInFlight = -1 }, "pools[0].max_in_flight: must not be negative"},
+		{"negative quota tokens", func(c *Config) { c.KeyDefaults.Quota.Tokens = -1 }, "key_defaults.quota.tokens: must not be negative"},
+		{"negative health timeout", func(c *Config) { c.Pools[0].Health.Timeout = -time.Second }, "pools[0].health.timeout: must not be negative"},
+		{"negative bound", func(c *Config) { c.Routes[0].MaxTotalDeadline = -time.Second }, "routes[0].max_total_deadline: must not be negative"},
 		{"wait without limit", func(c *Config) { c.Pools[0].QueueMaxWait = time.Second }, "pools[0].queue_max_wait: a queue needs max_in_flight"},
 		{"ttft over total", func(c *Config) {
 			c.Routes[0].FirstTokenDeadline, c.Routes[0].TotalDeadline = 2*time.Second, time.Second

@@ -78,6 +78,6 @@ func headerRejection(name string) *Rejection {
 	return &Rejection{
 		Status: 400, Type: "invalid_request_error", Param: name, Code: "invalid_value",
 		Message: name + " must be a positive whole number of milliseconds.",
-		Reason:  endreason.InvalidRequest, Detail: DetailInvalidParam,
+		Reason:  endreason.InvalidRequest, Detail: endreason.DetailInvalidParam,
 	}
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
 )
 
 func TestDeadlines(t *testing.T) {
@@ -43,7 +45,7 @@ func TestDeadlines(t *testing.T) {
 			}
 			got, rej := tt.r.Deadlines(flags, total, ttft)
 			if tt.param != "" {
-				if rej == nil || rej.Param != tt.param || rej.Status != 400 || rej.Detail != DetailInvalidParam {
+				if rej == nil || rej.Param != tt.param || rej.Status != 400 || rej.Detail != endreason.DetailInvalidParam {
 					t.Fatalf("got %+v %+v, want a rejection of %s", got, rej, tt.param)
 				}
 				return

@@ -1,7 +1,7 @@
-// Package gateway is ttftlens' gateway logic (DESIGN §8, issue 5): API keys,
-// per-key quotas, request validation, routing models to pools of upstreams
-// with health checks and passive ejection, a FIFO admission queue per
-// upstream, and per-route deadlines, all from one YAML config that reloads
+// Package gateway is ttftlens' gateway logic: API keys, per-key quotas,
+// request validation, routing models to pools of upstreams with health
+// checks and passive ejection, a FIFO admission queue per upstream, and
+// per-route deadlines, all from one YAML config that reloads
 // atomically.
 //
 // It does no I/O on the request path and keeps no clock of its own: the

@@ -145,6 +145,6 @@ func quotaRejection(which string, waitNs float64) *Rejection {
 	return &Rejection{
 		Status: 429, RetryAfter: secs, Type: which, Code: "rate_limit_exceeded",
 		Message: "Rate limit reached for " + which + " on this API key; retry in " + strconv.Itoa(secs) + "s.",
-		Reason:  endreason.PolicyBlock, Detail: DetailQuotaExceeded,
+		Reason:  endreason.PolicyBlock, Detail: endreason.DetailQuotaExceeded,
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
 )
 
 func quotaGateway(t *testing.T, q Quota) (*Gateway, *Key, *fakeClock) {
@@ -36,7 +38,7 @@ func TestQuotaRequests(t *testing.T) {
 	}
 	// One request refills every 20s: all 20s are still to wait.
 	if rej.Status != 429 || rej.RetryAfter != 20 || rej.Type != "requests" || rej.Code != "rate_limit_exceeded" ||
-		rej.Reason.String() != "policy_block" || rej.Detail != DetailQuotaExceeded {
+		rej.Reason.String() != "policy_block" || rej.Detail != endreason.DetailQuotaExceeded {
 		t.Fatalf("rejection: %+v", rej)
 	}
 	clk.Advance(15 * time.Second)

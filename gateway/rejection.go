@@ -6,38 +6,6 @@ import (
 	"github.com/ttftlens/ttftlens/endreason"
 )
 
-// The end details of gateway rejections; endreason owns the set.
-const (
-	DetailMissingKey     = endreason.DetailMissingKey      // policy_block: no or non-Bearer Authorization
-	DetailInvalidKey     = endreason.DetailInvalidKey      // policy_block: a key that is not configured
-	DetailQuotaExceeded  = endreason.DetailQuotaExceeded   // policy_block: the key's requests or tokens per interval
-	DetailBodyTooLarge   = endreason.DetailRequestTooLarge // invalid_request: body over max_body_bytes
-	DetailUnknownModel   = endreason.DetailUnknownModel    // invalid_request: no route for the model
-	DetailInvalidParam   = endreason.DetailInvalidParam    // invalid_request: a parameter out of range or of the wrong type
-	DetailNoHealthy      = endreason.DetailNoHealthy       // worker_failure: every upstream of the pool unhealthy or ejected
-	DetailQueueFull      = endreason.DetailQueueFull       // worker_failure: the upstream's admission queue is full
-	DetailQueueTimeout   = endreason.DetailQueueTimeout    // worker_failure: waited queue_max_wait without a slot
-	detailMalformedBody  = endreason.DetailMalformedRequest
-	detailClientClosedEx = endreason.DetailClientClosed
-)
-
-// Details maps every end detail the gateway produces to its reason,
-// including the two it shares with endreason (malformed_request_body,
-// client_closed).
-var Details = map[endreason.Detail]endreason.Reason{
-	DetailMissingKey:     endreason.PolicyBlock,
-	DetailInvalidKey:     endreason.PolicyBlock,
-	DetailQuotaExceeded:  endreason.PolicyBlock,
-	DetailBodyTooLarge:   endreason.InvalidRequest,
-	DetailUnknownModel:   endreason.InvalidRequest,
-	DetailInvalidParam:   endreason.InvalidRequest,
-	detailMalformedBody:  endreason.InvalidRequest,
-	DetailNoHealthy:      endreason.WorkerFailure,
-	DetailQueueFull:      endreason.WorkerFailure,
-	DetailQueueTimeout:   endreason.WorkerFailure,
-	detailClientClosedEx: endreason.ClientCancel,
-}
-
 // Rejection is the gateway refusing a request: everything the proxy needs
 // to answer it with an OpenAI-style error and to record why it ended. The
 // gateway never sends anything itself. Some Rejections are shared: treat
@@ -84,7 +52,7 @@ func (r *Rejection) AppendJSON(dst []byte) []byte {
 func invalidParam(param, msg string) *Rejection {
 	return &Rejection{
 		Status: 400, Type: "invalid_request_error", Param: param, Code: "invalid_value",
-		Message: msg, Reason: endreason.InvalidRequest, Detail: DetailInvalidParam,
+		Message: msg, Reason: endreason.InvalidRequest, Detail: endreason.DetailInvalidParam,
 	}
 }
 
@@ -93,12 +61,12 @@ var (
 	rejMissingKey = &Rejection{
 		Status: 401, Type: "invalid_request_error", Code: "missing_api_key",
 		Message: "You didn't provide an API key: send Authorization: Bearer <key>.",
-		Reason:  endreason.PolicyBlock, Detail: DetailMissingKey,
+		Reason:  endreason.PolicyBlock, Detail: endreason.DetailMissingKey,
 	}
 	rejInvalidKey = &Rejection{
 		Status: 401, Type: "invalid_request_error", Code: "invalid_api_key",
 		Message: "Incorrect API key provided.",
-		Reason:  endreason.PolicyBlock, Detail: DetailInvalidKey,
+		Reason:  endreason.PolicyBlock, Detail: endreason.DetailInvalidKey,
 	}
 	rejClientGone = &Rejection{
 		Status: 499, Type: "client_closed", Code: "client_closed",

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/ttftlens/ttftlens/endreason"
 )
 
 func reloadConfig(upstreams []string, maxInFlight int, model string) *Config {
@@ -155,18 +153,5 @@ func TestReloadConcurrent(t *testing.T) {
 				t.Fatalf("%s not drained", u.Name)
 			}
 		}
-	}
-}
-
-// TestDetailsAgreeWithEndreason: every gateway detail endreason already
-// knows maps to the same reason there (the owner moves the rest in).
-func TestDetailsAgreeWithEndreason(t *testing.T) {
-	for d, want := range Details {
-		if got, ok := d.Reason(); ok && got != want {
-			t.Errorf("%s: endreason says %v, gateway %v", d, got, want)
-		}
-	}
-	if _, ok := endreason.DetailMalformedRequest.Reason(); !ok {
-		t.Error("endreason lost malformed_request_body")
 	}
 }

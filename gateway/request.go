@@ -79,7 +79,7 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 			Status: 400, Type: "invalid_request_error", Code: "request_too_large",
 			Message: "request body of " + strconv.Itoa(len(body)) + " bytes is over the limit of " +
 				strconv.Itoa(s.cfg.MaxBodyBytes),
-			Reason: endreason.InvalidRequest, Detail: DetailBodyTooLarge,
+			Reason: endreason.InvalidRequest, Detail: endreason.DetailRequestBodyTooLarge,
 		}
 	}
 	v, err := p.ParseBytes(body)
@@ -90,154 +90,218 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 	if err != nil {
 		return Request{}, malformed("The request body must be a JSON object.")
 	}
-	var (
-		req                           Request
-		rej                           *Rejection
-		model, maxTok, maxCompl, n    *fastjson.Value
-		temp, topP, input, streamOpts *fastjson.Value
-		textBytes, parts              int
-	)
-	inputName := "messages"
-	if ep == Completions {
-		inputName = "prompt"
+	var f requestFields
+	f.read(o, ep.inputName())
+	if f.badStream != nil {
+		return Request{}, f.badStream
 	}
+	req := Request{Stream: f.stream}
+	var rej *Rejection
+	if req.Model, req.Route, rej = s.modelRoute(f.model); rej != nil {
+		return Request{}, rej
+	}
+	if req.PromptTokens, rej = promptTokens(ep, &f); rej != nil {
+		return Request{}, rej
+	}
+	if req.MaxTokens, rej = maxTokens(&f, req.Route.MaxTokens); rej != nil {
+		return Request{}, rej
+	}
+	if rej = checkSampling(&f, req.Route.MaxN); rej != nil {
+		return Request{}, rej
+	}
+	if req.IncludeUsage, rej = includeUsage(f.streamOptions); rej != nil {
+		return Request{}, rej
+	}
+	return req, nil
+}
+
+// inputName is the parameter that carries the prompt on ep.
+func (ep Endpoint) inputName() string {
+	if ep == Completions {
+		return "prompt"
+	}
+	return "messages"
+}
+
+// requestFields are the top-level fields of a request body that
+// CheckRequest checks, as one pass over the body found them (nil: absent;
+// the last of repeated keys, as encoding/json reads them).
+type requestFields struct {
+	model, maxTokens, maxCompletionTokens, n *fastjson.Value
+	temperature, topP, input, streamOptions  *fastjson.Value
+	stream                                   bool       // stream was true
+	badStream                                *Rejection // the first stream value that is not a boolean or null
+	textBytes, parts                         int        // text and image parts of tools and functions
+}
+
+// read fills f from the body's object o; inputName is the endpoint's
+// prompt parameter.
+func (f *requestFields) read(o *fastjson.Object, inputName string) {
 	o.Visit(func(k []byte, v *fastjson.Value) {
 		switch string(k) {
 		case "model":
-			model = v
+			f.model = v
 		case "max_tokens":
-			maxTok = v
+			f.maxTokens = v
 		case "max_completion_tokens":
-			maxCompl = v
+			f.maxCompletionTokens = v
 		case "n":
-			n = v
+			f.n = v
 		case "temperature":
-			temp = v
+			f.temperature = v
 		case "top_p":
-			topP = v
+			f.topP = v
 		case "stream":
 			switch v.Type() {
 			case fastjson.TypeTrue:
-				req.Stream = true
+				f.stream = true
 			case fastjson.TypeFalse, fastjson.TypeNull:
 			default:
-				if rej == nil {
-					rej = invalidParam("stream", "stream must be a boolean, got "+v.Type().String()+".")
+				if f.badStream == nil {
+					f.badStream = invalidParam("stream", "stream must be a boolean, got "+v.Type().String()+".")
 				}
 			}
 		case "stream_options":
-			streamOpts = v
+			f.streamOptions = v
 		case "tools", "functions":
-			textBytes += countText(v, &parts)
+			f.textBytes += countText(v, &f.parts)
 		default:
 			if string(k) == inputName {
-				input = v
+				f.input = v
 			}
 		}
 	})
-	if rej != nil {
-		return Request{}, rej
-	}
+}
 
+// set reports whether a parameter is present and not null.
+func set(v *fastjson.Value) bool { return v != nil && v.Type() != fastjson.TypeNull }
+
+// modelRoute checks the model parameter and finds its route.
+func (s *Snapshot) modelRoute(model *fastjson.Value) ([]byte, *Route, *Rejection) {
 	switch {
-	case model == nil || model.Type() == fastjson.TypeNull:
-		return Request{}, invalidParam("model", "you must provide a model parameter")
+	case !set(model):
+		return nil, nil, invalidParam("model", "you must provide a model parameter")
 	case model.Type() != fastjson.TypeString:
-		return Request{}, invalidParam("model", "model must be a string.")
+		return nil, nil, invalidParam("model", "model must be a string.")
 	}
-	req.Model, _ = model.StringBytes()
-	if req.Route = s.route(req.Model); req.Route == nil {
-		return Request{}, &Rejection{
+	name, _ := model.StringBytes()
+	rt := s.route(name)
+	if rt == nil {
+		return nil, nil, &Rejection{
 			Status: 400, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("The model %q does not exist or is not served here.", req.Model),
-			Reason:  endreason.InvalidRequest, Detail: DetailUnknownModel,
+			Message: fmt.Sprintf("The model %q does not exist or is not served here.", name),
+			Reason:  endreason.InvalidRequest, Detail: endreason.DetailUnknownModel,
 		}
 	}
-	rt := req.Route
+	return name, rt, nil
+}
 
-	if input == nil || input.Type() == fastjson.TypeNull {
-		return Request{}, invalidParam(inputName, "you must provide "+inputName+".")
+// promptTokens checks the messages or prompt parameter and estimates the
+// prompt's tokens from it and the tools f counted.
+func promptTokens(ep Endpoint, f *requestFields) (int, *Rejection) {
+	inputName := ep.inputName()
+	if !set(f.input) {
+		return 0, invalidParam(inputName, "you must provide "+inputName+".")
 	}
+	textBytes, parts, framing := f.textBytes, f.parts, 0
 	switch ep {
 	case Chat:
-		msgs, err := input.Array()
+		msgs, err := f.input.Array()
 		if err != nil || len(msgs) == 0 {
-			return Request{}, invalidParam("messages", "messages must be a non-empty array.")
+			return 0, invalidParam("messages", "messages must be a non-empty array.")
 		}
 		for _, m := range msgs {
 			if m.Type() != fastjson.TypeObject {
-				return Request{}, invalidParam("messages", "each message must be an object.")
+				return 0, invalidParam("messages", "each message must be an object.")
 			}
 			textBytes += countText(m, &parts)
 		}
-		req.PromptTokens = tokensPerReply + tokensPerMessage*len(msgs)
+		framing = tokensPerReply + tokensPerMessage*len(msgs)
 	case Completions:
-		switch input.Type() {
+		switch f.input.Type() {
 		case fastjson.TypeString, fastjson.TypeArray:
 		default:
-			return Request{}, invalidParam("prompt", "prompt must be a string or an array.")
+			return 0, invalidParam("prompt", "prompt must be a string or an array.")
 		}
-		textBytes += countText(input, &parts)
+		textBytes += countText(f.input, &parts)
 	}
-	req.PromptTokens += (textBytes+bytesPerToken-1)/bytesPerToken + parts*tokensPerImage
+	return framing + (textBytes+bytesPerToken-1)/bytesPerToken + parts*tokensPerImage, nil
+}
 
-	if maxCompl != nil && maxCompl.Type() != fastjson.TypeNull {
-		if req.MaxTokens, rej = tokenLimit("max_completion_tokens", maxCompl, rt.MaxTokens); rej != nil {
-			return Request{}, rej
+// maxTokens checks max_completion_tokens and max_tokens against the
+// route's cap (0: none) and returns the one that wins, as in OpenAI's API:
+// max_completion_tokens, else max_tokens, else 0.
+func maxTokens(f *requestFields, limit int) (int, *Rejection) {
+	n := 0
+	if set(f.maxCompletionTokens) {
+		var rej *Rejection
+		if n, rej = tokenLimit("max_completion_tokens", f.maxCompletionTokens, limit); rej != nil {
+			return 0, rej
 		}
 	}
-	if maxTok != nil && maxTok.Type() != fastjson.TypeNull {
-		mt, rej := tokenLimit("max_tokens", maxTok, rt.MaxTokens)
+	if set(f.maxTokens) {
+		mt, rej := tokenLimit("max_tokens", f.maxTokens, limit)
 		if rej != nil {
-			return Request{}, rej
+			return 0, rej
 		}
-		if req.MaxTokens == 0 { // max_completion_tokens wins, as in OpenAI's API
-			req.MaxTokens = mt
-		}
-	}
-	if n != nil && n.Type() != fastjson.TypeNull {
-		nv, err := n.Int()
-		if n.Type() != fastjson.TypeNumber || err != nil {
-			return Request{}, invalidParam("n", "n must be an integer.")
-		}
-		if nv < 1 || nv > rt.MaxN {
-			return Request{}, invalidParam("n", nRange(nv, rt.MaxN))
+		if n == 0 {
+			n = mt
 		}
 	}
-	if temp != nil && temp.Type() != fastjson.TypeNull {
-		t, err := temp.Float64()
-		if temp.Type() != fastjson.TypeNumber || err != nil {
-			return Request{}, invalidParam("temperature", "temperature must be a number.")
+	return n, nil
+}
+
+// checkSampling checks n against [1, maxN], temperature against [0, 2]
+// and top_p against (0, 1].
+func checkSampling(f *requestFields, maxN int) *Rejection {
+	if set(f.n) {
+		nv, err := f.n.Int()
+		if f.n.Type() != fastjson.TypeNumber || err != nil {
+			return invalidParam("n", "n must be an integer.")
+		}
+		if nv < 1 || nv > maxN {
+			return invalidParam("n", nRange(nv, maxN))
+		}
+	}
+	if set(f.temperature) {
+		t, err := f.temperature.Float64()
+		if f.temperature.Type() != fastjson.TypeNumber || err != nil {
+			return invalidParam("temperature", "temperature must be a number.")
 		}
 		if !(t >= 0 && t <= 2) {
-			return Request{}, invalidParam("temperature", fmt.Sprintf("temperature is %g; it must be between 0 and 2.", t))
+			return invalidParam("temperature", fmt.Sprintf("temperature is %g; it must be between 0 and 2.", t))
 		}
 	}
-	if topP != nil && topP.Type() != fastjson.TypeNull {
-		t, err := topP.Float64()
-		if topP.Type() != fastjson.TypeNumber || err != nil {
-			return Request{}, invalidParam("top_p", "top_p must be a number.")
+	if set(f.topP) {
+		t, err := f.topP.Float64()
+		if f.topP.Type() != fastjson.TypeNumber || err != nil {
+			return invalidParam("top_p", "top_p must be a number.")
 		}
 		if !(t > 0 && t <= 1) {
-			return Request{}, invalidParam("top_p", fmt.Sprintf("top_p is %g; it must be greater than 0 and at most 1.", t))
+			return invalidParam("top_p", fmt.Sprintf("top_p is %g; it must be greater than 0 and at most 1.", t))
 		}
 	}
-	if streamOpts != nil && streamOpts.Type() != fastjson.TypeNull {
-		so, err := streamOpts.Object()
-		if err != nil {
-			return Request{}, invalidParam("stream_options", "stream_options must be an object.")
-		}
-		if iu := so.Get("include_usage"); iu != nil {
-			switch iu.Type() {
-			case fastjson.TypeTrue:
-				req.IncludeUsage = true
-			case fastjson.TypeFalse, fastjson.TypeNull:
-			default:
-				return Request{}, invalidParam("stream_options.include_usage", "include_usage must be a boolean.")
-			}
-		}
+	return nil
+}
+
+// includeUsage checks stream_options and returns its include_usage.
+func includeUsage(streamOptions *fastjson.Value) (bool, *Rejection) {
+	if !set(streamOptions) {
+		return false, nil
 	}
-	return req, nil
+	so, err := streamOptions.Object()
+	if err != nil {
+		return false, invalidParam("stream_options", "stream_options must be an object.")
+	}
+	switch iu := so.Get("include_usage"); {
+	case iu == nil:
+		return false, nil
+	case iu.Type() == fastjson.TypeTrue:
+		return true, nil
+	case iu.Type() == fastjson.TypeFalse, iu.Type() == fastjson.TypeNull:
+		return false, nil
+	}
+	return false, invalidParam("stream_options.include_usage", "include_usage must be a boolean.")
 }
 
 // jsonSyntaxReason says briefly why body is not JSON and where: the first

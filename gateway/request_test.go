@@ -126,8 +126,8 @@ func TestCheckRequest(t *testing.T) {
 				rej.Reason.String() != "invalid_request" || rej.Message == "" {
 				t.Fatalf("rejection %+v, want param %q code %q", rej, tt.param, tt.code)
 			}
-			if want, ok := Details[rej.Detail]; !ok || want != rej.Reason {
-				t.Fatalf("detail %q not in Details for %v", rej.Detail, rej.Reason)
+			if want, ok := rej.Detail.Reason(); !ok || want != rej.Reason {
+				t.Fatalf("detail %q does not refine %v in endreason", rej.Detail, rej.Reason)
 			}
 			// The error body is valid JSON with the OpenAI shape.
 			var body struct {
@@ -175,7 +175,7 @@ func FuzzCheckRequest(f *testing.F) {
 			if rej.Status != 400 || rej.Message == "" {
 				t.Fatalf("bad rejection %+v", rej)
 			}
-			if _, ok := Details[rej.Detail]; !ok {
+			if _, ok := rej.Detail.Reason(); !ok {
 				t.Fatalf("detail %q unknown", rej.Detail)
 			}
 			if err := json.Unmarshal(rej.AppendJSON(nil), new(any)); err != nil {

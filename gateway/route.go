@@ -175,7 +175,7 @@ func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
 	return &Rejection{
 		Status: 503, RetryAfter: secs, Type: "server_error", Code: "no_healthy_upstream",
 		Message: "no healthy upstream in pool " + p.Name + "; retry in " + strconv.Itoa(secs) + "s",
-		Reason:  endreason.WorkerFailure, Detail: DetailNoHealthy,
+		Reason:  endreason.WorkerFailure, Detail: endreason.DetailNoHealthy,
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
 )
 
 func TestGlobMatch(t *testing.T) {
@@ -142,7 +144,7 @@ func TestPassiveEjection(t *testing.T) {
 		}
 	}
 	_, rej := s.Pick(r, nil)
-	if rej == nil || rej.Status != 503 || rej.Detail != DetailNoHealthy || rej.Reason.String() != "worker_failure" || rej.RetryAfter != 6 {
+	if rej == nil || rej.Status != 503 || rej.Detail != endreason.DetailNoHealthy || rej.Reason.String() != "worker_failure" || rej.RetryAfter != 6 {
 		t.Fatalf("all ejected: %+v", rej)
 	}
 	clk.Advance(6 * time.Second)
@@ -257,7 +259,7 @@ func TestActiveHealthChecks(t *testing.T) {
 	}
 	pr.set("http://b:1/health", true)
 	pr.waitCalls(t, "http://b:1/health", 2)
-	if _, rej := s.Pick(r, nil); rej == nil || rej.Detail != DetailNoHealthy || rej.RetryAfter != 1 {
+	if _, rej := s.Pick(r, nil); rej == nil || rej.Detail != endreason.DetailNoHealthy || rej.RetryAfter != 1 {
 		t.Fatalf("no healthy upstream: %+v", rej)
 	}
 	pr.set("http://a:1/health", false)

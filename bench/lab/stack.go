@@ -20,6 +20,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
 )
@@ -103,7 +104,7 @@ func Start(cfg StackConfig) (*Stack, error) {
 	if reg == nil {
 		reg = exporters.NewRegistry()
 	}
-	reg.MustRegister(exporters.NewGatewayCollector(p.Gateway(), p.UpstreamLabel))
+	reg.MustRegister(gateway.NewCollector(p.Gateway(), p.UpstreamLabel))
 	if cfg.AdminRoutes != nil {
 		routes = cfg.AdminRoutes(ring)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ttftlens/ttftlens/engine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
@@ -149,7 +150,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(exporters.NewGatewayCollector(p.Gateway(), p.UpstreamLabel))
+	reg.MustRegister(gateway.NewCollector(p.Gateway(), p.UpstreamLabel))
 	ln, err := listen(f.listen, plan.cert)
 	if err != nil {
 		return err

@@ -1,24 +1,20 @@
-package exporters
+package gateway
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
+import "github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ttftlens/ttftlens/gateway"
-)
-
-// GatewayCollector exports the gateway's per-upstream state at scrape time:
+// Collector exports the gateway's per-upstream state at scrape time:
 // admission queue depth, requests in flight, health and ejection. Upstreams
 // come from the current configuration, so a reload shows at the next scrape.
-type GatewayCollector struct {
-	gw    *gateway.Gateway
-	label func(*gateway.Upstream) string // the upstream's name in records and metrics
+type Collector struct {
+	gw    *Gateway
+	label func(*Upstream) string // the upstream's name in records and metrics
 }
 
-// NewGatewayCollector returns a collector of gw's per-upstream state;
-// label names each upstream as records and the other series do
+// NewCollector returns a collector of gw's per-upstream state; label names
+// each upstream as records and the other series do
 // (proxy.Proxy.UpstreamLabel).
-func NewGatewayCollector(gw *gateway.Gateway, label func(*gateway.Upstream) string) GatewayCollector {
-	return GatewayCollector{gw: gw, label: label}
+func NewCollector(gw *Gateway, label func(*Upstream) string) Collector {
+	return Collector{gw: gw, label: label}
 }
 
 var (
@@ -27,13 +23,13 @@ var (
 	upHealthyDesc  = prometheus.NewDesc("ttftlens_upstream_healthy", "1 when the upstream is healthy and not ejected.", []string{"upstream"}, nil)
 )
 
-func (c GatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- upInFlightDesc
 	ch <- upHealthyDesc
 }
 
-func (c GatewayCollector) Collect(ch chan<- prometheus.Metric) {
+func (c Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.gw.Snapshot().Pools() {
 		for _, u := range p.Upstreams {
 			healthy := 0.0
