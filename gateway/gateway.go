@@ -16,8 +16,8 @@
 //	                                           // mark gateway_done
 //	up, rej := s.Pick(req.Route, nil)          // mark routed
 //	release, rej := up.Acquire(clientGone)     // mark admitted
-//	... the upstream exchange; on a connect failure or stale connection,
-//	    if gateway.CanRetry(kind, 1): g.Done(up, false); release();
+//	... the upstream exchange; after a failed connect (nothing reached the
+//	    engine), once: g.Done(up, false); release();
 //	    up2, rej := s.Pick(req.Route, up); release2, rej := up2.Acquire(...)
 //	g.Done(up, ok); release(); res.Settle(actualTokens)
 //

@@ -134,7 +134,8 @@ func (u *Upstream) available(now int64) bool {
 // Pick chooses the upstream for a request on route r: the available one
 // (healthy, not ejected) with the fewest outstanding requests (queued + in
 // flight), ties going round robin. except, when not nil, is skipped: the
-// upstream that just failed, for the one retry CanRetry allows. With no
+// upstream that just failed, for the proxy's one retry after a failed
+// connect (the upstream saw nothing, so another may have it). With no
 // available upstream it returns a 503 Rejection (worker_failure /
 // no_healthy_upstream); on a retry that means "no other upstream", and the
 // proxy should answer with the first failure instead.
@@ -201,29 +202,4 @@ func (g *Gateway) Done(u *Upstream, ok bool) {
 		u.fails.Store(0)
 		u.eject(int(after))
 	}
-}
-
-// Failure is how an upstream attempt failed, for CanRetry.
-type Failure uint8
-
-// The failures.
-const (
-	// FailOther is any failure after a response byte arrived, or one that
-	// is not known to be safe to repeat.
-	FailOther Failure = iota
-	// FailConnect: no connection could be made; the upstream saw nothing.
-	FailConnect
-	// FailStaleConn: a reused keep-alive connection was closed by the
-	// upstream before any response byte (it closed it while idle).
-	FailStaleConn
-)
-
-// CanRetry reports whether a failed attempt may be retried on a different
-// upstream (Pick with except = the failed one): only after the first
-// attempt (attempts == 1), and only for a connect failure or a stale
-// keep-alive connection, before any response byte, so the engine cannot
-// have started generating for it. The request body must still be
-// available to send again (the proxy holds the whole body).
-func CanRetry(f Failure, attempts int) bool {
-	return attempts == 1 && (f == FailConnect || f == FailStaleConn)
 }

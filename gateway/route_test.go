@@ -163,26 +163,6 @@ func TestEjectionDisabled(t *testing.T) {
 	}
 }
 
-func TestCanRetry(t *testing.T) {
-	tests := []struct {
-		f        Failure
-		attempts int
-		want     bool
-	}{
-		{FailConnect, 1, true},
-		{FailStaleConn, 1, true},
-		{FailOther, 1, false},
-		{FailConnect, 2, false},
-		{FailStaleConn, 2, false},
-		{FailConnect, 0, false},
-	}
-	for _, tt := range tests {
-		if got := CanRetry(tt.f, tt.attempts); got != tt.want {
-			t.Errorf("CanRetry(%d, %d) = %v", tt.f, tt.attempts, got)
-		}
-	}
-}
-
 // scriptedProbe fails the URLs in down; every probe is counted.
 type scriptedProbe struct {
 	mu    sync.Mutex
