@@ -114,7 +114,7 @@ func (tr transcript) oracle(t *testing.T, kind string) (tl stages.Timeline, fail
 // bytes unchanged (except vLLM's usage chunk when the proxy asked for it),
 // and the end reason fits the transcript.
 func TestEngineTranscripts(t *testing.T) {
-	files, _ := filepath.Glob("signals/testdata/*/*.txt")
+	files, _ := filepath.Glob("engines/testdata/*/*.txt")
 	if len(files) < 20 {
 		t.Fatalf("found %d transcripts", len(files))
 	}
