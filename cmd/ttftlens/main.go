@@ -7,6 +7,7 @@
 //	ttftlens report LOGFILE    stage breakdown and end reasons from the JSON log
 //	ttftlens demo SCENARIO     inject a cause in-process and print the diagnosis
 //	ttftlens hash-key          print the config file value of an API key read from stdin
+//	ttftlens version           print the version, VCS revision and Go version it was built from
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
 // flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
@@ -45,6 +46,7 @@ var commands = map[string]func(args []string, std stdio) error{
 	"report":   runReport,
 	"demo":     runDemo,
 	"hash-key": runHashKey,
+	"version":  runVersion,
 }
 
 // run runs the command line args (without the program name) and returns
@@ -62,6 +64,8 @@ func run(args []string, std stdio) int {
 				return 0
 			}
 			cmd, args = args[1], []string{"-h"} // "help bench" is "bench -h"
+		case a == "--version" || a == "-version":
+			cmd, args = "version", args[1:]
 		case !strings.HasPrefix(a, "-"):
 			cmd, args = a, args[1:]
 		}
@@ -86,6 +90,7 @@ commands:
   report    stage p50/p95, end reasons, slowest requests' stage from serve's log
   demo      inject a cause in-process and print the diagnosis (demo list)
   hash-key  print the config file value of an API key read from stdin
+  version   print the version, VCS revision and Go version (also --version)
   help      show this text; "help COMMAND" is "COMMAND -h"
 
 Run 'ttftlens COMMAND -h' for a command's flags, e.g. 'ttftlens serve -h'.
