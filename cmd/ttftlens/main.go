@@ -15,8 +15,8 @@
 // wins over the environment.
 //
 // Exit status: 0 on success and when help was asked for, 2 for a command
-// line or configuration that cannot run (and other failures), 1 when a
-// bench run's every request failed.
+// line or configuration that cannot run (and other failures), 1 when bench
+// cannot reach the server or a bench run's every request failed.
 package main
 
 import (
@@ -112,8 +112,10 @@ func usagef(cmd, format string, a ...any) error {
 	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, a...)}
 }
 
-// exitError ends the process with its own status, after printing err.
+// exitError ends the process with its own status, after printing err as
+// the command's.
 type exitError struct {
+	cmd  string
 	code int
 	err  error
 }
@@ -136,7 +138,7 @@ func exitStatus(err error, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ttftlens %s: %s\nrun 'ttftlens %s -h' for %s\n", ue.cmd, ue.msg, ue.cmd, what)
 		return 2
 	case errors.As(err, &ee):
-		fmt.Fprintln(stderr, "ttftlens:", ee.err)
+		fmt.Fprintf(stderr, "ttftlens %s: %v\n", ee.cmd, ee.err)
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "ttftlens:", err)
