@@ -3,13 +3,18 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // deadURL is a loopback address nothing listens on (a listener opened and
@@ -23,6 +28,19 @@ func deadURL(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr
+}
+
+// hangUp is a server that accepts every request and closes the connection
+// without an answer.
+func hangUp(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // scripted serves the i-th request (from 0) with reply(i, w).
@@ -71,17 +89,19 @@ func TestFailedRuns(t *testing.T) {
 		endReasons string // the first end reason (client view)
 	}{
 		{
-			name: "dead url", url: deadURL(t), requests: 5, allFailed: true, errors: 5,
-			topErrors: []string{"connection refused"}, topCounts: []int{5},
-			textWant: []string{"errors:\n  5  Post ", "connection refused", "no request got a first token"},
-			rows:     map[string]string{"client TTFT": "n/a n/a n/a", "inter-token latency": "n/a n/a", "errors": "5"},
+			name: "hung up", url: hangUp(t), requests: 5, allFailed: true, errors: 5,
+			topErrors: []string{": EOF"}, topCounts: []int{5},
+			textWant: []string{"errors:\n  5  Post ", ": EOF", "no request got a first token"},
+			rows: map[string]string{"client TTFT": "n/a n/a n/a", "inter-token latency": "n/a n/a", "errors": "5",
+				"completed requests/s": "0.00"},
 			ttftNull: true, itlNull: true, endReasons: "error",
 		},
 		{
 			name: "all 401", url: scripted(t, unauthorized), requests: 4, allFailed: true, errors: 4,
 			topErrors: []string{"HTTP 401 Unauthorized: invalid api key"}, topCounts: []int{4},
 			textWant: []string{"errors:\n  4  HTTP 401 Unauthorized: invalid api key\n"},
-			rows:     map[string]string{"client TTFT": "n/a n/a n/a", "inter-token latency": "n/a n/a"},
+			rows: map[string]string{"client TTFT": "n/a n/a n/a", "inter-token latency": "n/a n/a",
+				"completed requests/s": "0.00"},
 			ttftNull: true, itlNull: true, endReasons: "http_401",
 		},
 		{
@@ -229,7 +249,7 @@ func TestErrorText(t *testing.T) {
 }
 
 func TestSweepErrors(t *testing.T) {
-	url := deadURL(t)
+	url := hangUp(t)
 	var rows []SweepRow
 	for _, c := range []int{1, 2} {
 		run, err := Config{URL: url, Requests: 2, Concurrency: c}.Run(context.Background())
@@ -244,5 +264,118 @@ func TestSweepErrors(t *testing.T) {
 		if !strings.Contains(b.String(), w) {
 			t.Errorf("sweep lacks %q:\n%s", w, b.String())
 		}
+	}
+}
+
+// TestUnreachable: a server that refuses connections ends the run before
+// any load, with the cause in the error.
+func TestUnreachable(t *testing.T) {
+	dead := deadURL(t)
+	for _, cfg := range []Config{
+		{URL: dead, Requests: 3},
+		{URL: dead + "/", Rate: 100, Duration: 10 * time.Second, Admin: dead},
+	} {
+		run, err := cfg.Run(context.Background())
+		var ue *UnreachableError
+		if run != nil || !errors.As(err, &ue) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("%+v: run %v, error %v; want an UnreachableError for connection refused", cfg, run, err)
+		}
+		if want := "cannot reach " + cfg.URL + ": connection refused"; err.Error() != want {
+			t.Errorf("error %q, want %q", err, want)
+		}
+	}
+}
+
+// TestRequestsPerSecCountsCompleted: failed requests are not throughput.
+func TestRequestsPerSecCountsCompleted(t *testing.T) {
+	done, failed := Result{End: "done"}, Result{End: "error", Err: "EOF"}
+	tests := []struct {
+		name    string
+		results []Result
+		want    float64
+	}{
+		{"all complete", []Result{done, done, done, done}, 2},
+		{"half failed", []Result{done, failed, done, failed}, 1},
+		{"all failed", []Result{failed, failed, failed, failed}, 0},
+		{"warm-up left out", []Result{{End: "done", Warmup: true}, done, failed}, 0.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Summarize(&Run{Results: tt.results, Elapsed: 2 * time.Second})
+			if s.RequestsPerSec != tt.want {
+				t.Errorf("requests/s %v, want %v", s.RequestsPerSec, tt.want)
+			}
+		})
+	}
+}
+
+// countingAdmin is an admin endpoint that knows no request and counts the
+// record fetches per request id.
+func countingAdmin(t *testing.T) (url string, fetched func() map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, "/debug/requests/"); ok {
+			mu.Lock()
+			seen[id]++
+			mu.Unlock()
+			http.Error(w, `{"error":{"code":"unknown_request_id"}}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprint(w, `{"recent":[],"slowest":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
+}
+
+// apiRefused fails the API requests (/v1/...) as a refused connection
+// would, and sends the others (the admin endpoint's) on.
+type apiRefused struct{ *http.Transport }
+
+func (a apiRefused) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	return a.Transport.RoundTrip(r)
+}
+
+// TestJoinSkipped: a request that never reached the server is not looked
+// up, and once the admin endpoint had no record of a request while none
+// was found, the rest are not looked up either (each would wait out the
+// joiner's retries); the run says why nothing was joined.
+func TestJoinSkipped(t *testing.T) {
+	tests := []struct {
+		name       string
+		transport  http.RoundTripper
+		maxFetched int    // request ids looked up
+		note       string // in the run's join note ("": no note)
+	}{
+		{"never sent", apiRefused{&http.Transport{}}, 0, ""},
+		// Two join workers: each may be waiting on a request when the other's miss is known.
+		{"admin without records", nil, 2, "has no record of request bench-"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			admin, fetched := countingAdmin(t)
+			api := scripted(t, func(_ int64, w http.ResponseWriter) { stream(w, 2) })
+			run, err := Config{URL: api, Admin: admin, Requests: 6, OutputTokens: Dist{2, 2}, Transport: tt.transport}.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, ok := tt.transport.(apiRefused); ok {
+				a.CloseIdleConnections()
+			}
+			s := Summarize(run)
+			got := fetched()
+			noteOK := strings.Contains(s.JoinNote, tt.note) && (tt.note != "" || s.JoinNote == "")
+			if len(got) > tt.maxFetched || s.Joined != 0 || !noteOK {
+				t.Errorf("looked up %v (at most %d wanted), joined %d, note %q (want %q)", got, tt.maxFetched, s.Joined, s.JoinNote, tt.note)
+			}
+		})
 	}
 }

@@ -12,7 +12,10 @@ import (
 	"io"
 	"math"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +80,9 @@ type Config struct {
 	Progress    io.Writer
 	ProgressTTY bool
 	// Transport is the client's transport (nil: one made for the run,
-	// keeping up to Concurrency connections alive, no compression).
+	// keeping up to Concurrency connections alive, no compression). The
+	// reachability check before the load dials URL's host itself, whatever
+	// the transport.
 	Transport http.RoundTripper
 }
 
@@ -111,6 +116,8 @@ type Result struct {
 	// Record is the proxy's record, when joined; JoinErr says why not.
 	Record  *Record
 	JoinErr string
+
+	unsent bool // the connection failed: the server never saw the request
 }
 
 // OK reports a complete response.
@@ -137,20 +144,74 @@ type Run struct {
 }
 
 // Run sends the load and waits for every request and join to finish. It
-// returns an error only for a configuration it cannot run; failed requests
-// are results. Cancelling ctx stops starting requests and cancels those in
-// flight.
+// first opens one TCP connection to the server and closes it: when that
+// fails, no load is sent and the error is an *UnreachableError. Otherwise
+// it returns an error only for a configuration it cannot run; failed
+// requests are results. Cancelling ctx stops starting requests and cancels
+// those in flight.
 func (c Config) Run(ctx context.Context) (*Run, error) {
 	p, err := newProbe(c)
 	if err != nil {
 		return nil, err
 	}
+	if err := p.checkReachable(ctx); err != nil {
+		return nil, err
+	}
 	return p.run(ctx), nil
+}
+
+// UnreachableError is a run that sent nothing: no connection to the server
+// could be opened.
+type UnreachableError struct {
+	URL string // the server's base URL, as configured
+	Err error  // the cause, e.g. syscall.ECONNREFUSED
+}
+
+func (e *UnreachableError) Error() string { return "cannot reach " + e.URL + ": " + e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// reachTimeout bounds the connection attempt before the load.
+const reachTimeout = 10 * time.Second
+
+// checkReachable opens one TCP connection to the server and closes it
+// without sending a request.
+func (p *probe) checkReachable(ctx context.Context) error {
+	d := net.Dialer{Timeout: reachTimeout}
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &UnreachableError{URL: p.cfg.URL, Err: dialCause(err)}
+	}
+	return conn.Close()
+}
+
+// dialCause is the innermost reason a dial failed: "connection refused",
+// not "dial tcp 127.0.0.1:9: connect: connection refused".
+func dialCause(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err
+	}
+	var sys *os.SyscallError
+	if errors.As(err, &sys) {
+		err = sys.Err
+	}
+	return err
+}
+
+// isDialError reports a request that failed before a connection to the
+// server was made: the server never saw it.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 type probe struct {
 	cfg      Config
 	url      string
+	addr     string // the server's host:port
 	client   *http.Client
 	ownTrans *http.Transport
 	prefix   string
@@ -162,11 +223,17 @@ type probe struct {
 	joinQ    chan *Result
 	joinWG   sync.WaitGroup
 	joinNote string
+	// joined says a record was found; joinMissed is the id of a request
+	// the admin endpoint had no record of while none had been found: the
+	// endpoint does not see this server's requests, and joining stops.
+	joined     atomic.Bool
+	joinMissed atomic.Pointer[string]
 
 	total   int // warmup + measured, or -1 with a duration
 	started atomic.Int64
 	done    atomic.Int64
-	errs    atomic.Int64
+	errs    atomic.Int64 // measured requests without a complete response
+	ok      atomic.Int64 // measured requests with one
 	measure atomic.Int64 // run-clock ns of the first measured start (0: none yet)
 
 	mu      sync.Mutex
@@ -194,9 +261,19 @@ func newProbe(c Config) (*probe, error) {
 		path = "/v1/completions"
 	}
 	p := &probe{cfg: c, url: strings.TrimRight(c.URL, "/") + path}
-	if !strings.HasPrefix(p.url, "http://") && !strings.HasPrefix(p.url, "https://") {
-		return nil, fmt.Errorf("url %q: want http:// or https://", c.URL)
+	u, err := url.Parse(p.url)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("url %q: want http:// or https:// and a host", c.URL)
 	}
+	port := u.Port()
+	switch {
+	case port != "":
+	case u.Scheme == "https":
+		port = "443"
+	default:
+		port = "80"
+	}
+	p.addr = net.JoinHostPort(u.Hostname(), port)
 	tr := c.Transport
 	if tr == nil {
 		conns := c.Concurrency
@@ -268,6 +345,9 @@ func (p *probe) run(ctx context.Context) *Run {
 		p.ownTrans.CloseIdleConnections()
 	}
 	out.JoinNote = p.joinNote
+	if id := p.joinMissed.Load(); id != nil && !p.joined.Load() {
+		out.JoinNote = fmt.Sprintf("admin endpoint %s has no record of request %s: client-side numbers only", p.cfg.Admin, *id)
+	}
 	out.Results = make([]Result, len(p.results))
 	var first, last time.Duration = -1, 0
 	for i, r := range p.results {
@@ -453,6 +533,7 @@ func (p *probe) do(ctx context.Context, seq int, due time.Duration) {
 	if err != nil {
 		r.E2E = p.now() - due
 		r.End, r.Err = clientEnd(ctx, "error"), err.Error()
+		r.unsent = isDialError(err)
 		p.finish(r)
 		return
 	}
@@ -666,29 +747,47 @@ func (p *probe) readWhole(ctx context.Context, r *Result, body io.Reader, due ti
 	}
 }
 
-// finish stores r and hands it to the joiners.
+// finish stores r and hands it to the joiners, unless it never reached
+// the server.
 func (p *probe) finish(r *Result) {
 	p.mu.Lock()
 	p.results = append(p.results, r)
 	p.mu.Unlock()
 	p.done.Add(1)
-	if !r.OK() && !r.Warmup {
+	switch {
+	case r.Warmup:
+		return
+	case r.OK():
+		p.ok.Add(1)
+	default:
 		p.errs.Add(1)
 	}
-	if p.joinQ != nil && !r.Warmup {
+	if p.joinQ != nil && !r.unsent {
 		p.joinQ <- r
 	}
 }
 
+// joinWorker fetches the records of the results it is handed. Once the
+// admin endpoint has had no record of a request while none was found,
+// the rest are not fetched: each would wait out Joiner.Wait in vain.
 func (p *probe) joinWorker(ctx context.Context) {
 	defer p.joinWG.Done()
 	for r := range p.joinQ {
-		rec, err := p.joiner.Fetch(ctx, r.ID)
-		if err != nil {
-			r.JoinErr = err.Error()
+		if p.joinMissed.Load() != nil && !p.joined.Load() {
+			r.JoinErr = "not fetched: the admin endpoint had no record of an earlier request"
 			continue
 		}
-		r.Record = &rec
+		rec, err := p.joiner.Fetch(ctx, r.ID)
+		switch {
+		case err == nil:
+			p.joined.Store(true)
+			r.Record = &rec
+		case errors.Is(err, ErrNoRecord) && !p.joined.Load():
+			p.joinMissed.CompareAndSwap(nil, &r.ID)
+			fallthrough
+		default:
+			r.JoinErr = err.Error()
+		}
 	}
 }
 
@@ -734,7 +833,7 @@ func (p *probe) status() string {
 	if p.total > 0 {
 		s = fmt.Sprintf("%d/%d done", done, p.total)
 	}
-	return fmt.Sprintf("%s, %d errors, %.1f s, %.1f req/s", s, errs, el, float64(done)/max(el, 1e-9))
+	return fmt.Sprintf("%s, %d errors, %.1f s, %.1f completed/s", s, errs, el, float64(p.ok.Load())/max(el, 1e-9))
 }
 
 // drawBar redraws a one-line bar: by count, or by time for a duration run.

@@ -20,18 +20,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fakeServer is an OpenAI-style SSE server and a fake admin endpoint that
 // serves a record per request id, as the proxy's ring would.
 type fakeServer struct {
-	t          *testing.T
 	first, gap time.Duration // before the first token, between tokens
 	mu         sync.Mutex
 	seen       map[string]http.Header
 	api, admin *httptest.Server
 }
 
-func newFake(t *testing.T, first, gap time.Duration) *fakeServer {
-	f := &fakeServer{t: t, first: first, gap: gap, seen: map[string]http.Header{}}
+func newFake(tb testing.TB, first, gap time.Duration) *fakeServer {
+	f := &fakeServer{first: first, gap: gap, seen: map[string]http.Header{}}
 	f.api = httptest.NewServer(http.HandlerFunc(f.serve))
 	f.admin = httptest.NewServer(http.HandlerFunc(f.serveAdmin))
-	t.Cleanup(func() { f.api.Close(); f.admin.Close() })
+	tb.Cleanup(func() { f.api.Close(); f.admin.Close() })
 	return f
 }
 
@@ -262,50 +261,64 @@ func BenchmarkReadStream(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/18, "ns/event")
 }
 
-// TestProbeOverhead measures what the probe adds to a client-seen TTFT:
-// the same trivial SSE server (first token at once) is timed by the probe
-// and by a bare client (net/http, read until the first content line), in
-// alternation. Run with -v and TTFTLENS_BENCH_OVERHEAD=1 to print it.
-func TestProbeOverhead(t *testing.T) {
-	if testing.Short() || !overheadWanted() {
-		t.Skip("set TTFTLENS_BENCH_OVERHEAD=1 to measure")
-	}
-	f := newFake(t, 0, 0)
-	const rounds, per = 20, 50
+// BenchmarkProbeOverhead is what the probe adds to a client-seen TTFT: the
+// same trivial SSE server (first token at once) is timed by the probe and
+// by a bare client (net/http, reading until the first content line), 50
+// requests each per op, in alternation. It reports both clients' p50 and
+// p99 and the difference of the p50s.
+func BenchmarkProbeOverhead(b *testing.B) {
+	f := newFake(b, 0, 0)
+	const per = 50
 	var probeTTFT, bareTTFT []time.Duration
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	bare := &http.Client{Transport: tr}
-	for range rounds {
+	for b.Loop() {
 		run, err := Config{URL: f.api.URL, Requests: per, OutputTokens: Dist{16, 16}, Transport: tr}.Run(context.Background())
 		if err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		for _, r := range run.Results {
+			if !r.HasTTFT {
+				b.Fatalf("probe: no first token: %+v", r)
+			}
 			probeTTFT = append(probeTTFT, r.TTFT)
 		}
 		for range per {
-			body := `{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
-			start := time.Now()
-			resp, err := bare.Post(f.api.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 4096)
-			var got strings.Builder
-			for !strings.Contains(got.String(), `"content":"t0`) {
-				n, err := resp.Body.Read(buf)
-				got.Write(buf[:n])
-				if err != nil {
-					break
-				}
-			}
-			bareTTFT = append(bareTTFT, time.Since(start))
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			bareTTFT = append(bareTTFT, bareFirstToken(b, bare, f.api.URL))
 		}
 	}
 	p, q := sortedCopy(probeTTFT), sortedCopy(bareTTFT)
-	t.Logf("TTFT of a trivial SSE server, %d requests each: probe p50 %v p99 %v; bare client p50 %v p99 %v; added p50 %v",
-		len(p), Percentile(p, .5), Percentile(p, .99), Percentile(q, .5), Percentile(q, .99), Percentile(p, .5)-Percentile(q, .5))
+	b.ReportMetric(float64(Percentile(p, .5)), "probe-p50-ns")
+	b.ReportMetric(float64(Percentile(q, .5)), "bare-p50-ns")
+	b.ReportMetric(float64(Percentile(p, .5)-Percentile(q, .5)), "added-p50-ns")
+	b.ReportMetric(float64(Percentile(p, .99)), "probe-p99-ns")
+	b.ReportMetric(float64(Percentile(q, .99)), "bare-p99-ns")
+}
+
+// bareFirstToken is the time from sending a streamed request with a bare
+// net/http client to reading its first content line.
+func bareFirstToken(b *testing.B, c *http.Client, url string) time.Duration {
+	body := `{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	start := time.Now()
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if strings.Contains(got.String(), `"content":"t0`) {
+			break
+		}
+		if err != nil {
+			b.Fatalf("bare client: no first token in %q (%v)", got.String(), err)
+		}
+	}
+	ttft := time.Since(start)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return ttft
 }

@@ -69,8 +69,10 @@ type Summary struct {
 	Requests int
 	// Errors counts requests that did not end in a complete response (by
 	// the client's view).
-	Errors             int
-	Elapsed            time.Duration
+	Errors  int
+	Elapsed time.Duration
+	// RequestsPerSec is complete responses per second: a failed request
+	// is not throughput.
 	RequestsPerSec     float64
 	OutputTokensPerSec float64
 	// TTFT is over the WithTTFT requests that got a first token, ITL over
@@ -170,7 +172,7 @@ func Summarize(run *Run) Summary {
 		}
 	}
 	if s.Elapsed > 0 {
-		s.RequestsPerSec = float64(s.Requests) / s.Elapsed.Seconds()
+		s.RequestsPerSec = float64(s.Requests-s.Errors) / s.Elapsed.Seconds()
 		s.OutputTokensPerSec = float64(tokens) / s.Elapsed.Seconds()
 	}
 	s.WithTTFT, s.Gaps = len(ttft), len(itl)

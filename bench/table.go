@@ -46,7 +46,7 @@ func (s *Summary) WriteText(w io.Writer, heading string) {
 	fmt.Fprintf(tw, "requests\t%d\t\n", s.Requests)
 	fmt.Fprintf(tw, "errors\t%d\t\n", s.Errors)
 	fmt.Fprintf(tw, "elapsed\t%.2f s\t\n", s.Elapsed.Seconds())
-	fmt.Fprintf(tw, "requests/s\t%.2f\t\n", s.RequestsPerSec)
+	fmt.Fprintf(tw, "completed requests/s\t%.2f\t\n", s.RequestsPerSec)
 	fmt.Fprintf(tw, "output tokens/s\t%.1f\t\n", s.OutputTokensPerSec)
 	if s.MaxLag > time.Millisecond {
 		fmt.Fprintf(tw, "latest start behind schedule\t%s ms\t\n", fmtMS(s.MaxLag))
@@ -261,7 +261,7 @@ type SweepRow struct {
 // WriteSweep prints throughput against responsiveness, one row per level.
 func WriteSweep(w io.Writer, rows []SweepRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "concurrency\trequests\terrors\treq/s\tout tok/s\tTTFT p50 ms\tTTFT p99 ms\tcompletion p50 ms\tcompletion p99 ms\toutside p50 ms\t\n")
+	fmt.Fprintf(tw, "concurrency\trequests\terrors\tcompleted/s\tout tok/s\tTTFT p50 ms\tTTFT p99 ms\tcompletion p50 ms\tcompletion p99 ms\toutside p50 ms\t\n")
 	for _, r := range rows {
 		s := &r.Summary
 		out := "-"

@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,7 +49,8 @@ type gotRecord struct {
 	record.Record
 	bd     stages.Breakdown
 	gaps   stages.Gaps
-	gapSum time.Duration // decode time between the first and the last token
+	gapSum time.Duration   // decode time between the first and the last token
+	resid  []time.Duration // each event's time inside the proxy
 }
 
 // captureSink collects records and checks the stage identity on each.
@@ -62,7 +64,7 @@ func newCaptureSink(t *testing.T) *captureSink {
 }
 
 func (s *captureSink) Emit(r *record.Record) {
-	g := gotRecord{Record: *r, bd: r.Breakdown(), gaps: r.Stream.Gaps()}
+	g := gotRecord{Record: *r, bd: r.Breakdown(), gaps: r.Stream.Gaps(), resid: slices.Clone(r.Stream.Residencies())}
 	for _, d := range r.Stream.GapValues() {
 		g.gapSum += d
 	}
@@ -95,8 +97,8 @@ func (s *captureSink) none(t *testing.T, d time.Duration) {
 	}
 }
 
-// checkIdentity asserts the stage identity (ARCHITECTURE.md): the stages add up exactly to
-// TTFT and none is negative.
+// checkIdentity asserts the stage identity (ARCHITECTURE.md): the stages
+// add up exactly to TTFT and none is negative.
 func checkIdentity(t *testing.T, g *gotRecord) {
 	if !g.bd.OK {
 		return

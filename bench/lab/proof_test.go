@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// TestProofCauses is the proof of issue 7: for each cause of a slow first
-// token, a baseline run and an injected run through the real engine and
+// TestProofCauses is the proof that the breakdown names the right cause:
+// for each cause of a slow first token, a baseline run and an injected run through the real engine and
 // proxy, joined by the probe, must show
 //
 //  1. the injected stage as the one whose median grew the most,

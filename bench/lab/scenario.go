@@ -51,8 +51,10 @@ func load(c, n, maxTokens int) bench.Config {
 	}
 }
 
-// Scenarios are the six causes of DESIGN §1 (with buffering both upstream
-// and downstream of the proxy), sized to take a few seconds each.
+// Scenarios are the six causes of a slow first token: a queue, a slow media
+// fetch, a slow tokenizer, a long prefill, a slow tensor-parallel rank and
+// buffering (both upstream and downstream of the proxy), sized to take a
+// few seconds each.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{
@@ -222,7 +224,7 @@ func (s Scenario) runOnce(ctx context.Context, injected bool) (*bench.Run, map[s
 	return run, flags, nil
 }
 
-// EndCase is one end reason (DESIGN §3) produced on demand.
+// EndCase is one end reason (package endreason) produced on demand.
 type EndCase struct {
 	Name string
 	// Fault is sent as X-Ttftlens-Fault.

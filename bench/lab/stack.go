@@ -1,6 +1,6 @@
 // Package lab runs the reference engine and the proxy in-process on
 // loopback and drives them with the probe: the scenarios behind
-// "ttftlens demo" and the proof suite (issue 7). Each cause of a slow
+// "ttftlens demo" and the proof suite (proof_test.go). Each cause of a slow
 // first token is run twice, as a baseline and with the cause injected, and
 // the diagnosis names the stage whose median grew the most.
 package lab
@@ -175,8 +175,8 @@ func (b *bufferingSink) Emit(r *record.Record) {
 }
 
 // BufferingProxy is a reverse proxy that holds each response whole before
-// sending it: the downstream buffering of DESIGN §7 (a middlebox between
-// the client and ttftlens), invisible from inside ttftlens.
+// sending it: downstream buffering (a middlebox between the client and
+// ttftlens), invisible from inside ttftlens.
 type BufferingProxy struct {
 	// URL is its base URL.
 	URL string

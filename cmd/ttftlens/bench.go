@@ -77,7 +77,7 @@ func runBench(args []string, std stdio) error {
 	if sweep == "" {
 		run, err := cfg.Run(ctx)
 		if err != nil {
-			return err
+			return benchError(err)
 		}
 		s := bench.Summarize(run)
 		if asJSON {
@@ -105,7 +105,7 @@ func runBench(args []string, std stdio) error {
 		}
 		run, err := cfg.Run(ctx)
 		if err != nil {
-			return err
+			return benchError(err)
 		}
 		rows = append(rows, bench.SweepRow{Concurrency: c, Summary: bench.Summarize(run)})
 		if ctx.Err() != nil {
@@ -136,14 +136,24 @@ func runBench(args []string, std stdio) error {
 // allFailed is the error of a run whose every request failed: exit status
 // 1, naming the most common error.
 func allFailed(n int, top []bench.ErrorCount) error {
-	err := fmt.Errorf("bench: all %d requests failed", n)
+	err := fmt.Errorf("all %d requests failed", n)
 	if n == 1 {
-		err = errors.New("bench: the request failed")
+		err = errors.New("the request failed")
 	}
 	if len(top) > 0 {
 		err = fmt.Errorf("%w (%s)", err, top[0].Text)
 	}
-	return &exitError{code: 1, err: err}
+	return &exitError{cmd: "bench", code: 1, err: err}
+}
+
+// benchError is the error of a run that could not start: exit status 1 for
+// a server that cannot be reached, else err as it is.
+func benchError(err error) error {
+	var ue *bench.UnreachableError
+	if errors.As(err, &ue) {
+		return &exitError{cmd: "bench", code: 1, err: err}
+	}
+	return err
 }
 
 const benchHelp = `usage: ttftlens bench [flags]
@@ -151,7 +161,8 @@ const benchHelp = `usage: ttftlens bench [flags]
 Drives load against a server (ttftlens, or any OpenAI-compatible one) and
 measures what clients see: time to first token, inter-token gaps and time to
 completion; joins each request with ttftlens' record (--admin) to split the
-client's TTFT into the proxy's stages. Exits 1 when every request failed.
+client's TTFT into the proxy's stages. Exits 1 when the server cannot be
+reached (nothing is sent then) or every request failed.
 Every flag is also an environment variable: TTFTLENS_BENCH_ and the name in
 upper case with - as _.
 

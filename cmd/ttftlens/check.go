@@ -93,7 +93,7 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	if exporters.OTLPEnabled(os.Getenv) { // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set
 		log := plan.log
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn().Err(err).Msg("otlp trace export") }))
-		if plan.traces, err = exporters.NewOTLPSink(context.Background(), exporters.OTLPOptions{ServiceVersion: version()}); err != nil {
+		if plan.traces, err = exporters.NewOTLPSink(context.Background(), exporters.OTLPOptions{ServiceVersion: readBuildInfo().Version}); err != nil {
 			return nil, fmt.Errorf("otlp traces: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@
 //	ttftlens report LOGFILE    stage breakdown and end reasons from the JSON log
 //	ttftlens demo SCENARIO     inject a cause in-process and print the diagnosis
 //	ttftlens hash-key          print the config file value of an API key read from stdin
+//	ttftlens version           print the version, VCS revision and Go version it was built from
 //
 // Every flag can also be given as an environment variable: TTFTLENS_ and the
 // flag name in upper case with - as _ (--admin-listen → TTFTLENS_ADMIN_LISTEN;
@@ -14,8 +15,8 @@
 // wins over the environment.
 //
 // Exit status: 0 on success and when help was asked for, 2 for a command
-// line or configuration that cannot run (and other failures), 1 when a
-// bench run's every request failed.
+// line or configuration that cannot run (and other failures), 1 when bench
+// cannot reach the server or a bench run's every request failed.
 package main
 
 import (
@@ -45,6 +46,7 @@ var commands = map[string]func(args []string, std stdio) error{
 	"report":   runReport,
 	"demo":     runDemo,
 	"hash-key": runHashKey,
+	"version":  runVersion,
 }
 
 // run runs the command line args (without the program name) and returns
@@ -62,6 +64,8 @@ func run(args []string, std stdio) int {
 				return 0
 			}
 			cmd, args = args[1], []string{"-h"} // "help bench" is "bench -h"
+		case a == "--version" || a == "-version":
+			cmd, args = "version", args[1:]
 		case !strings.HasPrefix(a, "-"):
 			cmd, args = a, args[1:]
 		}
@@ -86,6 +90,7 @@ commands:
   report    stage p50/p95, end reasons, slowest requests' stage from serve's log
   demo      inject a cause in-process and print the diagnosis (demo list)
   hash-key  print the config file value of an API key read from stdin
+  version   print the version, VCS revision and Go version (also --version)
   help      show this text; "help COMMAND" is "COMMAND -h"
 
 Run 'ttftlens COMMAND -h' for a command's flags, e.g. 'ttftlens serve -h'.
@@ -107,8 +112,10 @@ func usagef(cmd, format string, a ...any) error {
 	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, a...)}
 }
 
-// exitError ends the process with its own status, after printing err.
+// exitError ends the process with its own status, after printing err as
+// the command's.
 type exitError struct {
+	cmd  string
 	code int
 	err  error
 }
@@ -131,7 +138,7 @@ func exitStatus(err error, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ttftlens %s: %s\nrun 'ttftlens %s -h' for %s\n", ue.cmd, ue.msg, ue.cmd, what)
 		return 2
 	case errors.As(err, &ee):
-		fmt.Fprintln(stderr, "ttftlens:", ee.err)
+		fmt.Fprintf(stderr, "ttftlens %s: %v\n", ee.cmd, ee.err)
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "ttftlens:", err)

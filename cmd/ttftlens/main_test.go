@@ -305,7 +305,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"serve", "--help"}, serveFlags},
 		{[]string{"help", "serve"}, serveFlags},
 		{[]string{"engine", "-h"}, []string{"usage: ttftlens engine [flags]", "-listen string", "-fault string"}},
-		{[]string{"bench", "-h"}, []string{"usage: ttftlens bench [flags]", "-url string", "Exits 1 when every request failed"}},
+		{[]string{"bench", "-h"}, []string{"usage: ttftlens bench [flags]", "-url string", "Exits 1 when the server cannot be\nreached (nothing is sent then) or every request failed"}},
 		{[]string{"report", "-h"}, []string{"usage: ttftlens report LOGFILE"}},
 		{[]string{"demo", "--help"}, []string{"usage: ttftlens demo SCENARIO | list"}},
 		{[]string{"hash-key", "-h"}, []string{"usage: ttftlens hash-key [KEY]", "!\nsha256:"}},

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 )
 
@@ -135,15 +134,21 @@ func TestTokenizerFileRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDefaultTokenizerBuildTime(t *testing.T) {
-	start := time.Now()
-	tk := trainTokenizer(corpus, DefaultConfig().Vocab)
-	el := time.Since(start)
-	unused := 0
-	for _, s := range tk.vocab {
+// TestDefaultTokenizerIsLearned: the default vocabulary is filled by merges
+// learned from the embedded text, with no "<unusedN>" filler, and comes out
+// the same on every training, so a token id means the same in every run.
+func TestDefaultTokenizerIsLearned(t *testing.T) {
+	size := DefaultConfig().Vocab
+	a, b := trainTokenizer(corpus, size), trainTokenizer(corpus, size)
+	if len(a.vocab) != size || len(b.vocab) != size {
+		t.Fatalf("vocabularies of %d and %d entries, want %d", len(a.vocab), len(b.vocab), size)
+	}
+	for i, s := range a.vocab {
 		if strings.HasPrefix(s, "<unused") {
-			unused++
+			t.Fatalf("entry %d is the filler %q: the text ran out of pairs to merge", i, s)
+		}
+		if b.vocab[i] != s || b.scores[i] != a.scores[i] {
+			t.Fatalf("entry %d: %q (score %g), then %q (score %g): training is not deterministic", i, s, a.scores[i], b.vocab[i], b.scores[i])
 		}
 	}
-	t.Logf("trained %d-token vocabulary in %v (%d unused)", tk.Vocab(), el, unused)
 }

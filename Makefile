@@ -1,0 +1,37 @@
+# Maintainer targets. `make test` is the whole suite, exactly as CI runs it.
+
+# Pinned tool versions, run with `go run` (nothing to install).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
+
+# The packages whose benchmarks BENCHMARKS.md reports.
+BENCH_PKGS := ./proxy ./proxy/signals ./sse ./gateway ./exporters ./engine ./engine/model ./bench
+BENCHFLAGS ?=
+
+# How long each fuzz target runs (a duration, or Nx for N inputs).
+FUZZTIME ?= 10s
+
+.PHONY: test bench lint fuzz
+
+test:
+	./scripts/test.sh
+
+bench:
+	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
+
+# govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
+# GOVULNDB=file:///path for a local copy).
+lint:
+	go vet ./...
+	go run $(STATICCHECK) ./...
+	go run $(GOVULNCHECK) $(if $(GOVULNDB),-db $(GOVULNDB)) ./...
+
+# Every `func FuzzX` in a _test.go file, one after the other, each alone
+# in its package for FUZZTIME.
+fuzz:
+	@set -e; grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sort | \
+	while IFS=: read -r file decl; do \
+		name=$${decl#func }; pkg=$$(dirname "$$file"); \
+		echo "== $$name ($$pkg)"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+	done
