@@ -61,6 +61,9 @@ type Facts struct {
 	RejectedDetail Detail
 	// ClientGone: the client disconnected before the response was complete.
 	ClientGone bool
+	// ClientStalled: with ClientGone, the client did not leave but stopped
+	// reading, and the proxy gave up on it (the write stall limit).
+	ClientStalled bool
 	// Deadline names the deadline that fired, if any.
 	Deadline Detail
 	// ConnectFailed: no connection to any upstream could be made.
@@ -92,6 +95,8 @@ func Classify(f Facts) (Reason, Detail) {
 	switch {
 	case f.Rejected != 0:
 		return f.Rejected, f.RejectedDetail
+	case f.ClientGone && f.ClientStalled:
+		return ClientCancel, DetailClientWriteStall
 	case f.ClientGone:
 		return ClientCancel, DetailClientClosed
 	case f.Deadline != "":

@@ -88,6 +88,8 @@ const (
 	DetailTTFTDeadline         Detail = "ttft_deadline"
 	DetailTotalDeadline        Detail = "total_deadline"
 	DetailIdleDeadline         Detail = "idle_deadline"
+	DetailShutdown             Detail = "shutdown"           // the proxy stopped before the response ended
+	DetailClientWriteStall     Detail = "client_write_stall" // the client stopped reading the stream
 	DetailConnectFailed        Detail = "connect_failed"
 	DetailUpstream5xx          Detail = "upstream_5xx"
 	DetailErrorEvent           Detail = "error_event"
@@ -143,6 +145,8 @@ var detailReasons = map[Detail]Reason{
 	DetailTTFTDeadline:         Deadline,
 	DetailTotalDeadline:        Deadline,
 	DetailIdleDeadline:         Deadline,
+	DetailShutdown:             Deadline,
+	DetailClientWriteStall:     ClientCancel,
 	DetailConnectFailed:        WorkerFailure,
 	DetailUpstream5xx:          WorkerFailure,
 	DetailErrorEvent:           WorkerFailure,

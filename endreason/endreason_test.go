@@ -215,6 +215,9 @@ func TestClassify(t *testing.T) {
 		{"total deadline", Facts{Deadline: DetailTotalDeadline, Status: 200, Stream: true, Read: ReadFailed},
 			Deadline, DetailTotalDeadline},
 		{"idle deadline", Facts{Deadline: DetailIdleDeadline, Status: 200, Stream: true}, Deadline, DetailIdleDeadline},
+		{"shutdown", Facts{Deadline: DetailShutdown, Status: 200, Stream: true, Read: ReadFailed}, Deadline, DetailShutdown},
+		{"client stopped reading", Facts{ClientGone: true, ClientStalled: true, Status: 200, Stream: true, Read: ReadFailed},
+			ClientCancel, DetailClientWriteStall},
 
 		// Upstream status.
 		{"connect failed", Facts{ConnectFailed: true}, WorkerFailure, DetailConnectFailed},
@@ -310,6 +313,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailUpstreamAuth: PolicyBlock, DetailUpstreamLimited: PolicyBlock,
 		DetailUpstreamRejected: InvalidRequest, DetailClientClosed: ClientCancel,
 		DetailTTFTDeadline: Deadline, DetailTotalDeadline: Deadline, DetailIdleDeadline: Deadline,
+		DetailShutdown: Deadline, DetailClientWriteStall: ClientCancel,
 		DetailConnectFailed: WorkerFailure, DetailUpstream5xx: WorkerFailure, DetailErrorEvent: WorkerFailure,
 		DetailEngineError: WorkerFailure, DetailEngineAbort: WorkerFailure, DetailEventTooLarge: WorkerFailure,
 		DetailMalformedEvent: WorkerFailure, DetailInvalidUTF8: WorkerFailure, DetailBadContentType: WorkerFailure,
@@ -327,12 +331,12 @@ func TestClassifyCovers(t *testing.T) {
 		for _, fin := range []Finish{FinishNone, FinishStop, FinishToolCalls, FinishLength, FinishContentFilter,
 			FinishError, FinishAbort, FinishOther} {
 			for rd := ReadClean; rd <= ReadBadUTF8; rd++ {
-				for bits := range 1 << 7 {
+				for bits := range 1 << 8 {
 					own = append(own, Facts{
 						Status: st, Finish: fin, Read: rd,
 						ClientGone: bits&1 != 0, ConnectFailed: bits&2 != 0, ClosedBeforeResponse: bits&4 != 0,
 						BadContentType: bits&8 != 0, ErrorEvent: bits&16 != 0, Stream: bits&32 != 0,
-						Done: bits&64 != 0,
+						Done: bits&64 != 0, ClientStalled: bits&128 != 0,
 					})
 				}
 			}
@@ -357,7 +361,7 @@ func TestClassifyCovers(t *testing.T) {
 	}
 	// Pass-through details (rejections and deadlines) come from the caller.
 	passThrough := map[Detail]bool{
-		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true,
+		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true, DetailShutdown: true,
 		DetailUpstreamBodyTooLarge: true, DetailMalformedRequest: true, DetailProxyPanic: true,
 		// The gateway's rejections.
 		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,

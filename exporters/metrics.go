@@ -154,7 +154,7 @@ var (
 	}
 	eitherSideDetails = []endreason.Detail{
 		endreason.DetailClientClosed, endreason.DetailTTFTDeadline, endreason.DetailTotalDeadline,
-		endreason.DetailConnectFailed, endreason.DetailProxyPanic,
+		endreason.DetailShutdown, endreason.DetailConnectFailed, endreason.DetailProxyPanic,
 	}
 )
 
@@ -204,11 +204,11 @@ type Metrics struct {
 // on the tuples above every pair but the gateway's own rejections, and on
 // upstream LabelNone (a request that never got an upstream) only the
 // gateway's rejections and the details that can end a request on either
-// side (client_closed, ttft_deadline, total_deadline, connect_failed,
-// proxy_panic). A pair that cannot happen there (upstream_5xx without an
+// side (client_closed, ttft_deadline, total_deadline, shutdown,
+// connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx without an
 // upstream, missing_api_key with one) would be a series stuck at zero. With
 // 3 models and 2 upstreams (4 model values: the 3 and LabelOther) that is
-// 4×2×32 + 4×13 = 308 series, where the whole product of 40 pairs, 4 models
+// 4×2×34 + 4×14 = 328 series, where the whole product of 42 pairs, 4 models
 // and 4 upstream values would be 640. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.

@@ -15,6 +15,8 @@ var (
 	errTTFTDeadline  = &deadlineError{endreason.DetailTTFTDeadline, "no first token within the first-token deadline"}
 	errTotalDeadline = &deadlineError{endreason.DetailTotalDeadline, "request exceeded its total deadline"}
 	errIdleDeadline  = &deadlineError{endreason.DetailIdleDeadline, "upstream sent nothing within the idle deadline"}
+	errShutdown      = &deadlineError{endreason.DetailShutdown, "the proxy shut down before the response ended"}
+	errClientStalled = errors.New("client took no bytes within the write stall limit")
 )
 
 type deadlineError struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -60,6 +61,7 @@ type exchange struct {
 
 // clientSide is what the request knows of its client.
 type clientSide struct {
+	conn      net.Conn   // the client's connection
 	watch     *connWatch // the client connection's disconnect registration
 	gone      func()     // this request's callback on it
 	breakdown bool       // it asked for its own breakdown
@@ -130,9 +132,15 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 		rec.RequestID = newRequestID()
 	}
 	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
+	x.client.conn = ctx.Conn()
+	if x.client.conn != nil && x.p.cfg.ClientWriteStall > 0 {
+		// A stream before this one on the connection may have left a write
+		// deadline (relay.armStall).
+		_ = x.client.conn.SetWriteDeadline(time.Time{})
+	}
 	x.client.breakdown = len(ctx.Request.Header.Peek(breakdownHeader)) > 0
 	rec.TraceID, rec.SpanID, rec.ParentID, rec.TraceFlags = x.tc.trace, x.tc.span, x.tc.parent, x.tc.flags
-	x.p.started()
+	x.p.started(x)
 }
 
 // serve runs the request up to the point where the response is streaming
@@ -142,7 +150,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	p, rec := x.p, &x.fin.rec
 	snap := p.gw.Snapshot() // one configuration for the whole request
 	// Watch the client from the start: one that leaves our queue is seen too.
-	x.watchClient(ctx.Conn())
+	x.watchClient(x.client.conn)
 
 	key, rej := snap.Authenticate(ctx.Request.Header.Peek("Authorization"))
 	if rej != nil {
@@ -324,15 +332,22 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	r.client = x.client.conn
+	r.armStall(x.fin.rec.Timeline.Now()) // the headers and the first event are written next
 	x.fin.rec.Status = status
 	x.streaming = true
 	ctx.SetBodyStream(r, -1) // fasthttp now owns x until CloseWithError
 }
 
-// closed is the end of a streamed response (relay.CloseWithError):
-// clientFailed when writing to the client failed, which means it is gone.
-func (x *exchange) closed(clientFailed bool) {
-	if clientFailed {
+// closed is the end of a streamed response (relay.CloseWithError). An
+// error writing to the client means it left, or, when the write stall limit
+// passed, that it stopped reading.
+func (x *exchange) closed(clientErr error) {
+	switch {
+	case clientErr == nil:
+	case isTimeout(clientErr):
+		x.ctl.abort(x.gen, errClientStalled)
+	default:
 		x.ctl.abort(x.gen, errClientGone)
 	}
 	x.finish()
@@ -462,7 +477,7 @@ func (x *exchange) finish() {
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)
 	f.complete(x.sig.Phase(rec.Streaming, tl))
-	x.p.ended(rec)
+	x.p.ended(x)
 }
 
 // watchClient points the client connection's disconnect registration at

@@ -54,8 +54,8 @@ func (f *finalizer) classify(cause error, abortedAt, closedAt time.Duration) {
 	var de *deadlineError
 	switch {
 	case cause == nil:
-	case cause == errClientGone:
-		f.facts.ClientGone = true
+	case cause == errClientGone, cause == errClientStalled:
+		f.facts.ClientGone, f.facts.ClientStalled = true, cause == errClientStalled
 		if closedAt > 0 {
 			f.rec.CancelToClose = max(closedAt-abortedAt, 0)
 		}

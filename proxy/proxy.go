@@ -43,6 +43,13 @@ type Config struct {
 	// IdleTimeout bounds the silence between events after the first token
 	// (default 60s; negative = none).
 	IdleTimeout time.Duration
+	// ClientWriteStall bounds how long a client may take no bytes of a
+	// stream before the proxy gives up on it: the request ends as the
+	// client's doing (client_cancel, client_write_stall) and its upstream
+	// is closed (default 60s, as nginx's send_timeout; negative = none). A
+	// blocked write fails between half of it and all of it after the
+	// client stopped reading.
+	ClientWriteStall time.Duration
 	// StallThreshold is the inter-token gap counted as a stall (default 1s).
 	StallThreshold time.Duration
 	// MaxEventBytes bounds one upstream SSE event (default 1 MiB).
@@ -107,6 +114,7 @@ func (c *Config) Normalize() error {
 	def(&c.TotalTimeout, 0)
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.StallThreshold, time.Second)
+	def(&c.ClientWriteStall, 60*time.Second)
 	switch {
 	case c.MaxEventBytes < 0:
 		return fmt.Errorf("--max-event-bytes %d: negative (0 means the default)", c.MaxEventBytes)
@@ -154,6 +162,8 @@ type Proxy struct {
 	stopCtx    context.Context
 	inflight   atomic.Int64
 	server     *fasthttp.Server
+	liveMu     sync.Mutex
+	live       map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
 }
 
 // New builds a proxy that hands every finished request's record to sink.
@@ -177,7 +187,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	if own {
 		gw.Start()
 	}
-	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w}
+	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w, live: map[*exchange]struct{}{}}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
 	p.server = &fasthttp.Server{
@@ -198,9 +208,19 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
-// and stops the watcher.
+// and stops the watcher. Requests still in flight when ctx ends are cut
+// (end reason deadline, detail shutdown), so each still ends in its
+// record; Shutdown returns once those records are emitted (or after
+// cutWait more) and reports how many it cut in the error.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
+	if err != nil {
+		if n := p.cut(); n > 0 {
+			err = fmt.Errorf("shutdown grace over: cut %d requests in flight", n)
+		} else {
+			err = nil // the last ones ended as the grace ran out
+		}
+	}
 	p.stop()
 	p.background.Wait()
 	p.watcher.close()
@@ -212,6 +232,52 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		return true
 	})
 	return err
+}
+
+// cutWait bounds each step of a shutdown's cut: the wait for the aborted
+// requests' records, then, for requests blocked writing to a client that
+// does not read, the wait after their client connections are closed.
+const cutWait = 2 * time.Second
+
+// cut aborts every request in flight with errShutdown: their upstream
+// connections close, so the engines stop, and each request ends in its
+// record. A request blocked writing to its client is ended by closing the
+// client's connection. It returns how many requests it cut.
+func (p *Proxy) cut() int {
+	p.liveMu.Lock()
+	n := len(p.live)
+	for x := range p.live {
+		x.ctl.abort(x.gen, errShutdown)
+	}
+	p.liveMu.Unlock()
+	if p.waitLive(cutWait) {
+		return n
+	}
+	p.liveMu.Lock()
+	for x := range p.live {
+		if c := x.client.conn; c != nil {
+			_ = c.Close()
+		}
+	}
+	p.liveMu.Unlock()
+	p.waitLive(cutWait)
+	return n
+}
+
+// waitLive waits up to d for every request in flight to end in its record.
+func (p *Proxy) waitLive(d time.Duration) bool {
+	for end := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		p.liveMu.Lock()
+		n := len(p.live)
+		p.liveMu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(end) {
+			p.log.Warn().Int("requests", n).Msg("shutdown: requests still in flight after the cut")
+			return false
+		}
+	}
 }
 
 // passThrough is the gateway of a proxy without a config file: no keys, every
@@ -278,7 +344,10 @@ func (p *Proxy) UpstreamLabel(u *gateway.Upstream) string {
 }
 
 // started counts a request in flight.
-func (p *Proxy) started() {
+func (p *Proxy) started(x *exchange) {
+	p.liveMu.Lock()
+	p.live[x] = struct{}{}
+	p.liveMu.Unlock()
 	p.inflight.Add(1)
 	if t := p.cfg.Tracker; t != nil {
 		t.RequestStarted()
@@ -287,12 +356,17 @@ func (p *Proxy) started() {
 
 // ended counts a request out and emits its record: last, so a sink that
 // panics cannot skip the rest.
-func (p *Proxy) ended(rec *record.Record) {
+func (p *Proxy) ended(x *exchange) {
 	p.inflight.Add(-1)
 	if t := p.cfg.Tracker; t != nil {
 		t.RequestEnded()
 	}
-	p.sink.Emit(rec)
+	defer func() {
+		p.liveMu.Lock()
+		delete(p.live, x)
+		p.liveMu.Unlock()
+	}()
+	p.sink.Emit(&x.fin.rec)
 }
 
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,6 +35,11 @@ type relay struct {
 	lines     *engines.LineScanner // for NDJSON streams (Ollama's native API)
 	ndjson    bool
 	dropUsage bool // the usage-only chunk was asked for by us, not the client
+
+	// The client's connection, whose write deadline bounds a write stall;
+	// stallArmedAt is when the deadline was last moved.
+	client       net.Conn
+	stallArmedAt time.Duration
 
 	// The event being handed to fasthttp.
 	out        []byte        // its bytes not yet returned by Read
@@ -68,7 +74,7 @@ type relayWiring struct {
 	ctl          *control
 	sig          *engines.Report
 	onFirstToken func(now time.Duration) // the first content event was parsed
-	onClose      func(clientFailed bool) // fasthttp ended the streamed response
+	onClose      func(clientErr error)   // fasthttp ended the streamed response; clientErr: writing to the client failed
 }
 
 func newRelay(w relayWiring) relay {
@@ -126,14 +132,32 @@ func (r *relay) Read(p []byte) (n int, err error) {
 	r.handedOut = true
 	rec.BytesOut += int64(n)
 	r.lastReturn = rec.Timeline.Now()
+	r.armStall(r.lastReturn)
 	return n, nil
+}
+
+// armStall moves the client's write deadline to the write stall limit
+// from now, before fasthttp writes what Read returned. It moves it only
+// when half the limit has passed since it last did (a deadline is a timer
+// update, not free per event), so a write blocks between half the limit
+// and the whole of it before it fails.
+func (r *relay) armStall(now time.Duration) {
+	stall := r.cfg.ClientWriteStall
+	if stall <= 0 || r.client == nil || (r.stallArmedAt > 0 && now-r.stallArmedAt < stall/2) {
+		return
+	}
+	r.stallArmedAt = max(now, 1)
+	_ = r.client.SetWriteDeadline(r.fin.rec.Timeline.Wall().Add(now + stall))
 }
 
 // CloseWithError is called by fasthttp once, when the streamed response is
 // over: err is nil after a clean end, the error our Read returned, or the
 // error writing to the client.
 func (r *relay) CloseWithError(err error) error {
-	r.onClose(err != nil && r.readErr == nil)
+	if r.readErr != nil {
+		err = nil // our own Read ended the stream, not the client
+	}
+	r.onClose(err)
 	return nil
 }
 

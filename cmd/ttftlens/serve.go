@@ -49,6 +49,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
 	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", 0, "deadline for the whole request, e.g. 10m (0 or negative: none, the default)")
 	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
+	fs.DurationVar(&f.cfg.ClientWriteStall, "client-write-stall", 60*time.Second, "longest a client may take no bytes of a stream before the request ends as client_write_stall and its upstream is closed (negative: none)")
 	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
@@ -58,7 +59,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
 	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr: "+strings.Join(logLevels, ", "))
-	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM; those still running then are cut (deadline/shutdown), each with its record")
 	prefixedFlags(fs, "engine-", f.engine.RegisterFlags)
 }
 

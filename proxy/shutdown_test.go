@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/endreason"
+)
+
+// bigContent is a chat chunk of about 16 KiB: a few fill a socket's buffers.
+var bigContent = strings.Repeat("x", 16<<10)
+
+// flood streams big content events until the proxy closes the connection.
+func flood(c *upConn) {
+	c.role()
+	for range 10000 {
+		if !c.content(bigContent) {
+			return
+		}
+	}
+}
+
+// TestShutdownCutsInFlight stops a proxy while streams are in flight past
+// the shutdown grace: every request still ends in exactly one record
+// (deadline / shutdown), every upstream connection is closed (the engines
+// stop), also for a client that stopped reading (its write is blocked),
+// and Shutdown returns, saying how many it cut.
+func TestShutdownCutsInFlight(t *testing.T) {
+	const streams = 20
+	up := startUpstream(t, func(c *upConn) {
+		if strings.Contains(c.body, "stuck") {
+			flood(c)
+			return
+		}
+		c.stream(100000, 20*time.Millisecond)
+	})
+	sink := newCaptureSink(t)
+	p, err := New(Config{Upstream: up.url}, sink, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = p.Serve(ln)
+	}()
+	addr := ln.Addr().String()
+
+	for range streams - 1 {
+		_, br := rawClient(t, addr, chatBody)
+		readUntil(t, br, "t0 ") // streaming
+	}
+	// One client reads its headers and then nothing: the proxy's write to
+	// it blocks once the socket buffers are full.
+	_, br := rawClient(t, addr, strings.Replace(chatBody, `"hi"`, `"stuck"`, 1))
+	readUntil(t, br, "\r\n\r\n")
+	var conns []*upConn
+	for range streams {
+		conns = append(conns, up.request(t))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = p.Shutdown(ctx)
+	if err == nil || !strings.Contains(err.Error(), "cut 20 requests") {
+		t.Errorf("Shutdown: %v, want it to say it cut 20 requests", err)
+	}
+	<-served
+	for range streams {
+		r := sink.next(t)
+		if r.Reason != endreason.Deadline || r.Detail != endreason.DetailShutdown {
+			t.Errorf("record %s/%s (%s), want deadline/shutdown", r.Reason, r.Detail, r.Error)
+		}
+	}
+	sink.none(t, 100*time.Millisecond)
+	for i, c := range conns {
+		if _, ok := c.waitGone(5 * time.Second); !ok {
+			t.Errorf("upstream connection %d still open after the cut", i)
+		}
+	}
+	if n := p.InFlight(); n != 0 {
+		t.Errorf("%d requests still in flight", n)
+	}
+}
+
+// TestClientWriteStall pauses a client that stays connected but stops
+// reading a long stream: the request ends as the client's doing
+// (client_cancel / client_write_stall), its record is written while the
+// client is still paused, and the upstream connection is closed.
+func TestClientWriteStall(t *testing.T) {
+	up := startUpstream(t, flood)
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.ClientWriteStall = 300 * time.Millisecond })
+	conn, br := rawClient(t, addr, chatBody)
+	readUntil(t, br, "\r\n\r\n") // then read nothing more
+
+	r := sink.next(t)
+	if r.Reason != endreason.ClientCancel || r.Detail != endreason.DetailClientWriteStall || r.Phase != endreason.PhaseDecoding {
+		t.Errorf("record %s/%s phase %s, want client_cancel/client_write_stall while decoding", r.Reason, r.Detail, r.Phase)
+	}
+	if _, ok := up.request(t).waitGone(5 * time.Second); !ok {
+		t.Error("upstream connection still open")
+	}
+	conn.Close()
+}
+
+// TestClientWriteStallSparesSlowReaders checks that the limit counts only
+// time the client takes no bytes: a client that reads slowly but steadily,
+// and an upstream silent for longer than the limit between events, do not
+// end the request.
+func TestClientWriteStallSparesSlowReaders(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	up := startUpstream(t, func(c *upConn) {
+		c.role()
+		for i := range 12 {
+			if !c.content(bigContent[:4<<10]) {
+				return
+			}
+			if i == 5 {
+				time.Sleep(2 * stall) // silent upstream, attentive client
+			}
+		}
+		c.finish("stop")
+		c.done()
+		c.end()
+	})
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.ClientWriteStall = stall })
+	_, br := rawClient(t, addr, chatBody)
+	buf := make([]byte, 1<<10)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "[DONE]") {
+		time.Sleep(2 * time.Millisecond) // slow, and steady
+		n, err := br.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("read: %v after %d bytes", err, got.Len())
+		}
+	}
+	if r := sink.next(t); r.Reason != endreason.Stop {
+		t.Errorf("record %s/%s, want stop", r.Reason, r.Detail)
+	}
+}
