@@ -383,6 +383,16 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	}
 	if status < 300 && isJSON {
 		s := x.sig.Event(body, tl)
+		if s.Malformed || s.BadUTF8 {
+			// Nothing was sent yet: the client gets an error, not a broken body.
+			x.fin.facts.Read = endreason.ReadMalformed
+			if s.BadUTF8 {
+				x.fin.facts.Read = endreason.ReadBadUTF8
+			}
+			x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.fin.fail(errMalformedBody).Error())
+			x.finish()
+			return
+		}
 		x.relay.observe(s, tl.Now())
 		if s.Content {
 			tl.Mark(stages.FirstTokenFlushed) // written with the whole body

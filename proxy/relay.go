@@ -310,6 +310,7 @@ func isTimeout(err error) bool {
 
 var (
 	errMalformedEvent = errors.New("upstream sent an event whose data is not JSON")
+	errMalformedBody  = errors.New("upstream sent a JSON response body that is not valid JSON (or not UTF-8)")
 	errInvalidUTF8    = errors.New("upstream sent an event that is not valid UTF-8")
 	errNoDone         = errors.New("upstream ended the stream without a finish reason or [DONE]")
 	errBodyTooLarge   = errors.New("upstream response body larger than the limit")
