@@ -2,11 +2,22 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/record"
 
 	"github.com/ttftlens/ttftlens/endreason"
 )
@@ -76,6 +87,10 @@ var faultMenu = []engineFault{
 		endreason.DetailTTFTDeadline, endreason.DetailTTFTDeadline},
 }
 
+// longStream is the request the soak's shutdown cuts.
+var longStream = engineFault{"long", func(c *upConn, _ bool) { c.stream(100000, 10*time.Millisecond) },
+	endreason.DetailShutdown, endreason.DetailShutdown}
+
 // The clients: one reads its whole response, one leaves before any of it,
 // one after the first bytes.
 const (
@@ -98,7 +113,7 @@ func faultByBody(body string) *engineFault {
 			return &faultMenu[i]
 		}
 	}
-	return &faultMenu[0]
+	return &longStream
 }
 
 // matrixUpstream runs the fault the request names; for a client that
@@ -107,6 +122,9 @@ func faultByBody(body string) *engineFault {
 // bytes when the client waits for those.
 func matrixUpstream(t *testing.T) *testUpstream {
 	return startUpstream(t, func(c *upConn) {
+		if ch, ok := arrivals.LoadAndDelete(c.req.Header.Get("X-Request-Id")); ok {
+			close(ch.(chan struct{}))
+		}
 		f := faultByBody(c.body)
 		stream := strings.Contains(c.body, `"stream":true`)
 		switch {
@@ -126,6 +144,13 @@ func matrixUpstream(t *testing.T) *testUpstream {
 	})
 }
 
+// arrivals maps a request id to a channel the upstream closes when the
+// request reaches it, so that a client leaves only once its request is in
+// flight.
+var arrivals sync.Map
+
+var requestSeq atomic.Int64
+
 // sendAs sends one request as the client behaviour says, on a raw
 // connection, and returns once the client has read what it reads.
 func sendAs(t *testing.T, addr, body string, behaviour int) {
@@ -135,6 +160,17 @@ func sendAs(t *testing.T, addr, body string, behaviour int) {
 		return
 	}
 	defer conn.Close()
+	id := fmt.Sprintf("req-%d", requestSeq.Add(1))
+	arrived := make(chan struct{})
+	arrivals.Store(id, arrived)
+	defer arrivals.Delete(id)
+	waitArrival := func() {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Errorf("request %s never reached the upstream", id)
+		}
+	}
 	path := "/v1/chat/completions"
 	switch behaviour {
 	case clientLeavesEarly:
@@ -142,16 +178,25 @@ func sendAs(t *testing.T, addr, body string, behaviour int) {
 	case clientLeavesAfterFirstBytes:
 		path += "?leave=late"
 	}
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", path, len(body), body)
+	// A client that waits has a short first-token deadline (the silent
+	// upstream's end); one that leaves has a long one, so its leaving, not
+	// the deadline, ends the request however loaded the machine.
+	ttftMs := 30000
+	if behaviour == clientReads {
+		ttftMs = 300
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nX-Ttftlens-TTFT-Deadline-Ms: %d\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		path, id, ttftMs, len(body), body)
 	br := bufio.NewReader(conn)
 	switch behaviour {
 	case clientLeavesEarly:
-		time.Sleep(20 * time.Millisecond) // the request reaches the upstream
+		waitArrival()
 	case clientLeavesAfterFirstBytes:
+		waitArrival()
 		if strings.Contains(body, `"stream":true`) {
 			_, _ = br.ReadString('\n') // the status line: the response started
 		} else {
-			time.Sleep(50 * time.Millisecond) // the upstream started its body; nothing reaches the client before its end
+			time.Sleep(10 * time.Millisecond) // the upstream started its body; nothing reaches the client before its end
 		}
 	default:
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -181,7 +226,7 @@ func expected(f *engineFault, stream bool, behaviour int) (endreason.Reason, end
 // exactly one record, with the documented end.
 func TestFaultMatrix(t *testing.T) {
 	up := matrixUpstream(t)
-	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.FirstTokenTimeout = 300 * time.Millisecond })
+	addr, sink, _ := startProxy(t, up.url, nil)
 	for _, f := range faultMenu {
 		for _, stream := range []bool{true, false} {
 			for behaviour := range numClientBehaviours {
@@ -197,5 +242,176 @@ func TestFaultMatrix(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// countSink counts records by end detail.
+type countSink struct {
+	mu      sync.Mutex
+	n       int
+	details map[endreason.Detail]int
+}
+
+func (s *countSink) Emit(r *record.Record) {
+	s.mu.Lock()
+	s.n++
+	s.details[r.Detail]++
+	s.mu.Unlock()
+}
+
+func (s *countSink) count() (int, map[endreason.Detail]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.details
+}
+
+// countTracker counts requests the handler started and ended.
+type countTracker struct{ started, ended atomic.Int64 }
+
+func (c *countTracker) RequestStarted() { c.started.Add(1) }
+func (c *countTracker) RequestEnded()   { c.ended.Add(1) }
+
+// requestsTotal sums ttftlens_requests_total over its series.
+func requestsTotal(t *testing.T, reg *prometheus.Registry) int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range families {
+		if mf.GetName() == "ttftlens_requests_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int(n)
+}
+
+// openFiles counts the process's open file descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
+}
+
+// TestSoak sends a few thousand requests with random upstream faults,
+// streamed or not, from clients that read all or leave, then cuts a batch
+// of long streams with a shutdown: every request the handler started ends
+// in exactly one record and one count in the metrics, and after the proxy
+// and upstream stop no file descriptor is left open (goroutines: TestMain's
+// goleak).
+func TestSoak(t *testing.T) {
+	const requests, workers, cutStreams = 3000, 16, 40
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	type job struct {
+		body      string
+		behaviour int
+		want      endreason.Detail
+	}
+	jobs := make([]job, requests)
+	for i := range jobs {
+		f := &faultMenu[rng.IntN(len(faultMenu))]
+		stream, behaviour := rng.IntN(2) == 0, rng.IntN(numClientBehaviours)
+		_, want := expected(f, stream, behaviour)
+		jobs[i] = job{requestBody(f.name, stream), behaviour, want}
+	}
+
+	files := openFiles(t)
+	up := matrixUpstream(t)
+	reg := prometheus.NewRegistry()
+	name := strings.TrimPrefix(up.url, "http://")
+	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: []string{name}, Models: []string{"m"}})
+	counts := &countSink{details: map[endreason.Detail]int{}}
+	tracker := &countTracker{}
+	p, err := New(Config{Upstream: up.url, Tracker: tracker},
+		record.Sinks{counts, metrics}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = p.Serve(ln)
+	}()
+	addr := ln.Addr().String()
+
+	want := map[endreason.Detail]int{}
+	for _, j := range jobs {
+		want[j.want]++
+	}
+	next := make(chan job)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				sendAs(t, addr, j.body, j.behaviour)
+			}
+		}()
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	waitFor(t, func() bool { n, _ := counts.count(); return n == requests })
+	n, got := counts.count()
+	for d := range got {
+		if got[d] != want[d] {
+			t.Errorf("%d records %s, want %d", got[d], d, want[d])
+		}
+	}
+	if started := tracker.started.Load(); started != requests || n != requests || requestsTotal(t, reg) != requests {
+		t.Errorf("requests %d, handler started %d, records %d, requests_total %d", requests, started, n, requestsTotal(t, reg))
+	}
+
+	// A shutdown in the middle of long streams: each is cut, with its record.
+	var clients []net.Conn
+	for range cutStreams {
+		conn, br := rawClient(t, addr, requestBody("long", true))
+		clients = append(clients, conn)
+		readUntil(t, br, "t0 ")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(ctx); err == nil {
+		t.Error("Shutdown cut nothing")
+	}
+	<-served
+	n, got = counts.count()
+	if n != requests+cutStreams || got[endreason.DetailShutdown] != cutStreams || requestsTotal(t, reg) != n ||
+		tracker.started.Load() != int64(n) || tracker.ended.Load() != int64(n) {
+		t.Errorf("after the cut: records %d (%d shutdown), requests_total %d, started %d, ended %d; want %d",
+			n, got[endreason.DetailShutdown], requestsTotal(t, reg), tracker.started.Load(), tracker.ended.Load(), requests+cutStreams)
+	}
+
+	for _, c := range clients {
+		c.Close()
+	}
+	up.close()
+	waitFor(t, func() bool { return openFiles(t) <= files })
+	if now := openFiles(t); now > files {
+		t.Errorf("%d files open after the soak, %d before", now, files)
+	}
+}
+
+// waitFor polls cond for up to 10 s: for states that settle once the
+// goroutines serving the last requests finish.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
