@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/ttftlens/ttftlens/endreason"
@@ -185,4 +186,41 @@ func TestKindFor(t *testing.T) {
 			t.Errorf("KindFor(%s, %s) = %s, want %s", tt.path, tt.upstream, got, tt.want)
 		}
 	}
+}
+
+// FuzzDetect feeds identification arbitrary headers, models bodies and
+// Server headers: it names one of the kinds, and never panics.
+func FuzzDetect(f *testing.F) {
+	f.Add("prefill;dur=1", `{"data":[{"id":"m","owned_by":"vllm"}]}`, "uvicorn")
+	f.Add("", `{"models":[{"name":"llama3"}]}`, "")
+	f.Add("", `{"model_id":"x","version":"2.0"}`, "text-generation-inference")
+	f.Add("", `{"data":[{"id":"m","owned_by":"llamacpp"}]}`, "llama.cpp")
+	f.Fuzz(func(t *testing.T, serverTiming, body, server string) {
+		h := headers(map[string]string{"Server-Timing": serverTiming, "Server": server})
+		if kind := Detect(h, []byte(body), []byte(server)); !slices.Contains(Kinds, kind) {
+			t.Fatalf("Detect = %q, not a kind", kind)
+		}
+	})
+}
+
+// FuzzReport feeds a request's report arbitrary comments and headers: no
+// panic, and the source is one it can name.
+func FuzzReport(f *testing.F) {
+	f.Add("server-timing prefill;dur=2", "queue;dur=1", "ttftlens-phase queued")
+	f.Add("ttftlens-phase prefill", `a;dur="x"`, "server-timing ,,;;")
+	f.Fuzz(func(t *testing.T, comment, header, comment2 string) {
+		for _, kind := range Kinds {
+			var r Report
+			tl := newTL()
+			r.Begin(kind, headers(map[string]string{FaultHeader: comment2}))
+			r.Headers(headers(map[string]string{"Server-Timing": header}), tl)
+			r.Comment([]byte(comment), tl)
+			r.Comment([]byte(comment2), tl)
+			r.End(headers(nil), tl)
+			if src := r.Source(); src != "" && src != SourceServerTiming && src != kind {
+				t.Fatalf("%s: source %q", kind, src)
+			}
+			_ = r.Phase(true, tl)
+		}
+	})
 }
