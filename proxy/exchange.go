@@ -399,9 +399,14 @@ func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
 		x.fin.facts.ConnectFailed = true
 		rec.Error = "upstream " + rec.Upstream + " unreachable: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", rec.Error)
+	case headersTooLarge(err):
+		x.fin.facts.HeadersTooLarge = true
+		rec.Error = "upstream " + rec.Upstream + " sent response headers over " +
+			strconv.Itoa(x.p.cfg.MaxUpstreamHeaderBytes) + " bytes (--max-upstream-header-bytes)"
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 	default:
 		x.fin.facts.ClosedBeforeResponse = true
-		rec.Error = "upstream " + rec.Upstream + " closed the connection before responding: " + err.Error()
+		rec.Error = "upstream " + rec.Upstream + " failed before responding: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 	}
 	x.finish()

@@ -28,11 +28,19 @@ type upstream struct {
 	load engineLoad // its waiting and running counts, when scraped
 }
 
+// An upstream response's status line and headers are parsed whole in the
+// read buffer of its exchange, so the buffer's size is their limit. Each
+// exchange in flight holds one; idle pooled connections hold none.
+const (
+	defaultUpstreamHeaderBytes = 16 << 10
+	minUpstreamHeaderBytes     = 1 << 10
+)
+
 // UpstreamName checks an upstream base URL as the proxy reads it and
 // returns the upstream's label in records and metrics: name, or its
 // host:port when name is empty.
 func UpstreamName(rawURL, name string) (string, error) {
-	up, err := newUpstream(rawURL, name)
+	up, err := newUpstream(rawURL, name, defaultUpstreamHeaderBytes)
 	if err != nil {
 		return "", err
 	}
@@ -40,8 +48,9 @@ func UpstreamName(rawURL, name string) (string, error) {
 }
 
 // newUpstream parses an http:// or https:// base URL. name labels the
-// upstream in records and metrics; empty means its host:port.
-func newUpstream(rawURL, name string) (*upstream, error) {
+// upstream in records and metrics; empty means its host:port. maxHeaderBytes
+// bounds a response's status line and headers.
+func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -88,6 +97,7 @@ func newUpstream(rawURL, name string) (*upstream, error) {
 			// ReadTimeout stays 0: it would cap the whole stream. The
 			// proxy's watchdog bounds time to first token and idle gaps.
 			WriteTimeout:                  10 * time.Second,
+			ReadBufferSize:                maxHeaderBytes,
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
@@ -108,7 +118,24 @@ type exchangeError struct {
 	err     error
 }
 
-func (e *exchangeError) Error() string { return e.err.Error() }
+// Error says how the exchange failed from the error's kind, never its
+// text past the connect: fasthttp's header parse errors quote the bytes
+// read, which may hold the upstream's cookies or keys.
+func (e *exchangeError) Error() string {
+	var op *net.OpError
+	switch {
+	case e.connect, !e.sent:
+		return e.err.Error() // dialing, or writing our own request
+	case headersTooLarge(e.err):
+		return "response headers over the limit"
+	case isClosedBeforeResponse(e.err):
+		return "the connection closed before any response byte"
+	case errors.As(e.err, &op):
+		return "reading the response failed: " + op.Error()
+	}
+	return "the response headers could not be read (malformed, or the connection failed)"
+}
+
 func (e *exchangeError) Unwrap() error { return e.err }
 
 // roundTrip sends req on a pooled connection and reads the response headers;
@@ -201,12 +228,19 @@ func isClosedBeforeResponse(err error) bool {
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
+// headersTooLarge reports response headers that did not fit the read
+// buffer (Config.MaxUpstreamHeaderBytes).
+func headersTooLarge(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
+}
+
 // countingConn counts arrivals: reads that returned bytes after a read that
 // had room to spare, so the relay can tell events that arrived together
 // (held back upstream and released at once) from events that each needed a
-// read of their own. A read that fills the caller's buffer (4
-// KiB, fasthttp's reader) left more waiting in the socket, so the read after
-// it is part of the same arrival. Only the goroutine using the connection
+// read of their own. A read that fills the caller's buffer (the exchange's
+// read buffer) left more waiting in the socket, so the read after it is
+// part of the same arrival. Only the goroutine using the connection
 // reads or touches the fields.
 type countingConn struct {
 	net.Conn
