@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -139,10 +140,11 @@ func (e *exchangeError) Error() string {
 func (e *exchangeError) Unwrap() error { return e.err }
 
 // roundTrip sends req on a pooled connection and reads the response headers;
-// the body is left to stream from body. It retries once, on a fresh
-// connection, when a reused keep-alive connection turns out to be closed
-// before any response byte (the engine closed it while idle). It marks
-// UpstreamSent on tl once the request is written.
+// the body is left to stream from body. It marks UpstreamSent on tl when the
+// request is written. A reused keep-alive connection that fails before any
+// response byte was closed by the engine while idle (its keep-alive
+// timeout, a restart): the engine never saw the request, so it is sent once
+// more, on a connection dialed for it.
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
@@ -150,25 +152,24 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // once the headers are read, and offers no way to close the connection
 // meanwhile.
 func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
-	for attempt := 0; ; attempt++ {
-		reused, err := u.tryRoundTrip(req, resp, ab, tl, body)
-		if err == nil {
-			return nil
-		}
-		var xe *exchangeError
-		retriable := reused && attempt == 0 && errors.As(err, &xe) && !xe.connect && isClosedBeforeResponse(xe.err)
-		if !retriable {
-			return err
-		}
-		if ab.aborted() != nil {
-			return err
-		}
+	reused, err := u.tryRoundTrip(req, resp, ab, tl, body, false)
+	if err != nil && reused && isStale(err) && ab.aborted() == nil {
+		_, err = u.tryRoundTrip(req, resp, ab, tl, body, true)
 	}
+	return err
 }
 
-func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (reused bool, err error) {
+// tryRoundTrip is one attempt of roundTrip, on a pooled connection or, with
+// fresh, on a newly dialed one.
+func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (reused bool, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
+	// The pool hands out its idle connections before it dials: those are
+	// closed on the way, as likely stale as the one that failed.
+	for fresh && err == nil && !cc.LastUseTime().IsZero() {
+		hc.CloseConn(cc)
+		cc, err = hc.AcquireConn(0, false)
+	}
 	if err != nil {
 		return false, &exchangeError{connect: true, err: err}
 	}
@@ -200,7 +201,7 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		return fail(true, err)
 	}
-	tl.Mark(stages.UpstreamSent)
+	tl.MarkAt(stages.UpstreamSent, tl.Now()) // a retry's send replaces the stale one
 
 	resp.StreamBody = true
 	resp.Header.DisableNormalizing()
@@ -226,6 +227,20 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 func isClosedBeforeResponse(err error) bool {
 	var nothing *fasthttp.ErrNothingRead
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
+}
+
+// isStale reports a failure that a connection closed by its peer explains:
+// writing the request hit the peer's close, or the connection closed before
+// any response byte.
+func isStale(err error) bool {
+	var xe *exchangeError
+	if !errors.As(err, &xe) || xe.connect {
+		return false
+	}
+	if !xe.sent && (errors.Is(xe.err, syscall.EPIPE) || errors.Is(xe.err, syscall.ECONNRESET)) {
+		return true
+	}
+	return isClosedBeforeResponse(xe.err)
 }
 
 // headersTooLarge reports response headers that did not fit the read

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ttftlens/ttftlens/endreason"
@@ -72,5 +74,90 @@ func TestUpstreamLimits(t *testing.T) {
 				t.Errorf("the record's error quotes upstream bytes: %q", r.Error)
 			}
 		})
+	}
+}
+
+// TestStaleConnectionsAfterRestart restarts the upstream (its listener and
+// every connection closed, then a new listener on the same port) while the
+// proxy holds several idle keep-alive connections to it. Every request
+// after the restart succeeds; in gateway mode, where a single failure
+// ejects the upstream, it stays in rotation.
+func TestStaleConnectionsAfterRestart(t *testing.T) {
+	const pooled = 4
+	tests := []struct {
+		name  string
+		start func(t *testing.T, upstreamURL string) (string, *captureSink)
+		body  string
+	}{
+		{"pass-through", func(t *testing.T, upstreamURL string) (string, *captureSink) {
+			addr, sink, _ := startProxy(t, upstreamURL, nil)
+			return addr, sink
+		}, chatBody},
+		{"gateway, ejection after one failure", func(t *testing.T, upstreamURL string) (string, *captureSink) {
+			return startGateway(t, `
+routes: [{model: m, pool: p}]
+pools: [{name: p, upstreams: [UP_A], ejection: {consecutive_failures: 1, duration: 1m}}]
+`, map[string]string{"UP_A": upstreamURL})
+		}, chat("m", "")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The first upstream holds each request until all are in, so the
+			// proxy opens a connection for each and then pools them.
+			var mu sync.Mutex
+			arrived, all := 0, make(chan struct{})
+			up := startUpstream(t, func(c *upConn) {
+				mu.Lock()
+				if arrived++; arrived == pooled {
+					close(all)
+				}
+				mu.Unlock()
+				<-all
+				c.stream(1, 0)
+			})
+			addr, sink := tt.start(t, up.url)
+			requestsSucceed(t, addr, sink, tt.body, pooled)
+			up.mu.Lock()
+			conns := map[*net.TCPConn]bool{}
+			for _, c := range up.conns {
+				conns[c.conn] = true
+			}
+			up.mu.Unlock()
+			if len(conns) != pooled {
+				t.Fatalf("the proxy used %d upstream connections, want %d to pool", len(conns), pooled)
+			}
+
+			up.close()
+			ln, err := net.Listen("tcp", up.ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveUpstream(t, ln, func(c *upConn) { c.stream(1, 0) })
+			for range 3 {
+				requestsSucceed(t, addr, sink, tt.body, 3)
+			}
+		})
+	}
+}
+
+// requestsSucceed sends n requests at once and checks that each got a 200
+// and a record that ended in a stop.
+func requestsSucceed(t *testing.T, addr string, sink *captureSink, body string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, b, err := post(t, addr, body); err != nil || resp.StatusCode != 200 {
+				t.Errorf("request: %v, status %d, body %.200q", err, resp.StatusCode, b)
+			}
+		}()
+	}
+	wg.Wait()
+	for range n {
+		if r := sink.next(t); r.Reason != endreason.Stop {
+			t.Errorf("record %s/%s (error %q)", r.Reason, r.Detail, r.Error)
+		}
 	}
 }
