@@ -351,17 +351,19 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	ct := x.resp.Header.ContentType()
 	isJSON := bytes.Contains(ct, []byte("json"))
 	if status >= 400 {
-		rec.Error = "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+		rec.Error = upstreamAnswered(status, body)
 	}
 	switch {
 	case status >= 400 && !isJSON:
-		// Keep the status, give the client the error shape it expects.
-		x.respondError(ctx, status, "upstream_error", rec.Error)
+		// Keep the status, give the client the error shape it expects, with
+		// the upstream's words as they are (the record's are redacted).
+		msg := "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+		x.respondError(ctx, status, "upstream_error", msg)
 		x.finish()
 		return
 	case rec.Streaming && status < 300 && !isJSON:
 		x.fin.facts.BadContentType = true
-		rec.Error = "upstream answered a stream request with content type " + string(ct)
+		rec.Error = "upstream answered a stream request with content type " + redact(string(ct))
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 		x.finish()
 		return
@@ -420,6 +422,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	x.fin.fail(err)
+	x.fin.rec.Error = redact(x.fin.rec.Error) // it may quote an upstream header
 	x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.fin.rec.Error)
 	x.finish()
 }

@@ -161,3 +161,45 @@ func requestsSucceed(t *testing.T, addr string, sink *captureSink, body string, 
 		}
 	}
 }
+
+// TestUpstreamSecretsNotRecorded has upstream error bodies echo a
+// credential: the client gets the upstream's words unchanged (they are
+// its), the record (logged, shown on the requests page) never has the
+// credential: nothing of a 401 or 403 body, the rest redacted.
+func TestUpstreamSecretsNotRecorded(t *testing.T) {
+	const secret = "9f8e7d6c5b4a3210"
+	tests := []struct {
+		name        string
+		status      int
+		contentType string
+		body        string
+		recorded    string // the record's error has this
+	}{
+		{"401 JSON", 401, "application/json", `{"error":{"message":"Incorrect API key provided: ` + secret + `"}}`,
+			"upstream answered 401"},
+		{"403 text", 403, "text/plain", "key " + secret + " may not use this model", "upstream answered 403"},
+		{"400 quoting a bearer header", 400, "application/json", `{"error":{"message":"got Authorization: Bearer ` + secret + `"}}`,
+			"Bearer [redacted]"},
+		{"500 quoting a key parameter", 500, "text/html", "<p>GET /v1/models?api_key=" + secret + "&x=1 failed</p>",
+			"api_key=[redacted]"},
+		{"502 quoting an sk- key", 502, "application/json", `{"error":{"message":"key sk-live-` + secret + ` revoked"}}`,
+			"sk-[redacted]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startUpstream(t, func(c *upConn) { c.whole(tt.status, tt.contentType, tt.body) })
+			addr, sink, _ := startProxy(t, up.url, nil)
+			resp, body, err := post(t, addr, chatBody)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.status || !strings.Contains(body, secret) {
+				t.Errorf("client got %d %.300q, want %d with the upstream's words", resp.StatusCode, body, tt.status)
+			}
+			r := sink.next(t)
+			if strings.Contains(r.Error, secret) || !strings.Contains(r.Error, tt.recorded) {
+				t.Errorf("record's error %q, want it with %q and without the secret", r.Error, tt.recorded)
+			}
+		})
+	}
+}
