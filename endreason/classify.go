@@ -43,13 +43,14 @@ type ReadEnd uint8
 
 // The read endings. ReadClean is io.EOF at a message boundary.
 const (
-	ReadClean     ReadEnd = iota
-	ReadReset             // connection reset by the upstream
-	ReadTruncated         // EOF inside a chunked or fixed-length body, or inside an event
-	ReadFailed            // any other read error
-	ReadTooLarge          // an event or body over our limit
-	ReadMalformed         // bytes that are not the protocol (data that is not JSON)
-	ReadBadUTF8           // data that is not valid UTF-8
+	ReadClean        ReadEnd = iota
+	ReadReset                // connection reset by the upstream
+	ReadTruncated            // EOF inside a chunked or fixed-length body, or inside an event
+	ReadFailed               // any other read error
+	ReadTooLarge             // an event over our limit
+	ReadBodyTooLarge         // a non-streamed body over our limit
+	ReadMalformed            // bytes that are not the protocol (data that is not JSON)
+	ReadBadUTF8              // data that is not valid UTF-8
 )
 
 // Facts are what the proxy observed about one request. The zero value is a
@@ -71,6 +72,8 @@ type Facts struct {
 	// ClosedBeforeResponse: the upstream closed the connection before any
 	// response byte.
 	ClosedBeforeResponse bool
+	// HeadersTooLarge: the upstream's response headers were over our limit.
+	HeadersTooLarge bool
 	// Status is the upstream HTTP status (0 when none arrived).
 	Status int
 	// BadContentType: a streaming request got a 2xx that is not a stream.
@@ -103,6 +106,8 @@ func Classify(f Facts) (Reason, Detail) {
 		return Deadline, f.Deadline
 	case f.ConnectFailed:
 		return WorkerFailure, DetailConnectFailed
+	case f.HeadersTooLarge:
+		return WorkerFailure, DetailHeadersTooLarge
 	case f.ClosedBeforeResponse:
 		return UpstreamDisconnect, DetailClosedBeforeResp
 	case f.Status >= 500:
@@ -123,6 +128,8 @@ func Classify(f Facts) (Reason, Detail) {
 		return WorkerFailure, DetailEngineAbort
 	case f.Read == ReadTooLarge:
 		return WorkerFailure, DetailEventTooLarge
+	case f.Read == ReadBodyTooLarge:
+		return WorkerFailure, DetailUpstreamBodyTooLarge
 	case f.Read == ReadMalformed:
 		return WorkerFailure, DetailMalformedEvent
 	case f.Read == ReadBadUTF8:

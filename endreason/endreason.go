@@ -99,7 +99,8 @@ const (
 	DetailMalformedEvent       Detail = "malformed_event"
 	DetailInvalidUTF8          Detail = "invalid_utf8"
 	DetailBadContentType       Detail = "unexpected_content_type"
-	DetailUpstreamBodyTooLarge Detail = "upstream_body_too_large" // the upstream's response body over our limit
+	DetailUpstreamBodyTooLarge Detail = "upstream_body_too_large"    // the upstream's non-streamed response body over our limit
+	DetailHeadersTooLarge      Detail = "upstream_headers_too_large" // the upstream's response headers over our limit
 	DetailResetMidStream       Detail = "reset_mid_stream"
 	DetailTruncatedBody        Detail = "truncated_body"
 	DetailEOFWithoutDone       Detail = "eof_without_done"
@@ -157,6 +158,7 @@ var detailReasons = map[Detail]Reason{
 	DetailInvalidUTF8:          WorkerFailure,
 	DetailBadContentType:       WorkerFailure,
 	DetailUpstreamBodyTooLarge: WorkerFailure,
+	DetailHeadersTooLarge:      WorkerFailure,
 	DetailProxyPanic:           WorkerFailure,
 	DetailResetMidStream:       UpstreamDisconnect,
 	DetailTruncatedBody:        UpstreamDisconnect,

@@ -207,8 +207,6 @@ func TestClassify(t *testing.T) {
 		{"rejected: no upstream", Facts{Rejected: WorkerFailure, RejectedDetail: "no_healthy_upstream"},
 			WorkerFailure, "no_healthy_upstream"},
 		{"proxy panic", Facts{Rejected: WorkerFailure, RejectedDetail: DetailProxyPanic}, WorkerFailure, DetailProxyPanic},
-		{"upstream body too large", Facts{Rejected: WorkerFailure, RejectedDetail: DetailUpstreamBodyTooLarge},
-			WorkerFailure, DetailUpstreamBodyTooLarge},
 
 		// Deadlines pass their detail through.
 		{"ttft deadline", Facts{Deadline: DetailTTFTDeadline}, Deadline, DetailTTFTDeadline},
@@ -222,6 +220,7 @@ func TestClassify(t *testing.T) {
 		// Upstream status.
 		{"connect failed", Facts{ConnectFailed: true}, WorkerFailure, DetailConnectFailed},
 		{"closed before response", Facts{ClosedBeforeResponse: true}, UpstreamDisconnect, DetailClosedBeforeResp},
+		{"headers too large", Facts{HeadersTooLarge: true}, WorkerFailure, DetailHeadersTooLarge},
 		{"500", Facts{Status: 500}, WorkerFailure, DetailUpstream5xx},
 		{"503 streaming", Facts{Status: 503, Stream: true}, WorkerFailure, DetailUpstream5xx},
 		{"599", Facts{Status: 599}, WorkerFailure, DetailUpstream5xx},
@@ -240,6 +239,7 @@ func TestClassify(t *testing.T) {
 		{"engine error finish", with(func(f *Facts) { f.Finish = FinishError }), WorkerFailure, DetailEngineError},
 		{"engine abort finish", with(func(f *Facts) { f.Finish = FinishAbort }), WorkerFailure, DetailEngineAbort},
 		{"event too large", with(func(f *Facts) { f.Read = ReadTooLarge }), WorkerFailure, DetailEventTooLarge},
+		{"whole body too large", Facts{Status: 200, Read: ReadBodyTooLarge}, WorkerFailure, DetailUpstreamBodyTooLarge},
 		{"malformed event", with(func(f *Facts) { f.Read = ReadMalformed }), WorkerFailure, DetailMalformedEvent},
 		{"bad utf8", with(func(f *Facts) { f.Read = ReadBadUTF8 }), WorkerFailure, DetailInvalidUTF8},
 		{"reset", with(func(f *Facts) { f.Read = ReadReset; f.Done = false }), UpstreamDisconnect, DetailResetMidStream},
@@ -250,13 +250,16 @@ func TestClassify(t *testing.T) {
 
 		// Precedence, peeled one cause at a time from a request where
 		// everything went wrong: rejection > client gone > deadline >
-		// connect > closed before response > status > content type >
+		// connect > headers too large > closed before response > status > content type >
 		// error event > engine finish > read ending.
 		{"prec: rejection first", everything, PolicyBlock, "quota_exceeded"},
 		{"prec: client gone", peel(func(f *Facts) { f.Rejected = 0 }), ClientCancel, DetailClientClosed},
 		{"prec: deadline", peel(func(f *Facts) { f.Rejected = 0; f.ClientGone = false }), Deadline, DetailTTFTDeadline},
 		{"prec: connect", peel(func(f *Facts) { f.Rejected = 0; f.ClientGone = false; f.Deadline = "" }),
 			WorkerFailure, DetailConnectFailed},
+		{"prec: headers too large", peel(func(f *Facts) {
+			f.Rejected, f.ClientGone, f.Deadline, f.ConnectFailed, f.HeadersTooLarge = 0, false, "", false, true
+		}), WorkerFailure, DetailHeadersTooLarge},
 		{"prec: closed before response", peel(func(f *Facts) {
 			f.Rejected = 0
 			f.ClientGone = false
@@ -317,7 +320,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailConnectFailed: WorkerFailure, DetailUpstream5xx: WorkerFailure, DetailErrorEvent: WorkerFailure,
 		DetailEngineError: WorkerFailure, DetailEngineAbort: WorkerFailure, DetailEventTooLarge: WorkerFailure,
 		DetailMalformedEvent: WorkerFailure, DetailInvalidUTF8: WorkerFailure, DetailBadContentType: WorkerFailure,
-		DetailUpstreamBodyTooLarge: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
+		DetailUpstreamBodyTooLarge: WorkerFailure, DetailHeadersTooLarge: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
 		DetailTruncatedBody: UpstreamDisconnect, DetailEOFWithoutDone: UpstreamDisconnect,
 		DetailReadFailed: UpstreamDisconnect, DetailClosedBeforeResp: UpstreamDisconnect,
 		DetailMalformedRequest: InvalidRequest, DetailProxyPanic: WorkerFailure,
@@ -331,12 +334,12 @@ func TestClassifyCovers(t *testing.T) {
 		for _, fin := range []Finish{FinishNone, FinishStop, FinishToolCalls, FinishLength, FinishContentFilter,
 			FinishError, FinishAbort, FinishOther} {
 			for rd := ReadClean; rd <= ReadBadUTF8; rd++ {
-				for bits := range 1 << 8 {
+				for bits := range 1 << 9 {
 					own = append(own, Facts{
 						Status: st, Finish: fin, Read: rd,
 						ClientGone: bits&1 != 0, ConnectFailed: bits&2 != 0, ClosedBeforeResponse: bits&4 != 0,
 						BadContentType: bits&8 != 0, ErrorEvent: bits&16 != 0, Stream: bits&32 != 0,
-						Done: bits&64 != 0, ClientStalled: bits&128 != 0,
+						Done: bits&64 != 0, ClientStalled: bits&128 != 0, HeadersTooLarge: bits&256 != 0,
 					})
 				}
 			}
@@ -362,7 +365,7 @@ func TestClassifyCovers(t *testing.T) {
 	// Pass-through details (rejections and deadlines) come from the caller.
 	passThrough := map[Detail]bool{
 		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true, DetailShutdown: true,
-		DetailUpstreamBodyTooLarge: true, DetailMalformedRequest: true, DetailProxyPanic: true,
+		DetailMalformedRequest: true, DetailProxyPanic: true,
 		// The gateway's rejections.
 		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,
 		DetailRequestBodyTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,

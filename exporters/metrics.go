@@ -208,8 +208,8 @@ type Metrics struct {
 // connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx without an
 // upstream, missing_api_key with one) would be a series stuck at zero. With
 // 3 models and 2 upstreams (4 model values: the 3 and LabelOther) that is
-// 4×2×34 + 4×14 = 328 series, where the whole product of 42 pairs, 4 models
-// and 4 upstream values would be 640. Upstream LabelOther (a name missing
+// 4×2×35 + 4×14 = 336 series, where the whole product of 43 pairs, 4 models
+// and 4 upstream values would be 688. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.
 //

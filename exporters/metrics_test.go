@@ -322,8 +322,8 @@ func TestMetricsRequestsPlacement(t *testing.T) {
 		}
 	}
 	// The count the NewMetrics doc comment gives for 3 models × 2 upstreams.
-	if len(got) != 328 {
-		t.Errorf("%d requests_total series pre-created, the doc comment says 328", len(got))
+	if len(got) != 336 {
+		t.Errorf("%d requests_total series pre-created, the doc comment says 336", len(got))
 	}
 	// Spot checks of the placement itself.
 	for _, l := range []string{

@@ -366,17 +366,19 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	ct := x.resp.Header.ContentType()
 	isJSON := bytes.Contains(ct, []byte("json"))
 	if status >= 400 {
-		rec.Error = "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+		rec.Error = upstreamAnswered(status, body)
 	}
 	switch {
 	case status >= 400 && !isJSON:
-		// Keep the status, give the client the error shape it expects.
-		x.respondError(ctx, status, "upstream_error", rec.Error)
+		// Keep the status, give the client the error shape it expects, with
+		// the upstream's words as they are (the record's are redacted).
+		msg := "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+		x.respondError(ctx, status, "upstream_error", msg)
 		x.finish()
 		return
 	case rec.Streaming && status < 300 && !isJSON:
 		x.fin.facts.BadContentType = true
-		rec.Error = "upstream answered a stream request with content type " + string(ct)
+		rec.Error = "upstream answered a stream request with content type " + redact(string(ct))
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 		x.finish()
 		return
@@ -424,9 +426,14 @@ func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
 		x.fin.facts.ConnectFailed = true
 		rec.Error = "upstream " + rec.Upstream + " unreachable: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", rec.Error)
+	case headersTooLarge(err):
+		x.fin.facts.HeadersTooLarge = true
+		rec.Error = "upstream " + rec.Upstream + " sent response headers over " +
+			strconv.Itoa(x.p.cfg.MaxUpstreamHeaderBytes) + " bytes (--max-upstream-header-bytes)"
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 	default:
 		x.fin.facts.ClosedBeforeResponse = true
-		rec.Error = "upstream " + rec.Upstream + " closed the connection before responding: " + err.Error()
+		rec.Error = "upstream " + rec.Upstream + " failed before responding: " + err.Error()
 		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
 	}
 	x.finish()
@@ -440,6 +447,7 @@ func (x *exchange) failBeforeFirstEvent(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	x.fin.fail(err)
+	x.fin.rec.Error = redact(x.fin.rec.Error) // it may quote an upstream header
 	x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", x.fin.rec.Error)
 	x.finish()
 }

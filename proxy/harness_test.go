@@ -230,6 +230,12 @@ func startUpstream(t *testing.T, script func(c *upConn)) *testUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveUpstream(t, ln, script)
+}
+
+// serveUpstream runs script for each request that arrives on ln, until the
+// test ends or close.
+func serveUpstream(t *testing.T, ln net.Listener, script func(c *upConn)) *testUpstream {
 	u := &testUpstream{ln: ln, url: "http://" + ln.Addr().String(), script: script, reqs: make(chan *upConn, 100)}
 	u.wg.Add(1)
 	go func() {

@@ -51,7 +51,11 @@ func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Reco
 }
 
 // upstreamFault reports failures that count against the upstream's health:
-// it could not be reached, failed, or broke the stream.
+// it could not be reached, failed, or broke the stream. A pooled connection
+// the upstream had closed while idle is not one: the transport sends the
+// request again on a new connection (upstream.roundTrip), and only that
+// attempt's end becomes a fact. Nor is a response over one of our limits
+// (headers, body, event).
 func upstreamFault(f *endreason.Facts) bool {
 	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 || f.ErrorEvent ||
 		f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||

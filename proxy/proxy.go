@@ -57,6 +57,10 @@ type Config struct {
 	// MaxBodyBytes bounds a request body and a non-streamed upstream
 	// response body (default 16 MiB).
 	MaxBodyBytes int
+	// MaxUpstreamHeaderBytes bounds an upstream response's status line and
+	// headers (default 16 KiB, at least 1 KiB). It is the size of the read
+	// buffer each upstream exchange holds while in flight.
+	MaxUpstreamHeaderBytes int
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
@@ -120,6 +124,8 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("--max-event-bytes %d: negative (0 means the default)", c.MaxEventBytes)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("--max-body-bytes %d: negative (0 means the default)", c.MaxBodyBytes)
+	case c.MaxUpstreamHeaderBytes < 0 || c.MaxUpstreamHeaderBytes > 0 && c.MaxUpstreamHeaderBytes < minUpstreamHeaderBytes:
+		return fmt.Errorf("--max-upstream-header-bytes %d: under %d (0 means the default)", c.MaxUpstreamHeaderBytes, minUpstreamHeaderBytes)
 	case c.Heartbeat < 0:
 		return fmt.Errorf("--heartbeat %v: negative (0 means off)", c.Heartbeat)
 	}
@@ -128,6 +134,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxUpstreamHeaderBytes == 0 {
+		c.MaxUpstreamHeaderBytes = defaultUpstreamHeaderBytes
 	}
 	if c.Clock == nil {
 		c.Clock = stages.Monotonic
@@ -301,7 +310,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	if c, ok := p.clients.Load(u.URL); ok {
 		return c.(*upstream), nil
 	}
-	c, err := newUpstream(u.URL, p.UpstreamLabel(u))
+	c, err := newUpstream(u.URL, p.UpstreamLabel(u), p.cfg.MaxUpstreamHeaderBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -375,7 +375,7 @@ func (r *relay) readWhole() ([]byte, error) {
 		buf = buf[:len(buf)+n]
 		r.scratch = buf
 		if len(buf) > limit {
-			r.fin.facts.Read = endreason.ReadTooLarge
+			r.fin.facts.Read = endreason.ReadBodyTooLarge
 			return nil, errBodyTooLarge
 		}
 		if err == io.EOF {

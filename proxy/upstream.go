@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -28,11 +29,19 @@ type upstream struct {
 	load engineLoad // its waiting and running counts, when scraped
 }
 
+// An upstream response's status line and headers are parsed whole in the
+// read buffer of its exchange, so the buffer's size is their limit. Each
+// exchange in flight holds one; idle pooled connections hold none.
+const (
+	defaultUpstreamHeaderBytes = 16 << 10
+	minUpstreamHeaderBytes     = 1 << 10
+)
+
 // UpstreamName checks an upstream base URL as the proxy reads it and
 // returns the upstream's label in records and metrics: name, or its
 // host:port when name is empty.
 func UpstreamName(rawURL, name string) (string, error) {
-	up, err := newUpstream(rawURL, name)
+	up, err := newUpstream(rawURL, name, defaultUpstreamHeaderBytes)
 	if err != nil {
 		return "", err
 	}
@@ -40,8 +49,9 @@ func UpstreamName(rawURL, name string) (string, error) {
 }
 
 // newUpstream parses an http:// or https:// base URL. name labels the
-// upstream in records and metrics; empty means its host:port.
-func newUpstream(rawURL, name string) (*upstream, error) {
+// upstream in records and metrics; empty means its host:port. maxHeaderBytes
+// bounds a response's status line and headers.
+func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -88,6 +98,7 @@ func newUpstream(rawURL, name string) (*upstream, error) {
 			// ReadTimeout stays 0: it would cap the whole stream. The
 			// proxy's watchdog bounds time to first token and idle gaps.
 			WriteTimeout:                  10 * time.Second,
+			ReadBufferSize:                maxHeaderBytes,
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
@@ -108,14 +119,32 @@ type exchangeError struct {
 	err     error
 }
 
-func (e *exchangeError) Error() string { return e.err.Error() }
+// Error says how the exchange failed from the error's kind, never its
+// text past the connect: fasthttp's header parse errors quote the bytes
+// read, which may hold the upstream's cookies or keys.
+func (e *exchangeError) Error() string {
+	var op *net.OpError
+	switch {
+	case e.connect, !e.sent:
+		return e.err.Error() // dialing, or writing our own request
+	case headersTooLarge(e.err):
+		return "response headers over the limit"
+	case isClosedBeforeResponse(e.err):
+		return "the connection closed before any response byte"
+	case errors.As(e.err, &op):
+		return "reading the response failed: " + op.Error()
+	}
+	return "the response headers could not be read (malformed, or the connection failed)"
+}
+
 func (e *exchangeError) Unwrap() error { return e.err }
 
 // roundTrip sends req on a pooled connection and reads the response headers;
-// the body is left to stream from body. It retries once, on a fresh
-// connection, when a reused keep-alive connection turns out to be closed
-// before any response byte (the engine closed it while idle). It marks
-// UpstreamSent on tl once the request is written.
+// the body is left to stream from body. It marks UpstreamSent on tl when the
+// request is written. A reused keep-alive connection that fails before any
+// response byte was closed by the engine while idle (its keep-alive
+// timeout, a restart): the engine never saw the request, so it is sent once
+// more, on a connection dialed for it.
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
@@ -123,25 +152,24 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // once the headers are read, and offers no way to close the connection
 // meanwhile.
 func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
-	for attempt := 0; ; attempt++ {
-		reused, err := u.tryRoundTrip(req, resp, ab, tl, body)
-		if err == nil {
-			return nil
-		}
-		var xe *exchangeError
-		retriable := reused && attempt == 0 && errors.As(err, &xe) && !xe.connect && isClosedBeforeResponse(xe.err)
-		if !retriable {
-			return err
-		}
-		if ab.aborted() != nil {
-			return err
-		}
+	reused, err := u.tryRoundTrip(req, resp, ab, tl, body, false)
+	if err != nil && reused && isStale(err) && ab.aborted() == nil {
+		_, err = u.tryRoundTrip(req, resp, ab, tl, body, true)
 	}
+	return err
 }
 
-func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (reused bool, err error) {
+// tryRoundTrip is one attempt of roundTrip, on a pooled connection or, with
+// fresh, on a newly dialed one.
+func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (reused bool, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
+	// The pool hands out its idle connections before it dials: those are
+	// closed on the way, as likely stale as the one that failed.
+	for fresh && err == nil && !cc.LastUseTime().IsZero() {
+		hc.CloseConn(cc)
+		cc, err = hc.AcquireConn(0, false)
+	}
 	if err != nil {
 		return false, &exchangeError{connect: true, err: err}
 	}
@@ -173,7 +201,7 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		return fail(true, err)
 	}
-	tl.Mark(stages.UpstreamSent)
+	tl.MarkAt(stages.UpstreamSent, tl.Now()) // a retry's send replaces the stale one
 
 	resp.StreamBody = true
 	resp.Header.DisableNormalizing()
@@ -201,12 +229,33 @@ func isClosedBeforeResponse(err error) bool {
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
+// isStale reports a failure that a connection closed by its peer explains:
+// writing the request hit the peer's close, or the connection closed before
+// any response byte.
+func isStale(err error) bool {
+	var xe *exchangeError
+	if !errors.As(err, &xe) || xe.connect {
+		return false
+	}
+	if !xe.sent && (errors.Is(xe.err, syscall.EPIPE) || errors.Is(xe.err, syscall.ECONNRESET)) {
+		return true
+	}
+	return isClosedBeforeResponse(xe.err)
+}
+
+// headersTooLarge reports response headers that did not fit the read
+// buffer (Config.MaxUpstreamHeaderBytes).
+func headersTooLarge(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
+}
+
 // countingConn counts arrivals: reads that returned bytes after a read that
 // had room to spare, so the relay can tell events that arrived together
 // (held back upstream and released at once) from events that each needed a
-// read of their own. A read that fills the caller's buffer (4
-// KiB, fasthttp's reader) left more waiting in the socket, so the read after
-// it is part of the same arrival. Only the goroutine using the connection
+// read of their own. A read that fills the caller's buffer (the exchange's
+// read buffer) left more waiting in the socket, so the read after it is
+// part of the same arrival. Only the goroutine using the connection
 // reads or touches the fields.
 type countingConn struct {
 	net.Conn

@@ -183,6 +183,8 @@ func checkCases(f testFiles) []struct {
 		{"engine flags with config", []string{"--config", f.gateway, "--engine-ranks", "2"}, false, "", "--engine-ranks: flags of the embedded engine"},
 		{"negative engine ranks", []string{"--engine-ranks", "-1"}, false, "", "embedded engine: ranks is negative"},
 		{"negative max event bytes", []string{"--max-event-bytes", "-1"}, false, "", "--max-event-bytes -1: negative"},
+		{"upstream header bytes", []string{"--max-upstream-header-bytes", "65536"}, true, "flags ok", ""},
+		{"upstream header bytes too few", []string{"--max-upstream-header-bytes", "512"}, false, "", "--max-upstream-header-bytes 512: under 1024 (0 means the default)"},
 		{"negative heartbeat", []string{"--heartbeat", "-1s"}, false, "", "--heartbeat -1s: negative"},
 		{"negative shutdown grace", []string{"--shutdown-grace", "-1s"}, false, "", "--shutdown-grace -1s: negative"},
 		{"config", []string{"--config", f.gateway}, true, "flags ok; " + f.gateway + ": ok (auth none, 0 keys, 1 route, 1 pool)", ""},

@@ -53,6 +53,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
+	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request in flight holds a read buffer of this size")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", true, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header")
 	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval and record the engine's waiting and running counts on every request (0: off)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
