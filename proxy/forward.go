@@ -37,6 +37,7 @@ func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *upstream, 
 		}
 	}
 	req.Header.ResetConnectionClose()
+	req.Header.SetProtocol("HTTP/1.1") // whatever the client spoke
 	req.SetRequestURIBytes(ctx.Request.Header.RequestURI())
 	req.URI().SetScheme("http")
 	if up.hc.IsTLS {
