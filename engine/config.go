@@ -55,8 +55,12 @@ type Config struct {
 	ModelName string
 	// Faults are server-wide faults in the X-Ttftlens-Fault header syntax
 	// (see FAULTS.md), applied to every request; a request's header adds to
-	// and overrides them. Empty means none.
+	// and overrides them when AllowFaults. Empty means none.
 	Faults string
+	// AllowFaults lets a request inject faults with the X-Ttftlens-Fault
+	// header. Off by default, the header is ignored: a fault one client
+	// injects slows every request the engine serves.
+	AllowFaults bool
 	// TruthCapacity is how many recent requests Truth remembers. Default 4096.
 	TruthCapacity int
 	// Logger receives one line per finished request (request id,

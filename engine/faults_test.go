@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -201,6 +202,29 @@ func TestServerWideFault(t *testing.T) {
 	}
 	if _, err := New(Config{Faults: "bogus"}); err == nil {
 		t.Error("New accepted an unknown fault")
+	}
+}
+
+// TestRequestFaultsOnlyWhenAllowed: a request's fault header is ignored
+// unless the configuration allows it; the server-wide faults apply either
+// way.
+func TestRequestFaultsOnlyWhenAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		allow      bool
+		wantStatus int
+		wantFaults string
+	}{
+		{false, http.StatusOK, "content_filter=0"},
+		{true, http.StatusServiceUnavailable, "http_error=503,content_filter=0"},
+	} {
+		t.Run(fmt.Sprintf("allow=%v", tc.allow), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.AllowFaults, cfg.Faults = tc.allow, "content_filter=0"
+			r := stream(t, startEngine(t, cfg), "http_error=503", 4)
+			if r.resp.StatusCode != tc.wantStatus || r.truth.Faults != tc.wantFaults {
+				t.Errorf("status %d, faults %q; want %d, %q", r.resp.StatusCode, r.truth.Faults, tc.wantStatus, tc.wantFaults)
+			}
+		})
 	}
 }
 

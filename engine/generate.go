@@ -129,7 +129,7 @@ func (g *gen) run(chat bool) {
 		return
 	}
 	g.f = s.faults
-	if h := g.hr.Header.Get(FaultHeader); h != "" {
+	if h := g.hr.Header.Get(FaultHeader); h != "" && s.cfg.AllowFaults {
 		if err := g.f.apply(h); err != nil {
 			g.fail(badRequest(FaultHeader, "%v", err), "", "invalid_request")
 			return

@@ -20,9 +20,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testConfig is a small, fast configuration.
+// testConfig is a small, fast configuration that takes faults from requests.
 func testConfig() Config {
-	return Config{KVBlocks: 256, MaxRunning: 8, TokenizerWorkers: 2}
+	return Config{KVBlocks: 256, MaxRunning: 8, TokenizerWorkers: 2, AllowFaults: true}
 }
 
 type testEngine struct {

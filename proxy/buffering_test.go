@@ -191,7 +191,7 @@ func TestNoFalseBuffering(t *testing.T) {
 // is flagged and its normal streams are not.
 func TestEngineBufferedFault(t *testing.T) {
 	_, url := startEngine(t, engine.Config{})
-	addr, sink, _ := startProxy(t, url, nil)
+	addr, sink, _ := startProxy(t, url, func(c *Config) { c.AllowFaults = true })
 	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":24,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
 	for _, tc := range []struct {
 		fault string

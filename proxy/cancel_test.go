@@ -156,7 +156,7 @@ func TestClientCancelKeepAlive(t *testing.T) {
 // headers), queued and prefill (from its progress comments).
 func TestCancelPhaseFromEngine(t *testing.T) {
 	_, url := startEngine(t, engine.Config{})
-	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine = "reference" })
+	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine, c.AllowFaults = "reference", true })
 	tests := []struct {
 		fault  string
 		stream bool

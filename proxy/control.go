@@ -14,7 +14,7 @@ var (
 	errClientGone    = errors.New("client disconnected")
 	errTTFTDeadline  = &deadlineError{endreason.DetailTTFTDeadline, "no first token within the first-token deadline"}
 	errTotalDeadline = &deadlineError{endreason.DetailTotalDeadline, "request exceeded its total deadline"}
-	errIdleDeadline  = &deadlineError{endreason.DetailIdleDeadline, "upstream sent nothing within the idle deadline"}
+	errIdleDeadline  = &deadlineError{endreason.DetailIdleDeadline, "upstream sent no content within the idle deadline"}
 	errShutdown      = &deadlineError{endreason.DetailShutdown, "the proxy shut down before the response ended"}
 	errClientStalled = errors.New("client took no bytes within the write stall limit")
 )

@@ -2,7 +2,9 @@ package proxy
 
 import "time"
 
-// deadlines are a request's time limits as offsets from receipt (0 = none).
+// deadlines are a request's time limits (0 = none): ttft and total as
+// offsets from receipt, idle as the longest time without content after the
+// first token (relay.lastContent).
 type deadlines struct {
 	ttft, total, idle time.Duration
 }
@@ -21,7 +23,7 @@ func (x *exchange) armDeadlines() {
 	x.ctl.arm(x.gen, first, func() (time.Duration, error) {
 		now := tl.Now()
 		sawFirst := r.firstToken.Load()
-		last := time.Duration(r.lastEvent.Load())
+		last := time.Duration(r.lastContent.Load())
 		switch {
 		case d.total > 0 && now >= d.total:
 			return 0, errTotalDeadline

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -11,9 +12,11 @@ import (
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// startEngine runs the reference engine on loopback.
+// startEngine runs the reference engine on loopback, taking faults from
+// requests: the proxy decides whether they reach it.
 func startEngine(t *testing.T, cfg engine.Config) (*engine.Server, string) {
 	t.Helper()
+	cfg.AllowFaults = true
 	srv, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +35,7 @@ func startEngine(t *testing.T, cfg engine.Config) (*engine.Server, string) {
 // durations the proxy attributes are the ones the engine measured.
 func TestWithReferenceEngine(t *testing.T) {
 	eng, url := startEngine(t, engine.Config{})
-	addr, sink, _ := startProxy(t, url, nil)
+	addr, sink, _ := startProxy(t, url, func(c *Config) { c.AllowFaults = true })
 	tests := []struct {
 		name   string
 		body   string
@@ -97,6 +100,38 @@ func TestWithReferenceEngine(t *testing.T) {
 			}
 			if tt.check != nil {
 				tt.check(t, r)
+			}
+		})
+	}
+}
+
+// TestFaultsOnlyWhenAllowed: a client's fault header reaches the engine
+// only when the operator allows faults; otherwise the proxy strips it and
+// the engine serves the request unharmed.
+func TestFaultsOnlyWhenAllowed(t *testing.T) {
+	eng, url := startEngine(t, engine.Config{})
+	for _, tc := range []struct {
+		allow      bool
+		wantStatus int
+		wantFaults string
+	}{
+		{false, 200, ""},
+		{true, 503, "http_error=503"},
+	} {
+		t.Run(fmt.Sprintf("allow=%v", tc.allow), func(t *testing.T) {
+			addr, sink, _ := startProxy(t, url, func(c *Config) { c.AllowFaults = tc.allow })
+			body := `{"model":"ttftlens-ref","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+			resp, _, err := post(t, addr, body, "X-Ttftlens-Fault", "http_error=503")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := sink.next(t)
+			truth, ok := eng.Truth(r.RequestID)
+			if !ok {
+				t.Fatalf("engine has no truth for %s", r.RequestID)
+			}
+			if resp.StatusCode != tc.wantStatus || truth.Faults != tc.wantFaults {
+				t.Errorf("status %d, engine faults %q; want %d, %q", resp.StatusCode, truth.Faults, tc.wantStatus, tc.wantFaults)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -320,7 +321,8 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	if len(encoding) > 0 {
 		ctx.Response.Header.Del("Content-Encoding") // the client gets the decoded events
 	}
-	if r.breakdown = x.client.breakdown; r.breakdown {
+	http10 := !ctx.Request.Header.IsHTTP11()
+	if r.breakdown = x.client.breakdown; r.breakdown && !http10 { // a close-delimited body has no trailer
 		_ = ctx.Response.Header.SetTrailer("Server-Timing")
 		r.respHeader = &ctx.Response.Header
 	}
@@ -335,14 +337,52 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	r.client = x.client.conn
 	r.armStall(x.fin.rec.Timeline.Now()) // the headers and the first event are written next
 	x.fin.rec.Status = status
+	if http10 {
+		x.streamUntilClose(ctx)
+		return
+	}
 	x.streaming = true
 	ctx.SetBodyStream(r, -1) // fasthttp now owns x until CloseWithError
 }
 
-// closed is the end of a streamed response (relay.CloseWithError). An
-// error writing to the client means it left, or, when the write stall limit
-// passed, that it stopped reading.
+// streamUntilClose relays the stream to an HTTP/1.0 client, which cannot
+// read chunked framing (RFC 9112 §6.1): the headers, then each event written
+// to the connection as the relay hands it out, and the connection's close
+// ends the body. It drives the relay as fasthttp drives a chunked stream,
+// but on the handler's goroutine: x stays the handler's.
+func (x *exchange) streamUntilClose(ctx *fasthttp.RequestCtx) {
+	const bufSize = 4096
+	conn := ctx.Conn()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {}) // fasthttp writes no response of its own and closes the connection
+	h := &ctx.Response.Header
+	h.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; Connection: close
+	h.SetServer(x.p.server.Name)
+	x.scratch = h.AppendBytes(x.scratch[:0])
+	_, werr := conn.Write(x.scratch)
+	buf := slices.Grow(x.scratch[:0], bufSize)[:bufSize]
+	x.scratch = buf[:0]
+	for werr == nil {
+		n, rerr := x.relay.Read(buf)
+		if n > 0 {
+			_, werr = conn.Write(buf[:n])
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	x.endStream(werr)
+}
+
+// closed is the end of a streamed response (relay.CloseWithError).
 func (x *exchange) closed(clientErr error) {
+	x.endStream(clientErr)
+	x.p.release(x)
+}
+
+// endStream ends a streamed response. An error writing to the client means
+// it left, or, when the write stall limit passed, that it stopped reading.
+func (x *exchange) endStream(clientErr error) {
 	switch {
 	case clientErr == nil:
 	case isTimeout(clientErr):
@@ -351,7 +391,6 @@ func (x *exchange) closed(clientErr error) {
 		x.ctl.abort(x.gen, errClientGone)
 	}
 	x.finish()
-	x.p.release(x)
 }
 
 // relayWhole forwards a response that is not an event stream: an upstream

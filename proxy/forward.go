@@ -18,7 +18,7 @@ var hopByHop = []string{
 // buildUpstreamRequest copies the client's request for the upstream, with
 // the trace and request-id headers and without hop-by-hop headers (nor the
 // client's key, when the gateway checked it: the key is ours, not the
-// engine's).
+// engine's; nor the headers only the operator may pass, unless allowed).
 func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *upstream, stripAuth bool) {
 	req := &x.req
 	ctx.Request.Header.CopyTo(&req.Header)
@@ -31,7 +31,13 @@ func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *upstream, 
 	if stripAuth {
 		req.Header.Del("Authorization")
 	}
+	if !x.p.cfg.AllowFaults {
+		for _, h := range engines.OperatorHeaders() {
+			req.Header.Del(h)
+		}
+	}
 	req.Header.ResetConnectionClose()
+	req.Header.SetProtocol("HTTP/1.1") // whatever the client spoke
 	req.SetRequestURIBytes(ctx.Request.Header.RequestURI())
 	req.URI().SetScheme("http")
 	if up.hc.IsTLS {

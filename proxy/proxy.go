@@ -38,10 +38,12 @@ type Config struct {
 	// FirstTokenTimeout bounds the time from receipt to the first token
 	// (default 120s; negative = none).
 	FirstTokenTimeout time.Duration
-	// TotalTimeout bounds the whole request (default none; negative = none).
+	// TotalTimeout bounds the whole request (default DefaultTotalTimeout;
+	// negative = none).
 	TotalTimeout time.Duration
-	// IdleTimeout bounds the silence between events after the first token
-	// (default 60s; negative = none).
+	// IdleTimeout bounds the time without generated content after the first
+	// token (default 60s; negative = none). Comments and events without
+	// content (pings, keep-alives) do not reset it.
 	IdleTimeout time.Duration
 	// ClientWriteStall bounds how long a client may take no bytes of a
 	// stream before the proxy gives up on it: the request ends as the
@@ -69,8 +71,14 @@ type Config struct {
 	Engine string
 	// AllowBreakdown lets a client ask for its own TTFT breakdown with the
 	// X-Ttftlens-Breakdown request header: a Server-Timing trailer (header,
-	// for a non-streamed response) and a closing SSE comment.
+	// for a non-streamed response) and a closing SSE comment. Off by
+	// default; with a Gateway, its keys decide instead.
 	AllowBreakdown bool
+	// AllowFaults passes the clients' fault-injection headers
+	// (engines.OperatorHeaders) to the upstream. Off by default, they are
+	// stripped: a fault one client injects slows every request the engine
+	// serves.
+	AllowFaults bool
 	// ScrapeEngineMetrics, when positive, polls each upstream's /metrics at
 	// that interval and annotates every record with the engine's waiting
 	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
@@ -95,6 +103,12 @@ type Config struct {
 	Tracker Tracker
 }
 
+// DefaultTotalTimeout bounds a request's life when Config.TotalTimeout is
+// zero: long enough for a long generation (32k tokens at 20 tokens/s take
+// 27 minutes, after a first token within the 2-minute default), short
+// enough that an endless stream does not hold an upstream slot for good.
+const DefaultTotalTimeout = 30 * time.Minute
+
 // Tracker follows requests in flight.
 type Tracker interface {
 	RequestStarted()
@@ -115,7 +129,7 @@ func (c *Config) Normalize() error {
 		}
 	}
 	def(&c.FirstTokenTimeout, 120*time.Second)
-	def(&c.TotalTimeout, 0)
+	def(&c.TotalTimeout, DefaultTotalTimeout)
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.StallThreshold, time.Second)
 	def(&c.ClientWriteStall, 60*time.Second)

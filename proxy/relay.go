@@ -24,7 +24,7 @@ import (
 // the way; what it says goes into the record (through fin) and the engine
 // report (sig). fasthttp calls CloseWithError once when the response is
 // over. Only the goroutine serving the request touches a relay, except for
-// firstToken and lastEvent, which the deadline timer reads.
+// firstToken and lastContent, which the deadline timer reads.
 type relay struct {
 	relayWiring
 
@@ -62,9 +62,10 @@ type relay struct {
 	respHeader    *fasthttp.ResponseHeader
 	scratch       []byte
 
-	// Read by the deadline timer.
-	firstToken atomic.Bool
-	lastEvent  atomic.Int64 // offset of the last parsed event, ns
+	// Read by the deadline timer. Only content is activity: comments and
+	// events without content (pings) do not hold off the idle deadline.
+	firstToken  atomic.Bool
+	lastContent atomic.Int64 // offset of the last content event, ns
 }
 
 // relayWiring is what a relay reports to, set once per exchange.
@@ -210,7 +211,6 @@ func (r *relay) nextEvent() error {
 			return r.streamEnd(err)
 		}
 		now := tl.Now()
-		r.lastEvent.Store(int64(now))
 		if ev.Comments > 0 && r.sig.Comment(ev.Comment, tl) && !ev.HasData && !r.cfg.PassEngineTiming {
 			continue
 		}
@@ -269,6 +269,7 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 	if !s.Content {
 		return
 	}
+	r.lastContent.Store(int64(now))
 	st := &rec.Stream
 	if reads, ok := r.body.readCount(); ok {
 		// Events that piled up while we were blocked on a slow client

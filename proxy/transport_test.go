@@ -88,7 +88,7 @@ func TestSlowClientIsTransport(t *testing.T) {
 // that ignores disconnects) the waste shows in the engine's count.
 func TestCancellationCost(t *testing.T) {
 	eng, url := startEngine(t, engine.Config{})
-	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine = "reference" })
+	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine, c.AllowFaults = "reference", true })
 	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":400,"ignore_eos":true,"messages":[{"role":"user","content":"go on"}]}`
 	for _, tc := range []struct {
 		fault    string

@@ -27,9 +27,11 @@ import (
 
 // StackConfig shapes a Stack.
 type StackConfig struct {
-	// Engine is the reference engine's configuration.
+	// Engine is the reference engine's configuration (faults from requests
+	// are always on).
 	Engine engine.Config
-	// Proxy adjusts the proxy's configuration (Upstream is set already).
+	// Proxy adjusts the proxy's configuration (Upstream is set already, and
+	// AllowFaults).
 	Proxy func(*proxy.Config)
 	// Log, when set, receives the proxy's JSON log lines.
 	Log io.Writer
@@ -64,6 +66,9 @@ type Stack struct {
 // Start runs a stack. Close stops it.
 func Start(cfg StackConfig) (*Stack, error) {
 	s := &Stack{flags: &bufferingSink{m: map[string]record.Buffering{}}}
+	// The lab injects its causes per request: faults on in the engine and
+	// through the proxy.
+	cfg.Engine.AllowFaults = true
 	eng, err := engine.New(cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -78,7 +83,7 @@ func Start(cfg StackConfig) (*Stack, error) {
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); _ = eng.Serve(lns[0]) }()
 
-	pc := proxy.Config{Upstream: s.EngineURL, UpstreamName: "embedded-engine"}
+	pc := proxy.Config{Upstream: s.EngineURL, UpstreamName: "embedded-engine", AllowFaults: true}
 	if cfg.Proxy != nil {
 		cfg.Proxy(&pc)
 	}

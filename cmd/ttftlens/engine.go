@@ -15,9 +15,9 @@ import (
 const engineHelp = `usage: ttftlens engine [flags]
 
 Runs the reference CPU engine alone: an OpenAI-compatible server with vLLM's
-metric names and per-request fault injection (engine/FAULTS.md). Every flag
-is also an environment variable: TTFTLENS_ENGINE_ and the name in upper case
-with - as _.
+metric names and fault injection (engine/FAULTS.md; per request only with
+--allow-faults). Every flag is also an environment variable: TTFTLENS_ENGINE_
+and the name in upper case with - as _.
 
 flags:
 `
@@ -27,6 +27,7 @@ func runEngine(args []string, std stdio) error {
 	var cfg engine.Config
 	fs := newFlagSet("engine", engineHelp, "TTFTLENS_ENGINE_")
 	listen := fs.String("listen", ":8000", "address for clients")
+	fs.BoolVar(&cfg.AllowFaults, "allow-faults", false, "let requests inject faults with the X-Ttftlens-Fault header (engine/FAULTS.md); off: the header is ignored")
 	cfg.RegisterFlags(fs.FlagSet)
 	if err := fs.parse(args, std); err != nil {
 		return err

@@ -453,7 +453,7 @@ func TestServeHelpText(t *testing.T) {
 	})
 	t.Run("total timeout", func(t *testing.T) {
 		h := flagHelp("total-timeout")
-		if strings.Contains(h, "default") && !strings.Contains(h, "none, the default") || strings.Contains(h, "-1ns") || !strings.Contains(h, "none") {
+		if !strings.Contains(h, "(default "+proxy.DefaultTotalTimeout.String()+")") || !strings.Contains(h, "negative: none") {
 			t.Errorf("--total-timeout help: %s", h)
 		}
 	})
@@ -467,20 +467,27 @@ func TestServeHelpText(t *testing.T) {
 	})
 }
 
-// TestTotalTimeoutDefault: the default (0) means no deadline to the proxy,
-// as -1 did.
-func TestTotalTimeoutDefault(t *testing.T) {
+// TestServeDefaults: serve with no flags bounds every request's life, gives
+// no client its breakdown and lets no client inject faults.
+func TestServeDefaults(t *testing.T) {
 	var f serveFlags
 	fs := newFlagSet("serve", "", "TTFTLENS_")
 	f.register(fs.FlagSet)
 	if err := fs.parse(nil, stdio{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []time.Duration{f.cfg.TotalTimeout, -1} {
-		cfg := proxy.Config{Upstream: "http://x:1", TotalTimeout: v}
-		if err := cfg.Normalize(); err != nil || cfg.TotalTimeout != 0 {
-			t.Errorf("--total-timeout %v: normalized to %v (%v), want 0 (none)", v, cfg.TotalTimeout, err)
-		}
+	cfg := f.cfg
+	cfg.Upstream = "http://x:1"
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TotalTimeout != proxy.DefaultTotalTimeout || cfg.AllowBreakdown || cfg.AllowFaults {
+		t.Errorf("total timeout %v, breakdown %v, faults %v; want %v, off, off",
+			cfg.TotalTimeout, cfg.AllowBreakdown, cfg.AllowFaults, proxy.DefaultTotalTimeout)
+	}
+	none := proxy.Config{Upstream: "http://x:1", TotalTimeout: -1}
+	if err := none.Normalize(); err != nil || none.TotalTimeout != 0 {
+		t.Errorf("--total-timeout -1: normalized to %v (%v), want 0 (none)", none.TotalTimeout, err)
 	}
 }
 

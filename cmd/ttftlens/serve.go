@@ -47,14 +47,15 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file (PEM) for --tls-cert")
 	fs.StringVar(&f.metricModels, "metric-models", "", "comma-separated model names kept as the model label (others: other); default: the config's routes or the embedded model")
 	fs.DurationVar(&f.cfg.FirstTokenTimeout, "first-token-timeout", 120*time.Second, "deadline for the first token, from receipt (negative: none)")
-	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", 0, "deadline for the whole request, e.g. 10m (0 or negative: none, the default)")
-	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest silence between events after the first token (negative: none)")
+	fs.DurationVar(&f.cfg.TotalTimeout, "total-timeout", proxy.DefaultTotalTimeout, "deadline for the whole request, from receipt (negative: none)")
+	fs.DurationVar(&f.cfg.IdleTimeout, "idle-timeout", 60*time.Second, "longest time without generated content after the first token; comments and pings do not count (negative: none)")
 	fs.DurationVar(&f.cfg.ClientWriteStall, "client-write-stall", 60*time.Second, "longest a client may take no bytes of a stream before the request ends as client_write_stall and its upstream is closed (negative: none)")
 	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request in flight holds a read buffer of this size")
-	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", true, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header")
+	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
+	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (engine/FAULTS.md); off: stripped")
 	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval and record the engine's waiting and running counts on every request (0: off)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
@@ -118,6 +119,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 		models = routeModels(gw)
 		go reloadOnHUP(gw, f.configPath, log)
 	case plan.embedded:
+		f.engine.AllowFaults = f.cfg.AllowFaults
 		srv, url, err := startEmbeddedEngine(f.engine)
 		if err != nil {
 			return err

@@ -17,6 +17,15 @@ var PhasePrefix = []byte("ttftlens-phase ")
 // (engine.FaultHeader; engine/FAULTS.md).
 const FaultHeader = "X-Ttftlens-Fault"
 
+// operatorHeaders: see OperatorHeaders.
+var operatorHeaders = []string{FaultHeader}
+
+// OperatorHeaders returns the client request headers that only the
+// operator may pass to an engine: they change how the engine serves every
+// request, not just the sender's (the reference engine's faults). The
+// caller must not modify the slice.
+func OperatorHeaders() []string { return operatorHeaders }
+
 // WithholdsHeaders reports whether a fault list asks the reference engine
 // for hold_headers: no headers (and no progress) until the first token, so
 // their absence says nothing about where the request is.
