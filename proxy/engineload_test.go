@@ -1,44 +1,52 @@
 package proxy
 
 import (
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/engine"
 )
 
 // TestEngineLoadOnRecords scrapes the reference engine's vLLM-named gauges:
-// with one running slot and several clients, later requests arrive to a
-// non-empty engine queue, and their records say so.
+// a request routed while another one runs on the engine (one running slot)
+// carries the engine's load as last scraped, which shows it busy.
 func TestEngineLoadOnRecords(t *testing.T) {
 	_, url := startEngine(t, engine.Config{MaxRunning: 1})
-	addr, sink, _ := startProxy(t, url, func(c *Config) { c.ScrapeEngineMetrics = 20 * time.Millisecond })
-	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":40,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
-	post(t, addr, body) // first use starts the scraper
-	if r := sink.next(t); !r.EngineLoad {
-		t.Logf("first request routed before the first scrape (load unknown), as expected")
-	}
-	time.Sleep(50 * time.Millisecond)
-	var wg sync.WaitGroup
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 60 * time.Millisecond) // arrive while others run
-			post(t, addr, body)
-		}()
-	}
-	wg.Wait()
-	sawQueue := false
-	for range 4 {
-		r := sink.next(t)
-		if !r.EngineLoad {
-			t.Error("record without engine load after scraping began")
+	addr, sink, p := startProxy(t, url, func(c *Config) { c.ScrapeEngineMetrics = 20 * time.Millisecond })
+	short := `{"model":"ttftlens-ref","stream":true,"max_tokens":5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
+	post(t, addr, short) // first use starts the scraper
+	sink.next(t)
+
+	// A long request runs on the engine...
+	long := strings.Replace(short, `"max_tokens":5`, `"max_tokens":1900`, 1)
+	conn, br := rawClient(t, addr, long)
+	defer conn.Close()
+	readUntil(t, br, `"content"`)
+	// ...and a scrape has seen it.
+	var up *upstream
+	p.clients.Range(func(_, v any) bool { up = v.(*upstream); return false })
+	waitFor(t, func() bool { return up.load.running.Load() >= 1 })
+
+	// The next request is routed now and waits in the engine's queue until
+	// the long one's client leaves.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		post(t, addr, short)
+	}()
+	waitFor(t, func() bool { return up.load.waiting.Load() >= 1 })
+	conn.Close()
+	<-done
+	var r gotRecord
+	for range 2 { // the long request's record (client_cancel) and the short one's, in either order
+		if g := sink.next(t); g.Reason != endreason.ClientCancel {
+			r = g
 		}
-		sawQueue = sawQueue || r.EngineWaiting > 0 || r.EngineRunning > 0
 	}
-	if !sawQueue {
-		t.Error("no record saw the engine busy")
+	if !r.EngineLoad || r.EngineRunning < 1 {
+		t.Errorf("record routed while the engine ran another request: load known %v, running %d, waiting %d",
+			r.EngineLoad, r.EngineRunning, r.EngineWaiting)
 	}
 }
