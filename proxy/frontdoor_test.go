@@ -132,20 +132,32 @@ func TestRefusedHeads(t *testing.T) {
 	sink.none(t, 100*time.Millisecond)
 }
 
-// TestBodyOverLimit checks a body over the limit is answered 413 (OpenAI
-// shape, recorded) before it is all sent: with a Content-Length once
-// fasthttp has the body's first 8 KiB, chunked as soon as the limit is
-// passed.
-func TestBodyOverLimit(t *testing.T) {
+// TestBodyFailures sends bodies the proxy cannot take: over the limit
+// (answered 413 before it is all sent: with a Content-Length once fasthttp
+// has the body's first 8 KiB, chunked as soon as the limit is passed), cut
+// off, or framed wrongly. Each is recorded with its own end, and answered
+// when someone listens.
+func TestBodyFailures(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.MaxBodyBytes = 64 << 10 })
+	const post = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
 	chunk := fmt.Sprintf("%x\r\n%s\r\n", 40<<10, strings.Repeat("a", 40<<10))
 	tests := []struct {
-		name string
-		head string // the request up to where the proxy must answer
+		name   string
+		send   string // the request up to where the proxy must answer
+		status int    // 0: the client left, nobody to answer
+		code   string
+		reason endreason.Reason
+		detail endreason.Detail
 	}{
-		{"content-length", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n" + strings.Repeat("a", 16<<10)},
-		{"chunked", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + chunk},
+		{"over the limit", post + "Content-Length: 1048576\r\n\r\n" + strings.Repeat("a", 16<<10),
+			413, "request_too_large", endreason.InvalidRequest, endreason.DetailRequestBodyTooLarge},
+		{"chunked over the limit", post + "Transfer-Encoding: chunked\r\n\r\n" + chunk + chunk,
+			413, "request_too_large", endreason.InvalidRequest, endreason.DetailRequestBodyTooLarge},
+		{"bad chunk size", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+			400, "malformed_request_body", endreason.InvalidRequest, endreason.DetailMalformedRequest},
+		{"client leaves mid-body", post + "Content-Length: 65536\r\n\r\n" + strings.Repeat("a", 16<<10),
+			0, "", endreason.ClientCancel, endreason.DetailClientClosed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,16 +166,22 @@ func TestBodyOverLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			if _, err := io.WriteString(conn, tt.head); err != nil {
+			if _, err := io.WriteString(conn, tt.send); err != nil {
 				t.Fatal(err)
 			}
-			resp, body := rawResponse(t, conn, bufio.NewReader(conn))
-			if resp.StatusCode != 413 || errorCode(body) != "request_too_large" {
-				t.Errorf("got %d %s, want 413 request_too_large", resp.StatusCode, body)
+			if tt.status == 0 {
+				conn.Close()
 			}
 			r := sink.next(t)
-			if r.Reason != endreason.InvalidRequest || r.Detail != endreason.DetailRequestBodyTooLarge || r.Status != 413 {
-				t.Errorf("record %s/%s %d", r.Reason, r.Detail, r.Status)
+			if r.Reason != tt.reason || r.Detail != tt.detail {
+				t.Errorf("record %s/%s, want %s/%s", r.Reason, r.Detail, tt.reason, tt.detail)
+			}
+			if tt.status == 0 {
+				return
+			}
+			resp, body := rawResponse(t, conn, bufio.NewReader(conn))
+			if resp.StatusCode != tt.status || errorCode(body) != tt.code || r.Status != tt.status {
+				t.Errorf("got %d %s (recorded %d), want %d %s", resp.StatusCode, body, r.Status, tt.status, tt.code)
 			}
 			if id := resp.Header.Get("X-Request-Id"); id == "" || id != r.RequestID {
 				t.Errorf("X-Request-Id %q, record %q", id, r.RequestID)

@@ -53,7 +53,9 @@ type Config struct {
 	// is answered 413 without being read.
 	MaxBodyBytes int
 	// MaxBodyMemory bounds the bytes the bodies of the requests in flight
-	// hold together (default DefaultMaxBodyMemory; at least MaxBodyBytes).
+	// hold together (default DefaultMaxBodyMemory, or MaxBodyBytes when that
+	// is larger; never below MaxBodyBytes). A body counts with its
+	// Content-Length, a chunked one with the body limit until it is read.
 	// A request whose body would go over it is answered 503 with
 	// Retry-After, its body unread.
 	MaxBodyMemory int
