@@ -176,6 +176,8 @@ func (c *Config) Normalize() error {
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = sse.DefaultLimit
 	}
+	// 0 takes the default; a negative connection cap means none (the
+	// other limits refused negatives above).
 	defInt := func(v *int, d int) {
 		switch {
 		case *v == 0:
