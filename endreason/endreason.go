@@ -117,6 +117,9 @@ const (
 	DetailQueueFull            Detail = "queue_full"             // gateway: the upstream's admission queue is full
 	DetailQueueTimeout         Detail = "queue_timeout"          // gateway: waited queue_max_wait without a slot
 	DetailProxyPanic           Detail = "proxy_panic"
+	// The front door, where the request's body is read.
+	DetailBodyMemoryFull  Detail = "body_memory_full"     // the bodies of the requests in flight hold the whole body memory budget
+	DetailBodyReadTimeout Detail = "request_body_timeout" // the client did not send its whole body within the read timeout
 )
 
 // detailReasons maps every detail to the one reason it refines. A detail
@@ -142,6 +145,8 @@ var detailReasons = map[Detail]Reason{
 	DetailNoHealthy:            WorkerFailure,
 	DetailQueueFull:            WorkerFailure,
 	DetailQueueTimeout:         WorkerFailure,
+	DetailBodyMemoryFull:       WorkerFailure,
+	DetailBodyReadTimeout:      ClientCancel,
 	DetailClientClosed:         ClientCancel,
 	DetailTTFTDeadline:         Deadline,
 	DetailTotalDeadline:        Deadline,

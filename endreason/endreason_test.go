@@ -327,6 +327,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock,
 		DetailRequestBodyTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
 		DetailNoHealthy: WorkerFailure, DetailQueueFull: WorkerFailure, DetailQueueTimeout: WorkerFailure,
+		DetailBodyMemoryFull: WorkerFailure, DetailBodyReadTimeout: ClientCancel,
 	}
 	// Facts that the classifier decides on its own (no pass-through).
 	var own []Facts
@@ -370,6 +371,8 @@ func TestClassifyCovers(t *testing.T) {
 		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,
 		DetailRequestBodyTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
 		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true,
+		// The front door's.
+		DetailBodyMemoryFull: true, DetailBodyReadTimeout: true,
 	}
 	for d := range passThrough {
 		var f Facts

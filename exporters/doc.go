@@ -19,7 +19,8 @@
 //	admin := exporters.AdminHandler(reg, nil) // serve on the admin listener
 //	// per request: m.RequestStarted() at handler entry; at the end, on
 //	// every path, m.RequestEnded() then sinks.Emit(rec) (last, so that a
-//	// sink that panics skips nothing).
+//	// sink that panics skips nothing). What is refused before a record can
+//	// exist: m.RequestRefused(why), m.ConnectionRefused(why).
 //
 // The log sink sorts the record's inter-token gaps in place
 // (stages.Stream.Gaps); the metrics sink reads them in any order.

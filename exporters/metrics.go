@@ -150,7 +150,8 @@ var (
 	beforeUpstreamDetails = []endreason.Detail{
 		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
 		endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
-		endreason.DetailInvalidParam, endreason.DetailNoHealthy,
+		endreason.DetailInvalidParam, endreason.DetailNoHealthy, endreason.DetailBodyMemoryFull,
+		endreason.DetailBodyReadTimeout,
 	}
 	eitherSideDetails = []endreason.Detail{
 		endreason.DetailClientClosed, endreason.DetailTTFTDeadline, endreason.DetailTotalDeadline,
@@ -189,6 +190,8 @@ type Metrics struct {
 	blocked           prometheus.Observer
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
+	refusedRequests   refusalCounters
+	refusedConns      refusalCounters
 }
 
 // NewMetrics creates the ttftlens_* series, registers them on reg (it
@@ -201,15 +204,15 @@ type Metrics struct {
 //
 // requests_total is pre-created for every (end_reason, detail) pair that
 // can happen on each (model, upstream) tuple, not for the whole product:
-// on the tuples above every pair but the gateway's own rejections, and on
-// upstream LabelNone (a request that never got an upstream) only the
-// gateway's rejections and the details that can end a request on either
-// side (client_closed, ttft_deadline, total_deadline, shutdown,
-// connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx without an
-// upstream, missing_api_key with one) would be a series stuck at zero. With
-// 3 models and 2 upstreams (4 model values: the 3 and LabelOther) that is
-// 4×2×35 + 4×14 = 336 series, where the whole product of 43 pairs, 4 models
-// and 4 upstream values would be 688. Upstream LabelOther (a name missing
+// on the tuples above every pair but the gateway's and the front door's own
+// rejections, and on upstream LabelNone (a request that never got an
+// upstream) only those rejections and the details that can end a request on
+// either side (client_closed, ttft_deadline, total_deadline, shutdown,
+// connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx
+// without an upstream, missing_api_key with one) would be a series stuck at
+// zero. With 3 models and 2 upstreams (4 model values: the 3 and LabelOther)
+// that is 4×2×35 + 4×16 = 344 series, where the whole product of 45
+// pairs, 4 models and 4 upstream values would be 720. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.
 //
@@ -225,6 +228,9 @@ type Metrics struct {
 // ttftlens_event_residency_seconds (one observation per event);
 // ttftlens_transport_blocked_seconds (one per streamed request with a first
 // token); ttftlens_buffered_streams_total{upstream, kind};
+// ttftlens_refused_requests_total{reason} and
+// ttftlens_refused_connections_total{reason} (endreason's refusals, each
+// pre-created);
 // ttftlens_build_info{version, revision, goversion}.
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m := &Metrics{}
@@ -327,8 +333,18 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 		ConstLabels: prometheus.Labels{"version": orUnknown(opts.Version),
 			"revision": orUnknown(opts.Revision), "goversion": runtime.Version()}})
 	buildInfo.Set(1)
+	refusedReqVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "refused_requests_total",
+		Help: "Requests refused before they could be recorded, their head too large, malformed, incomplete or not sent in time; each was answered with an error."},
+		[]string{"reason"})
+	refusedConnVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "refused_connections_total",
+		Help: "Client connections refused as they were accepted: the proxy's connection cap, or the client address's."},
+		[]string{"reason"})
 	reg.MustRegister(m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
-		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, buildInfo)
+		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, buildInfo, refusedReqVec, refusedConnVec)
+	m.refusedRequests = newRefusalCounters(refusedReqVec, endreason.RequestRefusals())
+	m.refusedConns = newRefusalCounters(refusedConnVec, endreason.ConnectionRefusals())
 
 	m.cancelToClose = cancelToClose
 	m.residency = residency
@@ -442,6 +458,37 @@ func (m *Metrics) RequestStarted() { m.inFlight.Inc() }
 
 // RequestEnded decrements ttftlens_requests_in_flight.
 func (m *Metrics) RequestEnded() { m.inFlight.Dec() }
+
+// RequestRefused counts a request refused before it could be recorded
+// (ttftlens_refused_requests_total).
+func (m *Metrics) RequestRefused(r endreason.Refusal) { m.refusedRequests.inc(r) }
+
+// ConnectionRefused counts a client connection refused as it was accepted
+// (ttftlens_refused_connections_total).
+func (m *Metrics) ConnectionRefused(r endreason.Refusal) { m.refusedConns.inc(r) }
+
+// refusalCounters holds one counter per known refusal; any other is
+// counted as LabelOther, so the label stays bounded.
+type refusalCounters struct {
+	vec   *prometheus.CounterVec
+	known map[endreason.Refusal]prometheus.Counter // read-only after newRefusalCounters
+}
+
+func newRefusalCounters(vec *prometheus.CounterVec, known []endreason.Refusal) refusalCounters {
+	c := refusalCounters{vec: vec, known: make(map[endreason.Refusal]prometheus.Counter, len(known))}
+	for _, r := range known {
+		c.known[r] = vec.WithLabelValues(string(r))
+	}
+	return c
+}
+
+func (c refusalCounters) inc(r endreason.Refusal) {
+	if k, ok := c.known[r]; ok {
+		k.Inc()
+		return
+	}
+	c.vec.WithLabelValues(LabelOther).Inc()
+}
 
 // InFlight returns the in-flight gauge, for callers that prefer to drive it
 // themselves.

@@ -46,6 +46,8 @@ var ourMetrics = []string{
 	"ttftlens_event_residency_seconds",
 	"ttftlens_transport_blocked_seconds",
 	"ttftlens_buffered_streams_total",
+	"ttftlens_refused_requests_total",
+	"ttftlens_refused_connections_total",
 }
 
 // emitFixtures returns a registry holding Metrics fed with every fixture,
@@ -61,6 +63,8 @@ func emitFixtures(t *testing.T) (*prometheus.Registry, *Metrics) {
 	for _, f := range allFixtures() {
 		m.Emit(f.record())
 	}
+	m.RequestRefused(endreason.RefusedHeadersTooLarge)
+	m.ConnectionRefused(endreason.RefusedPerClientLimit)
 	return reg, m
 }
 
@@ -322,8 +326,8 @@ func TestMetricsRequestsPlacement(t *testing.T) {
 		}
 	}
 	// The count the NewMetrics doc comment gives for 3 models × 2 upstreams.
-	if len(got) != 336 {
-		t.Errorf("%d requests_total series pre-created, the doc comment says 336", len(got))
+	if len(got) != 344 {
+		t.Errorf("%d requests_total series pre-created, the doc comment says 344", len(got))
 	}
 	// Spot checks of the placement itself.
 	for _, l := range []string{
@@ -354,6 +358,62 @@ func TestMetricsRequestsPlacement(t *testing.T) {
 // TestMetricsRequestsLabels checks each record lands on its own (end_reason,
 // detail, model, upstream) series, including a gateway rejection (no
 // upstream) and a pair outside endreason's table.
+// TestMetricsRefusals checks each refusal counts on its own series, pre-created
+// at zero, and one outside endreason's set counts as other.
+func TestMetricsRefusals(t *testing.T) {
+	type count func(*Metrics, endreason.Refusal)
+	request := func(m *Metrics, r endreason.Refusal) { m.RequestRefused(r) }
+	connection := func(m *Metrics, r endreason.Refusal) { m.ConnectionRefused(r) }
+	tests := []struct {
+		family string
+		known  []endreason.Refusal
+		count  count
+	}{
+		{"ttftlens_refused_requests_total", endreason.RequestRefusals(), request},
+		{"ttftlens_refused_connections_total", endreason.ConnectionRefusals(), connection},
+	}
+	for _, tt := range tests {
+		t.Run(tt.family, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m := NewMetrics(reg, testMetricOpts)
+			if n, err := testutil.GatherAndCount(reg, tt.family); err != nil || n != len(tt.known) {
+				t.Fatalf("%d series pre-created (%v), want %d", n, err, len(tt.known))
+			}
+			for i, r := range tt.known {
+				for range i + 1 {
+					tt.count(m, r)
+				}
+			}
+			tt.count(m, "no_such_refusal")
+			var want strings.Builder
+			want.WriteString("# HELP " + tt.family + " " + familyHelp(t, reg, tt.family) + "\n# TYPE " + tt.family + " counter\n")
+			for i, r := range tt.known {
+				want.WriteString(tt.family + `{reason="` + string(r) + `"} ` + strconv.Itoa(i+1) + "\n")
+			}
+			want.WriteString(tt.family + `{reason="other"} 1` + "\n")
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), tt.family); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// familyHelp returns the help text of a registered family.
+func familyHelp(t *testing.T, reg *prometheus.Registry, family string) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == family {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatalf("no family %s", family)
+	return ""
+}
+
 func TestMetricsRequestsLabels(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, testMetricOpts)

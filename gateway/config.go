@@ -21,8 +21,8 @@ type Config struct {
 	// client's Authorization goes to the upstream unchanged) or "none".
 	// Default: "keys" when Keys is not empty, otherwise "none".
 	Auth string `yaml:"auth"`
-	// MaxBodyBytes bounds a request body (default 16 MiB, the proxy's
-	// --max-body-bytes default).
+	// MaxBodyBytes bounds a request body (default 8 MiB, the proxy's
+	// --max-body-bytes default; the proxy applies the smaller of the two).
 	MaxBodyBytes int `yaml:"max_body_bytes"`
 	// KeyDefaults apply to every key that does not set its own.
 	KeyDefaults KeyDefaults `yaml:"key_defaults"`
@@ -158,7 +158,7 @@ const (
 
 // The defaults Normalize fills in.
 const (
-	DefaultMaxBodyBytes     = 16 << 20 // the proxy's --max-body-bytes default
+	DefaultMaxBodyBytes     = 8 << 20 // the proxy's --max-body-bytes default
 	DefaultQuotaInterval    = time.Minute
 	DefaultQueueSize        = 256              // per upstream; deep enough to ride out a burst
 	DefaultQueueMaxWait     = 10 * time.Second // well below clients' usual 60s+ timeouts

@@ -52,6 +52,16 @@ func (r *Request) Reserve() int {
 	return r.PromptTokens + out
 }
 
+// BodyTooLarge is the 413 Rejection of a request body over limit bytes
+// (request_body_too_large).
+func BodyTooLarge(limit int) *Rejection {
+	return &Rejection{
+		Status: 413, Type: "invalid_request_error", Code: "request_too_large",
+		Message: "The request body is over the limit of " + strconv.Itoa(limit) + " bytes.",
+		Reason:  endreason.InvalidRequest, Detail: endreason.DetailRequestBodyTooLarge,
+	}
+}
+
 // Estimation constants: ~4 bytes of English text per token (OpenAI's rule
 // of thumb), 4 tokens of framing per chat message, 3 to prime the reply,
 // and 85 tokens for an image part (a low-detail image in OpenAI's pricing).
@@ -66,8 +76,8 @@ const (
 // caller's parser, so the result may alias it and nothing is allocated on
 // success) and returns what the proxy needs, or a 400 Rejection naming the
 // parameter (Param) that is wrong: malformed JSON or not an object
-// (malformed_request_body), a body over max_body_bytes
-// (request_body_too_large), a missing or unknown model (unknown_model), or
+// (malformed_request_body), a body over max_body_bytes (BodyTooLarge, the
+// one 413), a missing or unknown model (unknown_model), or
 // max_tokens / max_completion_tokens < 1 or over the route's cap,
 // temperature outside [0, 2], top_p outside (0, 1], n outside [1, max_n],
 // stream or stream_options.include_usage not a boolean, missing messages or
@@ -75,12 +85,7 @@ const (
 // engines have their own extensions.
 func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (Request, *Rejection) {
 	if len(body) > s.cfg.MaxBodyBytes {
-		return Request{}, &Rejection{
-			Status: 400, Type: "invalid_request_error", Code: "request_too_large",
-			Message: "request body of " + strconv.Itoa(len(body)) + " bytes is over the limit of " +
-				strconv.Itoa(s.cfg.MaxBodyBytes),
-			Reason: endreason.InvalidRequest, Detail: endreason.DetailRequestBodyTooLarge,
-		}
+		return Request{}, BodyTooLarge(s.cfg.MaxBodyBytes)
 	}
 	v, err := p.ParseBytes(body)
 	if err != nil {

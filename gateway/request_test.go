@@ -122,9 +122,13 @@ func TestCheckRequest(t *testing.T) {
 			if rej == nil {
 				t.Fatalf("accepted: %+v", r)
 			}
-			if rej.Status != 400 || rej.Type != "invalid_request_error" || rej.Param != tt.param || rej.Code != tt.code ||
+			wantStatus := 400
+			if tt.code == "request_too_large" {
+				wantStatus = 413
+			}
+			if rej.Status != wantStatus || rej.Type != "invalid_request_error" || rej.Param != tt.param || rej.Code != tt.code ||
 				rej.Reason.String() != "invalid_request" || rej.Message == "" {
-				t.Fatalf("rejection %+v, want param %q code %q", rej, tt.param, tt.code)
+				t.Fatalf("rejection %+v, want status %d param %q code %q", rej, wantStatus, tt.param, tt.code)
 			}
 			if want, ok := rej.Detail.Reason(); !ok || want != rej.Reason {
 				t.Fatalf("detail %q does not refine %v in endreason", rej.Detail, rej.Reason)

@@ -67,6 +67,7 @@ type clientSide struct {
 	gone      func()     // this request's callback on it
 	breakdown bool       // it asked for its own breakdown
 	usage     bool       // it asked for the usage chunk
+	bodyHeld  int        // bytes of the body memory budget its body holds
 }
 
 func newExchange(p *Proxy) *exchange {
@@ -126,7 +127,6 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 	x.gen = x.ctl.begin(rec.Timeline.Now)
 	rec.Method = string(ctx.Method())
 	rec.Path = string(ctx.Path())
-	rec.BytesIn = int64(len(ctx.Request.Body()))
 	if id := ctx.Request.Header.Peek("X-Request-Id"); saneRequestID(id) {
 		rec.RequestID = string(id)
 	} else {
@@ -155,7 +155,10 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 
 	key, rej := snap.Authenticate(ctx.Request.Header.Peek("Authorization"))
 	if rej != nil {
-		x.rejectGateway(ctx, rej)
+		x.rejectUnread(ctx, rej)
+		return
+	}
+	if !x.readBody(ctx, snap) {
 		return
 	}
 	if key != nil {

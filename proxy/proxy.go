@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
@@ -57,12 +58,31 @@ type Config struct {
 	// MaxEventBytes bounds one upstream SSE event (default 1 MiB).
 	MaxEventBytes int
 	// MaxBodyBytes bounds a request body and a non-streamed upstream
-	// response body (default 16 MiB).
+	// response body (default DefaultMaxBodyBytes). A request body over it
+	// is answered 413 without being read.
 	MaxBodyBytes int
 	// MaxUpstreamHeaderBytes bounds an upstream response's status line and
 	// headers (default 16 KiB, at least 1 KiB). It is the size of the read
 	// buffer each upstream exchange holds while in flight.
 	MaxUpstreamHeaderBytes int
+	// MaxBodyMemory bounds the bytes the bodies of the requests in flight
+	// hold together (default DefaultMaxBodyMemory, or MaxBodyBytes when that
+	// is larger; never below MaxBodyBytes). A body counts with its
+	// Content-Length, a chunked one with the body limit until it is read.
+	// A request whose body would go over it is answered 503 with
+	// Retry-After, its body unread.
+	MaxBodyMemory int
+	// MaxHeaderBytes bounds a request's line and headers together (default
+	// DefaultMaxHeaderBytes). Each client connection holds a read buffer of
+	// this size. A longer head is answered 431.
+	MaxHeaderBytes int
+	// MaxConns bounds the client connections open at once (default
+	// DefaultMaxConns; negative: none); MaxConnsPerClient those from one
+	// IP address (default DefaultMaxConnsPerClient; negative: none). A
+	// connection over a cap is answered as it is accepted (503, or 429 for
+	// the client's own cap) and closed; open ones are not touched.
+	MaxConns          int
+	MaxConnsPerClient int
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
@@ -101,6 +121,9 @@ type Config struct {
 	// Tracker, when set, is told when each request starts and ends (the
 	// in-flight gauge).
 	Tracker Tracker
+	// Refusals, when set, counts what is refused before a record can
+	// exist: request heads that could not be read, connections over a cap.
+	Refusals Refusals
 }
 
 // DefaultTotalTimeout bounds a request's life when Config.TotalTimeout is
@@ -114,6 +137,37 @@ type Tracker interface {
 	RequestStarted()
 	RequestEnded()
 }
+
+// Refusals counts what the proxy refuses before a request has a record.
+type Refusals interface {
+	RequestRefused(endreason.Refusal)
+	ConnectionRefused(endreason.Refusal)
+}
+
+// The defaults of the client-facing limits.
+const (
+	// DefaultMaxBodyBytes holds a chat request with media: base64 (4/3 of
+	// the file) leaves about 6 MiB for images or audio, e.g. four 1.5 MB
+	// photos, and text up to about a million tokens (some 4 bytes each).
+	// Larger media belong in URLs.
+	DefaultMaxBodyBytes = 8 << 20
+	// DefaultMaxBodyMemory is 32 bodies of the largest size at once, and
+	// thousands of ordinary chat requests (a few KiB each).
+	DefaultMaxBodyMemory = 256 << 20
+	// DefaultMaxHeaderBytes leaves room for a long bearer token (a JWT
+	// with claims can pass 4 KiB) besides the usual headers.
+	DefaultMaxHeaderBytes = 8 << 10
+	// DefaultMaxConns keeps the connections' buffers and goroutines to
+	// a few hundred MiB.
+	DefaultMaxConns = 10000
+	// DefaultMaxConnsPerClient is more streams than a few engines serve at
+	// once; a load balancer that funnels every client through one address
+	// needs it raised or turned off.
+	DefaultMaxConnsPerClient = 1000
+	// minHeaderBytes is the smallest MaxHeaderBytes: a request line and
+	// the headers every client sends.
+	minHeaderBytes = 1 << 10
+)
 
 // Normalize fills defaults and rejects contradictions.
 func (c *Config) Normalize() error {
@@ -140,14 +194,36 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("--max-body-bytes %d: negative (0 means the default)", c.MaxBodyBytes)
 	case c.MaxUpstreamHeaderBytes < 0 || c.MaxUpstreamHeaderBytes > 0 && c.MaxUpstreamHeaderBytes < minUpstreamHeaderBytes:
 		return fmt.Errorf("--max-upstream-header-bytes %d: under %d (0 means the default)", c.MaxUpstreamHeaderBytes, minUpstreamHeaderBytes)
+	case c.MaxBodyMemory < 0:
+		return fmt.Errorf("--max-body-memory %d: negative (0 means the default)", c.MaxBodyMemory)
+	case c.MaxHeaderBytes < 0:
+		return fmt.Errorf("--max-header-bytes %d: negative (0 means the default)", c.MaxHeaderBytes)
 	case c.Heartbeat < 0:
 		return fmt.Errorf("--heartbeat %v: negative (0 means off)", c.Heartbeat)
 	}
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = sse.DefaultLimit
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 16 << 20
+	// 0 takes the default; a negative connection cap means none (the
+	// other limits refused negatives above).
+	defInt := func(v *int, d int) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = 0
+		}
+	}
+	defInt(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	defInt(&c.MaxBodyMemory, max(DefaultMaxBodyMemory, c.MaxBodyBytes))
+	defInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	defInt(&c.MaxConns, DefaultMaxConns)
+	defInt(&c.MaxConnsPerClient, DefaultMaxConnsPerClient)
+	switch {
+	case c.MaxBodyMemory < c.MaxBodyBytes:
+		return fmt.Errorf("--max-body-memory %d below --max-body-bytes %d: a body of the largest size could never be read", c.MaxBodyMemory, c.MaxBodyBytes)
+	case c.MaxHeaderBytes < minHeaderBytes:
+		return fmt.Errorf("--max-header-bytes %d: under %d, too small for a request line and the usual headers", c.MaxHeaderBytes, minHeaderBytes)
 	}
 	if c.MaxUpstreamHeaderBytes == 0 {
 		c.MaxUpstreamHeaderBytes = defaultUpstreamHeaderBytes
@@ -184,6 +260,8 @@ type Proxy struct {
 	stop       context.CancelFunc
 	stopCtx    context.Context
 	inflight   atomic.Int64
+	bodies     bodyBudget  // the memory request bodies hold
+	limits     *connLimits // nil: no connection cap
 	server     *fasthttp.Server
 	liveMu     sync.Mutex
 	live       map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
@@ -213,22 +291,40 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w, live: map[*exchange]struct{}{}}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
+	p.bodies.limit = int64(cfg.MaxBodyMemory)
+	p.limits = newConnLimits(cfg.MaxConns, cfg.MaxConnsPerClient)
 	p.server = &fasthttp.Server{
-		Handler:            p.Handler(),
-		Name:               "ttftlens",
-		MaxRequestBodySize: cfg.MaxBodyBytes,
-		ReadTimeout:        60 * time.Second, // reading a request, not writing the stream
-		IdleTimeout:        120 * time.Second,
-		TCPKeepalive:       true, // half-open clients are found eventually
-		CloseOnShutdown:    true,
-		Logger:             fasthttpLogger{log},
-		ConnState:          p.connState,
+		Handler:      p.Handler(),
+		ErrorHandler: p.refuseRequest,
+		Name:         "ttftlens",
+		// The handler reads the body itself, after authentication and
+		// within the body memory budget (readBody); fasthttp reads the
+		// head and at most the body's first 8 KiB.
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true, // forwarded as sent, never parsed
+		MaxRequestBodySize:           cfg.MaxBodyBytes,
+		ReadBufferSize:               cfg.MaxHeaderBytes,
+		ReadTimeout:                  readTimeout, // reading a request, not writing the stream
+		IdleTimeout:                  120 * time.Second,
+		TCPKeepalive:                 true, // half-open clients are found eventually
+		CloseOnShutdown:              true,
+		SecureErrorLogMessage:        true, // fasthttp's errors never quote the request
+		Logger:                       fasthttpLogger{log},
+		ConnState:                    p.connState,
 	}
 	return p, nil
 }
 
-// Serve accepts clients on ln until Shutdown.
-func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
+// readTimeout bounds reading a request, head and body.
+const readTimeout = 60 * time.Second
+
+// Serve accepts clients on ln until Shutdown, within the connection caps.
+func (p *Proxy) Serve(ln net.Listener) error {
+	if p.limits != nil {
+		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
+	}
+	return p.server.Serve(ln)
+}
 
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
 // and stops the watcher. Requests still in flight when ctx ends are cut
@@ -395,6 +491,7 @@ func (p *Proxy) ended(x *exchange) {
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
 
 func (p *Proxy) release(x *exchange) {
+	p.bodies.give(x.client.bodyHeld)
 	x.reset()
 	p.pool.Put(x)
 }
@@ -402,7 +499,8 @@ func (p *Proxy) release(x *exchange) {
 // connState registers each client connection with the disconnect watcher
 // once, when accepted, and ends the registration when fasthttp is done with
 // it (StateClosed comes after the close, which drops the socket from the
-// epoll set by itself).
+// epoll set by itself); then the connection no longer counts against the
+// caps.
 func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
@@ -412,6 +510,10 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		if v, ok := p.conns.LoadAndDelete(c); ok {
 			p.watcher.endConn(v.(*connWatch))
+		}
+		// A hijacked connection lingers and counts itself out (rejectUnread).
+		if p.limits != nil && st == fasthttp.StateClosed {
+			p.limits.leave(c)
 		}
 	}
 }

@@ -52,7 +52,11 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.ClientWriteStall, "client-write-stall", 60*time.Second, "longest a client may take no bytes of a stream before the request ends as client_write_stall and its upstream is closed (negative: none)")
 	fs.DurationVar(&f.cfg.StallThreshold, "stall-threshold", time.Second, "inter-token gap counted as a stall")
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
-	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body and non-streamed response body")
+	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body (413 over it, unread) and non-streamed response body")
+	fs.IntVar(&f.cfg.MaxBodyMemory, "max-body-memory", proxy.DefaultMaxBodyMemory, "bytes the bodies of the requests in flight may hold together (503 body_memory_full over it); at least --max-body-bytes")
+	fs.IntVar(&f.cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers together (431 over it); each client connection holds a buffer of this size")
+	fs.IntVar(&f.cfg.MaxConns, "max-conns", proxy.DefaultMaxConns, "client connections open at once; more are refused as they are accepted (503; negative: no cap)")
+	fs.IntVar(&f.cfg.MaxConnsPerClient, "max-conns-per-client", proxy.DefaultMaxConnsPerClient, "client connections open at once from one IP address (429 over it; negative: no cap; raise it behind a load balancer that connects from one address)")
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request in flight holds a read buffer of this size")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
 	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (engine/FAULTS.md); off: stripped")
@@ -151,6 +155,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	sinks := exporters.NewFanout(named...)
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
+	f.cfg.Refusals = metrics
 	p, err := proxy.New(f.cfg, sinks, log)
 	if err != nil {
 		return err

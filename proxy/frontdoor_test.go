@@ -1,0 +1,447 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
+)
+
+// refusalCount is a Refusals that counts.
+type refusalCount struct {
+	mu sync.Mutex
+	n  map[endreason.Refusal]int
+}
+
+func (c *refusalCount) RequestRefused(r endreason.Refusal)    { c.add(r) }
+func (c *refusalCount) ConnectionRefused(r endreason.Refusal) { c.add(r) }
+
+func (c *refusalCount) add(r endreason.Refusal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[endreason.Refusal]int{}
+	}
+	c.n[r]++
+}
+
+func (c *refusalCount) get(r endreason.Refusal) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[r]
+}
+
+// errorCode returns the code of an OpenAI-style error body, "" when the
+// body is not one.
+func errorCode(body []byte) string {
+	var v struct {
+		Error *struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Error == nil || v.Error.Message == "" || v.Error.Type == "" {
+		return ""
+	}
+	return v.Error.Code
+}
+
+// rawResponse reads one response from br; a read that outlives the
+// guard fails the test (the proxy gave no answer).
+func rawResponse(t *testing.T, conn net.Conn, br *bufio.Reader) (*http.Response, []byte) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("response body: %v", err)
+	}
+	return resp, body
+}
+
+// TestRefusedHeads sends request heads the proxy cannot read: each is
+// answered with an OpenAI-style error, the refusal's status and an
+// X-Request-Id, and counted; none leaves a record.
+func TestRefusedHeads(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	counts := &refusalCount{}
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) {
+		c.MaxHeaderBytes = 2048
+		c.Refusals = counts
+	})
+	tests := []struct {
+		name    string
+		send    string
+		halfOff bool // the client closes its side after sending
+		status  int
+		why     endreason.Refusal
+	}{
+		{"headers over the limit", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 5000) + "\r\n\r\n",
+			false, 431, endreason.RefusedHeadersTooLarge},
+		// The client is still sending when the proxy answers.
+		{"1 MB of headers", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20) + "\r\n\r\n",
+			false, 431, endreason.RefusedHeadersTooLarge},
+		{"not HTTP", "HELLO THERE\r\n\r\n", false, 400, endreason.RefusedMalformed},
+		{"body cut off in its first bytes", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\"",
+			true, 400, endreason.RefusedIncomplete},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			go func() {
+				_, _ = io.WriteString(conn, tt.send)
+				if tt.halfOff {
+					_ = conn.(*net.TCPConn).CloseWrite()
+				}
+			}()
+			resp, body := rawResponse(t, conn, bufio.NewReader(conn))
+			if resp.StatusCode != tt.status || errorCode(body) != string(tt.why) {
+				t.Errorf("got %d %s, want %d with code %s", resp.StatusCode, body, tt.status, tt.why)
+			}
+			if resp.Header.Get("X-Request-Id") == "" {
+				t.Error("no X-Request-Id")
+			}
+			if n := counts.get(tt.why); n != 1 {
+				t.Errorf("refusal %s counted %d times, want 1", tt.why, n)
+			}
+			counts.mu.Lock()
+			counts.n = nil
+			counts.mu.Unlock()
+		})
+	}
+	sink.none(t, 100*time.Millisecond)
+}
+
+// TestBodyFailures sends bodies the proxy cannot take: over the limit
+// (answered 413 before it is all sent: with a Content-Length once fasthttp
+// has the body's first 8 KiB, chunked as soon as the limit is passed), cut
+// off, or framed wrongly. Each is recorded with its own end, and answered
+// when someone listens.
+func TestBodyFailures(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.MaxBodyBytes = 64 << 10 })
+	const post = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+	chunk := fmt.Sprintf("%x\r\n%s\r\n", 40<<10, strings.Repeat("a", 40<<10))
+	tests := []struct {
+		name   string
+		send   string // the request up to where the proxy must answer
+		status int    // 0: the client left, nobody to answer
+		code   string
+		reason endreason.Reason
+		detail endreason.Detail
+	}{
+		{"over the limit", post + "Content-Length: 1048576\r\n\r\n" + strings.Repeat("a", 16<<10),
+			413, "request_too_large", endreason.InvalidRequest, endreason.DetailRequestBodyTooLarge},
+		{"chunked over the limit", post + "Transfer-Encoding: chunked\r\n\r\n" + chunk + chunk,
+			413, "request_too_large", endreason.InvalidRequest, endreason.DetailRequestBodyTooLarge},
+		{"bad chunk size", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+			400, "malformed_request_body", endreason.InvalidRequest, endreason.DetailMalformedRequest},
+		{"client leaves mid-body", post + "Content-Length: 65536\r\n\r\n" + strings.Repeat("a", 16<<10),
+			0, "", endreason.ClientCancel, endreason.DetailClientClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tt.send); err != nil {
+				t.Fatal(err)
+			}
+			if tt.status == 0 {
+				conn.Close()
+			}
+			r := sink.next(t)
+			if r.Reason != tt.reason || r.Detail != tt.detail {
+				t.Errorf("record %s/%s, want %s/%s", r.Reason, r.Detail, tt.reason, tt.detail)
+			}
+			if tt.status == 0 {
+				return
+			}
+			resp, body := rawResponse(t, conn, bufio.NewReader(conn))
+			if resp.StatusCode != tt.status || errorCode(body) != tt.code || r.Status != tt.status {
+				t.Errorf("got %d %s (recorded %d), want %d %s", resp.StatusCode, body, r.Status, tt.status, tt.code)
+			}
+			if id := resp.Header.Get("X-Request-Id"); id == "" || id != r.RequestID {
+				t.Errorf("X-Request-Id %q, record %q", id, r.RequestID)
+			}
+		})
+	}
+}
+
+// keysProxy runs a gateway with one key (alice-key) in front of up.
+func keysProxy(t *testing.T, up string, mod func(*Config)) (string, *captureSink, *Proxy) {
+	t.Helper()
+	cfg, err := gateway.Parse([]byte(`
+keys: [{name: alice, key: "`+gateway.HashKey("alice-key")+`"}]
+routes: [{model: m, pool: p}]
+pools: [{name: p, upstreams: [`+up+`]}]
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Start()
+	t.Cleanup(gw.Stop)
+	return startProxy(t, "", func(c *Config) {
+		c.Gateway = gw
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// TestUnauthenticatedBodyUnread posts a 4 MiB body without a valid key:
+// the proxy answers 401 once it has the headers, while the client has sent
+// 64 KiB of the body, and the record counts no body bytes read.
+func TestUnauthenticatedBodyUnread(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := keysProxy(t, up.url, nil)
+	const size = 4 << 20 // under the body limit: the key decides
+	tests := []struct {
+		name, auth string
+		detail     endreason.Detail
+	}{
+		{"no key", "", endreason.DetailMissingKey},
+		{"wrong key", "Authorization: Bearer nope\r\n", endreason.DetailInvalidKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s",
+				tt.auth, size, strings.Repeat("a", 64<<10))
+			resp, body := rawResponse(t, conn, bufio.NewReader(conn))
+			if resp.StatusCode != 401 || errorCode(body) == "" {
+				t.Errorf("got %d %s, want a 401 error", resp.StatusCode, body)
+			}
+			r := sink.next(t)
+			if r.Detail != tt.detail || r.BytesIn != 0 {
+				t.Errorf("record %s/%s with %d body bytes read, want %s with none", r.Reason, r.Detail, r.BytesIn, tt.detail)
+			}
+		})
+	}
+}
+
+// TestEarlyAnswersReachClients checks that an answer given before the
+// request was all read reaches a client that reads only once it has sent
+// everything (Go's): the proxy drops what the client still sends before it
+// closes, instead of resetting the connection over the answer.
+func TestEarlyAnswersReachClients(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := keysProxy(t, up.url, nil)
+	big := make([]byte, 16<<20) // more than the socket buffers hold
+	post := func(key string) func() *http.Request {
+		return func() *http.Request {
+			req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", bytes.NewReader(big))
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			return req
+		}
+	}
+	bigHead := func() *http.Request {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/models", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 1<<20))
+		return req
+	}
+	tests := []struct {
+		name     string
+		req      func() *http.Request
+		status   int
+		recorded bool
+	}{
+		{"unauthenticated body", post(""), 401, true},
+		{"body over the limit", post("alice-key"), 413, true},
+		{"1 MB of headers", bigHead, 431, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 3 { // a reset loses the answer most of the time, not always
+				resp, err := testClient().Do(tt.req())
+				if err != nil {
+					t.Fatalf("the answer was lost: %v", err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tt.status || errorCode(body) == "" {
+					t.Errorf("got %d %s, want a %d error", resp.StatusCode, body, tt.status)
+				}
+				if tt.recorded {
+					sink.next(t)
+				}
+			}
+		})
+	}
+}
+
+// TestUnauthenticatedKeepsConnection checks a refusal with no body to
+// leave unread keeps the connection for the next request.
+func TestUnauthenticatedKeepsConnection(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := keysProxy(t, up.url, nil)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for i, req := range []string{
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n",
+	} {
+		io.WriteString(conn, req)
+		resp, _ := rawResponse(t, conn, br)
+		if want := []int{401, 401, 200}[i]; resp.StatusCode != want || resp.Close {
+			t.Errorf("request %d: %d, connection close %v; want %d on a kept connection", i, resp.StatusCode, resp.Close, want)
+		}
+		sink.next(t)
+	}
+}
+
+// TestBodyMemoryBudget holds one request's body in flight and checks a
+// body that would take the budget over it is refused unread (503,
+// Retry-After, recorded), and that the budget is given back at the end.
+func TestBodyMemoryBudget(t *testing.T) {
+	hold := make(chan struct{})
+	up := startUpstream(t, func(c *upConn) {
+		if strings.Contains(c.body, "hold") {
+			<-hold
+		}
+		c.stream(1, 0)
+	})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the upstream's cleanup
+	addr, sink, p := startProxy(t, up.url, func(c *Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.MaxBodyMemory = 100 << 10
+	})
+	body := func(n int, tag string) string {
+		pad := n - len(chat("m", `,"user":"`+tag+`","pad":""`))
+		return chat("m", `,"user":"`+tag+`","pad":"`+strings.Repeat("x", pad)+`"`)
+	}
+	held := make(chan int, 1)
+	go func() {
+		resp, _, _ := post(t, addr, body(60<<10, "hold"))
+		held <- resp.StatusCode
+	}()
+	up.request(t) // the first body is held upstream
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 50<<10, strings.Repeat("a", 16<<10))
+	resp, got := rawResponse(t, conn, bufio.NewReader(conn))
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || errorCode(got) != string(endreason.DetailBodyMemoryFull) {
+		t.Errorf("over the budget: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), got)
+	}
+	if r := sink.next(t); r.Reason != endreason.WorkerFailure || r.Detail != endreason.DetailBodyMemoryFull || r.BytesIn != 0 {
+		t.Errorf("refused record %s/%s, %d body bytes", r.Reason, r.Detail, r.BytesIn)
+	}
+
+	release.Do(func() { close(hold) })
+	if s := <-held; s != 200 {
+		t.Errorf("held request: %d", s)
+	}
+	sink.next(t)
+	if resp, _, err := post(t, addr, body(50<<10, "after")); err != nil || resp.StatusCode != 200 {
+		t.Errorf("after the held request ended: %v %d", err, resp.StatusCode)
+	}
+	sink.next(t)
+	if n := p.bodies.held.Load(); n != 0 {
+		t.Errorf("%d bytes of the budget still held with nothing in flight", n)
+	}
+}
+
+// TestConnectionCaps fills a cap with a live stream and an idle
+// connection: the next connection is refused as it is accepted (an
+// OpenAI-style error, counted) while the stream keeps flowing to its end.
+func TestConnectionCaps(t *testing.T) {
+	tests := []struct {
+		name   string
+		set    func(*Config)
+		status int
+		why    endreason.Refusal
+	}{
+		{"per client", func(c *Config) { c.MaxConnsPerClient = 2 }, 429, endreason.RefusedPerClientLimit},
+		{"total", func(c *Config) { c.MaxConns, c.MaxConnsPerClient = 2, -1 }, 503, endreason.RefusedConnLimit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := make(chan struct{})
+			up := startUpstream(t, func(c *upConn) {
+				c.role()
+				c.content("before ")
+				<-next
+				c.content("after")
+				c.finish("stop")
+				c.done()
+				c.end()
+			})
+			var resume sync.Once
+			t.Cleanup(func() { resume.Do(func() { close(next) }) }) // before the upstream's cleanup
+			counts := &refusalCount{}
+			addr, sink, _ := startProxy(t, up.url, func(c *Config) {
+				tt.set(c)
+				c.Refusals = counts
+			})
+			stream, sbr := rawClient(t, addr, chatBody)
+			readUntil(t, sbr, "before")
+			idle, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer idle.Close()
+
+			over, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer over.Close()
+			resp, body := rawResponse(t, over, bufio.NewReader(over))
+			if resp.StatusCode != tt.status || errorCode(body) != string(tt.why) {
+				t.Errorf("connection over the cap: %d %s, want %d %s", resp.StatusCode, body, tt.status, tt.why)
+			}
+			if n := counts.get(tt.why); n != 1 {
+				t.Errorf("refusal %s counted %d times", tt.why, n)
+			}
+
+			resume.Do(func() { close(next) })
+			readUntil(t, sbr, "[DONE]")
+			if r := sink.next(t); r.Reason != endreason.Stop {
+				t.Errorf("the stream ended %s/%s", r.Reason, r.Detail)
+			}
+			stream.Close()
+		})
+	}
+}
