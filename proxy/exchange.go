@@ -134,11 +134,6 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 	}
 	x.tc = continueOrStart(ctx.Request.Header.Peek("traceparent"))
 	x.client.conn = ctx.Conn()
-	if x.client.conn != nil && x.p.cfg.ClientWriteStall > 0 {
-		// A stream before this one on the connection may have left a write
-		// deadline (relay.armStall).
-		_ = x.client.conn.SetWriteDeadline(time.Time{})
-	}
 	x.client.breakdown = len(ctx.Request.Header.Peek(breakdownHeader)) > 0
 	rec.TraceID, rec.SpanID, rec.ParentID, rec.TraceFlags = x.tc.trace, x.tc.span, x.tc.parent, x.tc.flags
 	x.p.started(x)
@@ -505,6 +500,9 @@ func (x *exchange) failAborted(ctx *fasthttp.RequestCtx, cause error) {
 		ctx.SetConnectionClose()
 		x.fin.rec.Status = 499
 	}
+	if cause == errShutdown {
+		ctx.SetConnectionClose() // no request on this connection after the cut
+	}
 	x.finish()
 }
 
@@ -518,6 +516,15 @@ func (x *exchange) finish() {
 		return
 	}
 	f.done = true
+	// The record goes out whatever happens below; a panic on the way is
+	// recorded as the request's end.
+	defer x.p.ended(x)
+	defer func() {
+		if v := recover(); v != nil {
+			f.panicked(v)
+			f.rec.Reason, f.rec.Detail = endreason.WorkerFailure, endreason.DetailProxyPanic
+		}
+	}()
 	rec, tl := &f.rec, &f.rec.Timeline
 	if x.client.watch != nil {
 		x.client.watch.disarm()
@@ -537,7 +544,6 @@ func (x *exchange) finish() {
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)
 	f.complete(x.sig.Phase(rec.Streaming, tl))
-	x.p.ended(x)
 }
 
 // watchClient points the client connection's disconnect registration at

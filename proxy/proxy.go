@@ -369,17 +369,22 @@ func (p *Proxy) cut() int {
 		x.ctl.abort(x.gen, errShutdown)
 	}
 	p.liveMu.Unlock()
-	if p.waitLive(cutWait) {
-		return n
-	}
-	p.liveMu.Lock()
-	for x := range p.live {
-		if c := x.client.conn; c != nil {
-			_ = c.Close()
+	if !p.waitLive(cutWait) {
+		p.liveMu.Lock()
+		for x := range p.live {
+			if c := x.client.conn; c != nil {
+				_ = c.Close()
+			}
 		}
+		p.liveMu.Unlock()
+		p.waitLive(cutWait)
 	}
-	p.liveMu.Unlock()
-	p.waitLive(cutWait)
+	// fasthttp serves open connections again once its shutdown returned:
+	// close the ones left, so no request starts after the cut.
+	p.conns.Range(func(c, _ any) bool {
+		_ = c.(net.Conn).Close()
+		return true
+	})
 	return n
 }
 
@@ -506,6 +511,12 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 	case fasthttp.StateNew:
 		if cw := p.watcher.watchConn(c); cw != nil {
 			p.conns.Store(c, cw)
+		}
+	case fasthttp.StateIdle:
+		if p.cfg.ClientWriteStall > 0 {
+			// The response is written: a stream's write stall deadline
+			// (relay.armStall) must not reach the connection's next one.
+			_ = c.SetWriteDeadline(time.Time{})
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		if v, ok := p.conns.LoadAndDelete(c); ok {

@@ -122,6 +122,12 @@ func (r *relay) Read(p []byte) (n int, err error) {
 	}
 	if len(r.out) == 0 {
 		if err := r.nextEvent(); err != nil {
+			if err == io.EOF {
+				// fasthttp writes the final chunk next, however long the
+				// upstream took to end after the last event.
+				r.stallArmedAt = 0
+				r.armStall(rec.Timeline.Now())
+			}
 			return 0, err
 		}
 		if r.enc != nil && !r.enc.closed {

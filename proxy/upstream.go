@@ -114,8 +114,9 @@ var errAbortedBeforeSend = errors.New("aborted before the request was sent")
 
 // exchangeError says how far an upstream exchange got before it failed.
 type exchangeError struct {
-	connect bool // no connection could be made
-	sent    bool // the request was written
+	connect bool          // no connection could be made
+	sent    bool          // the request was written
+	waited  time.Duration // from the send to the failure, when sent
 	err     error
 }
 
@@ -142,9 +143,9 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // roundTrip sends req on a pooled connection and reads the response headers;
 // the body is left to stream from body. It marks UpstreamSent on tl when the
 // request is written. A reused keep-alive connection that fails before any
-// response byte was closed by the engine while idle (its keep-alive
-// timeout, a restart): the engine never saw the request, so it is sent once
-// more, on a connection dialed for it.
+// response byte, right after the send (isStale), was closed by the engine
+// while idle (its keep-alive timeout, a restart): the engine never saw the
+// request, so it is sent once more, on a connection dialed for it.
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
@@ -201,14 +202,17 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		return fail(true, err)
 	}
-	tl.MarkAt(stages.UpstreamSent, tl.Now()) // a retry's send replaces the stale one
+	sentAt := tl.Now()
+	tl.MarkAt(stages.UpstreamSent, sentAt) // a retry's send replaces the stale one
 
 	resp.StreamBody = true
 	resp.Header.DisableNormalizing()
 	br := hc.AcquireReader(conn)
 	if err := resp.ReadLimitBody(br, 0); err != nil {
 		hc.ReleaseReader(br)
-		return fail(true, err)
+		reused, err := fail(true, err)
+		err.(*exchangeError).waited = tl.Now() - sentAt
+		return reused, err
 	}
 	// fasthttp's pooled-connection type is unexported: keep it in a closure.
 	release := func(reuse bool) {
@@ -229,9 +233,16 @@ func isClosedBeforeResponse(err error) bool {
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
-// isStale reports a failure that a connection closed by its peer explains:
-// writing the request hit the peer's close, or the connection closed before
-// any response byte.
+// staleWindow bounds how soon after the send a closed connection counts as
+// one the engine had closed while idle: that close is already waiting in
+// the socket when the request is written, so the read fails at once. An
+// engine that fails later (it crashed on the request, in prefill) had the
+// request; it is not sent again.
+const staleWindow = 100 * time.Millisecond
+
+// isStale reports a failure that a connection closed by its peer while
+// idle explains: writing the request hit the peer's close, or the
+// connection closed before any response byte, right after the send.
 func isStale(err error) bool {
 	var xe *exchangeError
 	if !errors.As(err, &xe) || xe.connect {
@@ -240,7 +251,7 @@ func isStale(err error) bool {
 	if !xe.sent && (errors.Is(xe.err, syscall.EPIPE) || errors.Is(xe.err, syscall.ECONNRESET)) {
 		return true
 	}
-	return isClosedBeforeResponse(xe.err)
+	return xe.waited <= staleWindow && isClosedBeforeResponse(xe.err)
 }
 
 // headersTooLarge reports response headers that did not fit the read
