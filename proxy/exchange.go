@@ -530,6 +530,10 @@ func (x *exchange) finish() {
 		x.client.watch.disarm()
 	}
 	abortedAt, closedAt, cause := x.ctl.end()
+	if (cause == errClientGone || cause == errClientStalled) && closedAt > 0 && f.facts.Stream {
+		// The abort closed the upstream: what the client never got is all here.
+		rec.TokensAfterCancel = x.relay.undelivered()
+	}
 	if x.relay.closeUpstream(cause != nil) && cause != nil && closedAt == 0 {
 		closedAt = tl.Now()
 	}

@@ -398,6 +398,33 @@ func (r *relay) readWhole() ([]byte, error) {
 	}
 }
 
+// undelivered counts the content events the upstream sent that the relay
+// held when its client left: the event being handed out (not yet flushed to
+// the client), and the whole events already read from the upstream but not
+// yet parsed. It reads nothing more from the upstream, so it must run only
+// once the upstream connection is closed (the reads then end at what had
+// arrived), before the body is let go.
+func (r *relay) undelivered() int {
+	if !r.body.open {
+		return 0
+	}
+	n := 0
+	if r.outContent && (r.handedOut || len(r.out) > 0) {
+		n++
+	}
+	r.out, r.handedOut, r.outContent = nil, false, false
+	tl := &r.fin.rec.Timeline
+	for {
+		ev, err := r.next()
+		if err != nil {
+			return n
+		}
+		if ev.HasData && r.sig.Event(ev.Data, tl).Content {
+			n++
+		}
+	}
+}
+
 // closeUpstream lets go of the upstream body, closing the connection unless
 // the body was read to a clean end; it reports whether a body was open.
 func (r *relay) closeUpstream(discard bool) bool {

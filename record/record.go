@@ -84,8 +84,9 @@ type Record struct {
 	Buffering Buffering
 
 	// Cancellation cost, for ClientCancel: from noticing the client left to
-	// closing the upstream connection, and content events the upstream still
-	// sent in that time.
+	// closing the upstream connection, and the content events the upstream
+	// sent that the client never got (held by the proxy, read but not yet
+	// delivered, when it left; the proxy reads nothing after closing).
 	CancelToClose     time.Duration
 	TokensAfterCancel int
 }

@@ -41,7 +41,7 @@ var zeroUnderLoad = map[string]string{
 	"ttftlens_records_dropped_total":            "no sink drops a record under this load",
 	"ttftlens_upstream_unsplit_total":           "the reference engine reports its timings on every request",
 	"ttftlens_engine_report_inconsistent_total": "the reference engine's timings always fit the proxy's window",
-	"ttftlens_tokens_after_cancel_total":        "the proxy closes the upstream the moment it notices a client left, so it reads no content after (the engine's own count is beside it)",
+	"ttftlens_tokens_after_cancel_total":        "it counts content the proxy held for a client that left, and this load's clients read what they get until they leave",
 	"ttftlens_queue_depth":                      "this stack's pass-through gateway has no admission queue (max_in_flight unset)",
 }
 
