@@ -14,8 +14,11 @@ import (
 // Config configures a reference engine Server. The zero value works: every
 // zero field is replaced by the default documented on it (see Normalize).
 type Config struct {
-	// ModelPath is a llama2.c checkpoint file. Empty means the built-in model
-	// whose weights come from Seed (no download, starts in well under a second).
+	// ModelPath is a llama2.c checkpoint file. Empty means the built-in,
+	// untrained model (no download, starts in well under a second): with the
+	// default shape its embedding and classifier hold the bigram table of the
+	// built-in tokenizer's embedded corpus, so it answers in that corpus's
+	// phrases, and its other weights come from Seed.
 	ModelPath string
 	// TokenizerPath is a llama2.c tokenizer file matching ModelPath. Empty
 	// means the built-in byte-level tokenizer.

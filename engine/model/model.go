@@ -75,8 +75,9 @@ type rankLayer struct {
 }
 
 // NewSeeded builds a model of shape cfg whose weights come deterministically
-// from seed, split over ranks tensor-parallel ranks (1 <= ranks <= KVHeads).
-// It downloads and reads nothing.
+// from seed and, with a separate classifier, the embedded corpus (see
+// seededWeights), split over ranks tensor-parallel ranks (1 <= ranks <=
+// KVHeads). It downloads and reads nothing.
 func NewSeeded(cfg Config, seed uint64, ranks int) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
