@@ -95,9 +95,11 @@ type fieldSource struct {
 }
 
 // writeFields adds to e the fields of src that the forms in carry and that
-// apply to the request, in record.Field order. Its cases say when each field applies and how it is written, for
-// the log line and the pages alike. Values built as raw JSON go through
-// sc.b. It allocates nothing but to grow sc.b.
+// apply to the request, in record.Field order. Its cases say when each
+// field applies and how it is written, for the log line and the pages
+// alike; each reads its name where it writes it (a name read before the
+// switch would be spilled across the calls, for every field). Values built
+// as raw JSON go through sc.b. It allocates nothing but to grow sc.b.
 func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 	r, bd := src.r, &src.breakdown
 	set := fieldsIn[in]
@@ -105,151 +107,145 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 		if set&(1<<f) == 0 {
 			continue
 		}
-		name := f.String()
 		switch f {
 		case record.FieldTime:
 			sc.b = appendTime(sc.b[:0], r.Timeline.Wall())
-			e.RawJSON(name, sc.b)
+			e.RawJSON(f.String(), sc.b)
 		case record.FieldLevel:
-			e.Str(name, level(r.Reason))
+			e.Str(f.String(), level(r.Reason))
 		case record.FieldMsg:
-			e.Str(name, "request")
+			e.Str(f.String(), "request")
 		case record.FieldRequestID:
-			e.Str(name, r.RequestID)
+			e.Str(f.String(), r.RequestID)
 		case record.FieldTraceID:
-			e.Hex(name, r.TraceID[:])
+			e.Hex(f.String(), r.TraceID[:])
 		case record.FieldSpanID:
-			e.Hex(name, r.SpanID[:])
+			e.Hex(f.String(), r.SpanID[:])
 		case record.FieldParentSpanID:
 			if !r.ParentID.IsZero() {
-				e.Hex(name, r.ParentID[:])
+				e.Hex(f.String(), r.ParentID[:])
 			}
 		case record.FieldMethod:
-			e.Str(name, r.Method)
+			e.Str(f.String(), r.Method)
 		case record.FieldPath:
-			e.Str(name, r.Path)
+			e.Str(f.String(), r.Path)
 		case record.FieldModel:
-			e.Str(name, r.Model)
+			e.Str(f.String(), r.Model)
 		case record.FieldStream:
-			e.Bool(name, r.Streaming)
+			e.Bool(f.String(), r.Streaming)
 		case record.FieldStatus:
-			e.Int(name, r.Status)
+			e.Int(f.String(), r.Status)
 		case record.FieldUpstream:
-			e.Str(name, r.Upstream)
+			e.Str(f.String(), r.Upstream)
 		case record.FieldKey:
 			if r.Key != "" {
-				e.Str(name, r.Key)
+				e.Str(f.String(), r.Key)
 			}
 		case record.FieldEndReason:
-			e.Str(name, r.Reason.String())
+			e.Str(f.String(), r.Reason.String())
 		case record.FieldEndDetail:
-			e.Str(name, string(r.Detail))
+			e.Str(f.String(), string(r.Detail))
 		case record.FieldPhase:
 			if r.Reason == endreason.ClientCancel {
-				e.Str(name, r.Phase.String())
+				e.Str(f.String(), r.Phase.String())
 			}
 		case record.FieldError:
 			if r.Error != "" {
-				e.Str(name, r.Error)
+				e.Str(f.String(), r.Error)
 			}
 
 		case record.FieldTTFT:
 			if bd.OK {
-				sc.b = appendDuration(sc.b[:0], bd.TTFT)
-				e.RawJSON(name, sc.b)
+				sc.b = stages.AppendMillis(sc.b[:0], stages.Micros(bd.TTFT))
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldE2E:
-			sc.b = appendDuration(sc.b[:0], r.E2E())
-			e.RawJSON(name, sc.b)
+			sc.b = stages.AppendMillis(sc.b[:0], stages.Micros(r.E2E()))
+			e.RawJSON(f.String(), sc.b)
 		case record.FieldStages:
 			if bd.OK {
 				sc.b = appendStages(sc.b[:0], bd)
-				e.RawJSON(name, sc.b)
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldUpstreamUnsplit:
 			if bd.OK && bd.Unsplit {
-				e.Bool(name, true)
+				e.Bool(f.String(), true)
 			}
 		case record.FieldEngineReportInconsistent:
 			if bd.OK && bd.Inconsistent {
-				e.Bool(name, true)
+				e.Bool(f.String(), true)
 			}
 		case record.FieldEngine:
 			if r.Timeline.EngineReported() {
 				sc.b = appendEngine(sc.b[:0], &r.Timeline)
-				e.RawJSON(name, sc.b)
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldEngineReport:
 			if r.EngineSource != "" {
-				e.Str(name, r.EngineSource)
+				e.Str(f.String(), r.EngineSource)
 			}
 		case record.FieldEngineReportInferred:
 			if r.EngineSource != "" && r.EngineInferred {
-				e.Bool(name, true)
+				e.Bool(f.String(), true)
 			}
 		case record.FieldEngineWaiting:
 			if r.EngineLoad {
-				e.Int64(name, r.EngineWaiting)
+				e.Int64(f.String(), r.EngineWaiting)
 			}
 		case record.FieldEngineRunning:
 			if r.EngineLoad {
-				e.Int64(name, r.EngineRunning)
+				e.Int64(f.String(), r.EngineRunning)
 			}
 
 		case record.FieldTokensOut:
-			e.Int(name, r.TokensOut)
+			e.Int(f.String(), r.TokensOut)
 		case record.FieldTokensIn:
 			if r.TokensIn != 0 {
-				e.Int(name, r.TokensIn)
+				e.Int(f.String(), r.TokensIn)
 			}
 		case record.FieldITL:
 			if src.gaps.N > 0 {
 				sc.b = appendITL(sc.b[:0], &src.gaps)
-				e.RawJSON(name, sc.b)
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldStalls:
 			if r.Stream.Stalls != 0 {
-				e.Int(name, r.Stream.Stalls)
+				e.Int(f.String(), r.Stream.Stalls)
 			}
 		case record.FieldEvents:
-			e.Int(name, r.Stream.Events)
+			e.Int(f.String(), r.Stream.Events)
 		case record.FieldResidencyMax:
 			if r.Stream.MaxResidency > 0 {
-				sc.b = appendDuration(sc.b[:0], r.Stream.MaxResidency)
-				e.RawJSON(name, sc.b)
+				sc.b = stages.AppendMillis(sc.b[:0], stages.Micros(r.Stream.MaxResidency))
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldTransportBlocked:
 			if stages.Micros(r.Stream.Blocked) > 0 {
-				sc.b = appendDuration(sc.b[:0], r.Stream.Blocked)
-				e.RawJSON(name, sc.b)
+				sc.b = stages.AppendMillis(sc.b[:0], stages.Micros(r.Stream.Blocked))
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldBuffering:
 			if r.Buffering != 0 {
 				sc.b = appendBuffering(sc.b[:0], r.Buffering)
-				e.RawJSON(name, sc.b)
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldBytesIn:
-			e.Int64(name, r.BytesIn)
+			e.Int64(f.String(), r.BytesIn)
 		case record.FieldBytesOut:
-			e.Int64(name, r.BytesOut)
+			e.Int64(f.String(), r.BytesOut)
 		case record.FieldCancelToClose:
 			if r.Reason == endreason.ClientCancel {
-				sc.b = appendDuration(sc.b[:0], r.CancelToClose)
-				e.RawJSON(name, sc.b)
+				sc.b = stages.AppendMillis(sc.b[:0], stages.Micros(r.CancelToClose))
+				e.RawJSON(f.String(), sc.b)
 			}
 		case record.FieldTokensAfterCancel:
 			if r.Reason == endreason.ClientCancel {
-				e.Int(name, r.TokensAfterCancel)
+				e.Int(f.String(), r.TokensAfterCancel)
 			}
 		default:
-			panic("exporters: no writer for record field " + name)
+			panic("exporters: no writer for record field " + f.String())
 		}
 	}
-}
-
-// appendDuration appends d in milliseconds, rounded to the microsecond.
-func appendDuration(b []byte, d time.Duration) []byte {
-	return stages.AppendMillis(b, stages.Micros(d))
 }
 
 func appendTime(b []byte, t time.Time) []byte {
