@@ -65,7 +65,7 @@ type Record struct {
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
-// ParseRecord decodes one record from its JSON form (record.Fields). It
+// ParseRecord decodes one record from its JSON form (record.Field). It
 // requires a request_id and an end_reason; when ttft_ms is present,
 // stages_ms must be too, name only known stages, and hold no negative
 // value.
@@ -111,7 +111,7 @@ type recordJSON struct {
 
 // decode reads j's fields from b, a JSON object.
 func (j *recordJSON) decode(b []byte) error {
-	var fields map[record.Field]json.RawMessage
+	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldTokensOut, &r.TokensOut},
 		{record.FieldBuffering, &j.buffering},
 	} {
-		if raw, ok := fields[f.name]; ok {
+		if raw, ok := fields[f.name.String()]; ok {
 			if err := json.Unmarshal(raw, f.into); err != nil {
 				return fmt.Errorf("%s: %w", f.name, err)
 			}

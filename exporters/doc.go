@@ -2,7 +2,7 @@
 // what operators read: one JSON log line per request (LogSink), Prometheus
 // series (Metrics) and the admin endpoint that serves them (AdminHandler).
 // The log line and the /debug/requests pages are written from one table of
-// the record's fields (fields.go), in the order of record.Fields.
+// the record's fields (fields.go), in record.Field order.
 //
 // Every sink honours the record.Sink contract: Emit is called once per
 // request on the request's goroutine, never blocks on I/O, does not keep

@@ -23,209 +23,288 @@ const (
 	listed   = inLog | inPage | inRow // enough for a table row
 )
 
-// fieldSpec says which forms carry a field, when it applies, and how it is
-// written.
-type fieldSpec struct {
-	in form
-	// applies reports whether the field is written for s; nil: always.
-	applies func(s *Summary) bool
-	write   writeFunc
+// fieldForms says which forms carry each field.
+var fieldForms = [record.NumFields]form{
+	record.FieldTime:         listed,
+	record.FieldLevel:        framing,
+	record.FieldMsg:          framing,
+	record.FieldRequestID:    listed,
+	record.FieldTraceID:      detailed,
+	record.FieldSpanID:       detailed,
+	record.FieldParentSpanID: detailed,
+	record.FieldMethod:       listed,
+	record.FieldPath:         listed,
+	record.FieldModel:        listed,
+	record.FieldStream:       listed,
+	record.FieldStatus:       listed,
+	record.FieldUpstream:     listed,
+	record.FieldKey:          detailed,
+	record.FieldEndReason:    listed,
+	record.FieldEndDetail:    listed,
+	record.FieldPhase:        listed,
+	record.FieldError:        detailed,
+
+	record.FieldTTFT:                     listed,
+	record.FieldE2E:                      listed,
+	record.FieldStages:                   listed,
+	record.FieldUpstreamUnsplit:          detailed,
+	record.FieldEngineReportInconsistent: detailed,
+	record.FieldEngine:                   detailed,
+	record.FieldEngineReport:             detailed,
+	record.FieldEngineReportInferred:     detailed,
+	record.FieldEngineWaiting:            detailed,
+	record.FieldEngineRunning:            detailed,
+
+	record.FieldTokensOut:         listed,
+	record.FieldTokensIn:          detailed,
+	record.FieldITL:               detailed,
+	record.FieldStalls:            detailed,
+	record.FieldEvents:            detailed,
+	record.FieldResidencyMax:      detailed,
+	record.FieldTransportBlocked:  detailed,
+	record.FieldBuffering:         detailed,
+	record.FieldBytesIn:           detailed,
+	record.FieldBytesOut:          detailed,
+	record.FieldCancelToClose:     detailed,
+	record.FieldTokensAfterCancel: detailed,
 }
 
-// writeFunc adds the field called name, read from s, to e. b is scratch
-// space for values built as raw JSON; it returns b, possibly grown.
-type writeFunc func(e *zerolog.Event, name string, s *Summary, b []byte) []byte
-
-// fieldSpecs covers every record.Field; record.Fields gives their order.
-var fieldSpecs = map[record.Field]fieldSpec{
-	record.FieldTime:         {listed, nil, raw(appendTime)},
-	record.FieldLevel:        {framing, nil, str(func(s *Summary) string { return level(s.Reason) })},
-	record.FieldMsg:          {framing, nil, str(func(*Summary) string { return "request" })},
-	record.FieldRequestID:    {listed, nil, str(func(s *Summary) string { return s.RequestID })},
-	record.FieldTraceID:      {detailed, nil, hexID(func(s *Summary) []byte { return s.TraceID[:] })},
-	record.FieldSpanID:       {detailed, nil, hexID(func(s *Summary) []byte { return s.SpanID[:] })},
-	record.FieldParentSpanID: {detailed, hasParent, hexID(func(s *Summary) []byte { return s.ParentID[:] })},
-	record.FieldMethod:       {listed, nil, str(func(s *Summary) string { return s.Method })},
-	record.FieldPath:         {listed, nil, str(func(s *Summary) string { return s.Path })},
-	record.FieldModel:        {listed, nil, str(func(s *Summary) string { return s.Model })},
-	record.FieldStream:       {listed, nil, boolean(func(s *Summary) bool { return s.Streaming })},
-	record.FieldStatus:       {listed, nil, integer(func(s *Summary) int64 { return int64(s.Status) })},
-	record.FieldUpstream:     {listed, nil, str(func(s *Summary) string { return s.Upstream })},
-	record.FieldKey:          {detailed, func(s *Summary) bool { return s.Key != "" }, str(func(s *Summary) string { return s.Key })},
-	record.FieldEndReason:    {listed, nil, str(func(s *Summary) string { return s.Reason.String() })},
-	record.FieldEndDetail:    {listed, nil, str(func(s *Summary) string { return string(s.Detail) })},
-	record.FieldPhase:        {listed, isClientCancel, str(func(s *Summary) string { return s.Phase.String() })},
-	record.FieldError:        {detailed, func(s *Summary) bool { return s.Error != "" }, str(func(s *Summary) string { return s.Error })},
-
-	record.FieldTTFT:                     {listed, hasFirstToken, duration(func(s *Summary) time.Duration { return s.Breakdown.TTFT })},
-	record.FieldE2E:                      {listed, nil, duration(func(s *Summary) time.Duration { return s.E2E })},
-	record.FieldStages:                   {listed, hasFirstToken, raw(appendStages)},
-	record.FieldUpstreamUnsplit:          {detailed, func(s *Summary) bool { return s.Breakdown.OK && s.Breakdown.Unsplit }, writeTrue},
-	record.FieldEngineReportInconsistent: {detailed, func(s *Summary) bool { return s.Breakdown.OK && s.Breakdown.Inconsistent }, writeTrue},
-	record.FieldEngine:                   {detailed, func(s *Summary) bool { return s.Timeline.EngineReported() }, raw(appendEngine)},
-	record.FieldEngineReport:             {detailed, hasEngineSource, str(func(s *Summary) string { return s.EngineSource })},
-	record.FieldEngineReportInferred:     {detailed, func(s *Summary) bool { return hasEngineSource(s) && s.EngineInferred }, writeTrue},
-	record.FieldEngineWaiting:            {detailed, hasEngineLoad, integer(func(s *Summary) int64 { return s.EngineWaiting })},
-	record.FieldEngineRunning:            {detailed, hasEngineLoad, integer(func(s *Summary) int64 { return s.EngineRunning })},
-
-	record.FieldTokensOut:         {listed, nil, integer(func(s *Summary) int64 { return int64(s.TokensOut) })},
-	record.FieldTokensIn:          {detailed, func(s *Summary) bool { return s.TokensIn != 0 }, integer(func(s *Summary) int64 { return int64(s.TokensIn) })},
-	record.FieldITL:               {detailed, func(s *Summary) bool { return s.Gaps.N > 0 }, raw(appendITL)},
-	record.FieldStalls:            {detailed, func(s *Summary) bool { return s.Stalls != 0 }, integer(func(s *Summary) int64 { return int64(s.Stalls) })},
-	record.FieldEvents:            {detailed, nil, integer(func(s *Summary) int64 { return int64(s.Events) })},
-	record.FieldResidencyMax:      {detailed, func(s *Summary) bool { return s.MaxResidency > 0 }, duration(func(s *Summary) time.Duration { return s.MaxResidency })},
-	record.FieldTransportBlocked:  {detailed, func(s *Summary) bool { return stages.Micros(s.Blocked) > 0 }, duration(func(s *Summary) time.Duration { return s.Blocked })},
-	record.FieldBuffering:         {detailed, func(s *Summary) bool { return s.Buffering != 0 }, raw(appendBuffering)},
-	record.FieldBytesIn:           {detailed, nil, integer(func(s *Summary) int64 { return s.BytesIn })},
-	record.FieldBytesOut:          {detailed, nil, integer(func(s *Summary) int64 { return s.BytesOut })},
-	record.FieldCancelToClose:     {detailed, isClientCancel, duration(func(s *Summary) time.Duration { return s.CancelToClose })},
-	record.FieldTokensAfterCancel: {detailed, isClientCancel, integer(func(s *Summary) int64 { return int64(s.TokensAfterCancel) })},
-}
-
-func hasParent(s *Summary) bool       { return !s.ParentID.IsZero() }
-func isClientCancel(s *Summary) bool  { return s.Reason == endreason.ClientCancel }
-func hasFirstToken(s *Summary) bool   { return s.Breakdown.OK }
-func hasEngineSource(s *Summary) bool { return s.EngineSource != "" }
-func hasEngineLoad(s *Summary) bool   { return s.EngineLoad }
-
-// namedField is a fieldSpec with its name.
-type namedField struct {
-	name string
-	fieldSpec
-}
-
-// recordFields is fieldSpecs in the order of record.Fields.
-var recordFields = orderFields()
-
-func orderFields() []namedField {
-	if len(fieldSpecs) != len(record.Fields) {
-		panic("exporters: fieldSpecs and record.Fields differ")
+// fieldsIn holds, for each set of forms, the fields they carry: bit f for
+// record.Field f. Per field, testing a bit of it costs writeFields less than
+// a look-up in fieldForms.
+var fieldsIn = func() (sets [inLog | inPage | inRow + 1]uint64) {
+	if record.NumFields > 64 {
+		panic("exporters: more record fields than bits in fieldsIn")
 	}
-	out := make([]namedField, len(record.Fields))
-	for i, f := range record.Fields {
-		spec, ok := fieldSpecs[f]
-		if !ok {
-			panic("exporters: no fieldSpec for record field " + string(f))
-		}
-		out[i] = namedField{string(f), spec}
-	}
-	return out
-}
-
-// writeFields adds to e, in order, the fields of s that the forms in carry
-// and that apply to s. b is scratch space; it returns b, possibly grown.
-// It allocates nothing.
-func writeFields(e *zerolog.Event, s *Summary, in form, b []byte) []byte {
-	for i := range recordFields {
-		f := &recordFields[i]
-		if f.in&in != 0 && (f.applies == nil || f.applies(s)) {
-			b = f.write(e, f.name, s, b[:0])
+	for in := range sets {
+		for f, forms := range fieldForms {
+			if forms&form(in) != 0 {
+				sets[in] |= 1 << f
+			}
 		}
 	}
-	return b
+	return sets
+}()
+
+// fieldSource is what the fields are read from: a record, and what is
+// derived from it once.
+type fieldSource struct {
+	r         *record.Record
+	breakdown stages.Breakdown // r.Breakdown()
+	gaps      stages.Gaps      // r.Stream.Gaps()
 }
 
-// The writers of each kind of value.
+// writeFields adds to e the fields of src that the forms in carry and that
+// apply to the request, in record.Field order. Its cases say when each
+// field applies and how it is written, for the log line and the pages
+// alike. Values built as raw JSON go through sc.b. It allocates nothing but
+// to grow sc.b.
+//
+// It is the log line's hot path: code size counts as much as instructions
+// here (reading the name in each case instead of once runs fewer
+// instructions, but the larger code measured slower).
+func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
+	r, bd := src.r, &src.breakdown
+	set := fieldsIn[in]
+	for f := range record.NumFields {
+		if set&(1<<f) == 0 {
+			continue
+		}
+		name := f.String()
+		switch f {
+		case record.FieldTime:
+			sc.b = appendTime(sc.b[:0], r.Timeline.Wall())
+			e.RawJSON(name, sc.b)
+		case record.FieldLevel:
+			e.Str(name, level(r.Reason))
+		case record.FieldMsg:
+			e.Str(name, "request")
+		case record.FieldRequestID:
+			e.Str(name, r.RequestID)
+		case record.FieldTraceID:
+			e.Hex(name, r.TraceID[:])
+		case record.FieldSpanID:
+			e.Hex(name, r.SpanID[:])
+		case record.FieldParentSpanID:
+			if !r.ParentID.IsZero() {
+				e.Hex(name, r.ParentID[:])
+			}
+		case record.FieldMethod:
+			e.Str(name, r.Method)
+		case record.FieldPath:
+			e.Str(name, r.Path)
+		case record.FieldModel:
+			e.Str(name, r.Model)
+		case record.FieldStream:
+			e.Bool(name, r.Streaming)
+		case record.FieldStatus:
+			e.Int(name, r.Status)
+		case record.FieldUpstream:
+			e.Str(name, r.Upstream)
+		case record.FieldKey:
+			if r.Key != "" {
+				e.Str(name, r.Key)
+			}
+		case record.FieldEndReason:
+			e.Str(name, r.Reason.String())
+		case record.FieldEndDetail:
+			e.Str(name, string(r.Detail))
+		case record.FieldPhase:
+			if r.Reason == endreason.ClientCancel {
+				e.Str(name, r.Phase.String())
+			}
+		case record.FieldError:
+			if r.Error != "" {
+				e.Str(name, r.Error)
+			}
 
-func str(get func(*Summary) string) writeFunc {
-	return func(e *zerolog.Event, name string, s *Summary, b []byte) []byte {
-		e.Str(name, get(s))
-		return b
+		case record.FieldTTFT:
+			if bd.OK {
+				sc.b = appendDuration(sc.b[:0], bd.TTFT)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldE2E:
+			sc.b = appendDuration(sc.b[:0], r.E2E())
+			e.RawJSON(name, sc.b)
+		case record.FieldStages:
+			if bd.OK {
+				sc.b = appendStages(sc.b[:0], bd)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldUpstreamUnsplit:
+			if bd.OK && bd.Unsplit {
+				e.Bool(name, true)
+			}
+		case record.FieldEngineReportInconsistent:
+			if bd.OK && bd.Inconsistent {
+				e.Bool(name, true)
+			}
+		case record.FieldEngine:
+			if r.Timeline.EngineReported() {
+				sc.b = appendEngine(sc.b[:0], &r.Timeline)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldEngineReport:
+			if r.EngineSource != "" {
+				e.Str(name, r.EngineSource)
+			}
+		case record.FieldEngineReportInferred:
+			if r.EngineSource != "" && r.EngineInferred {
+				e.Bool(name, true)
+			}
+		case record.FieldEngineWaiting:
+			if r.EngineLoad {
+				e.Int64(name, r.EngineWaiting)
+			}
+		case record.FieldEngineRunning:
+			if r.EngineLoad {
+				e.Int64(name, r.EngineRunning)
+			}
+
+		case record.FieldTokensOut:
+			e.Int(name, r.TokensOut)
+		case record.FieldTokensIn:
+			if r.TokensIn != 0 {
+				e.Int(name, r.TokensIn)
+			}
+		case record.FieldITL:
+			if src.gaps.N > 0 {
+				sc.b = appendITL(sc.b[:0], &src.gaps)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldStalls:
+			if r.Stream.Stalls != 0 {
+				e.Int(name, r.Stream.Stalls)
+			}
+		case record.FieldEvents:
+			e.Int(name, r.Stream.Events)
+		case record.FieldResidencyMax:
+			if r.Stream.MaxResidency > 0 {
+				sc.b = appendDuration(sc.b[:0], r.Stream.MaxResidency)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldTransportBlocked:
+			if stages.Micros(r.Stream.Blocked) > 0 {
+				sc.b = appendDuration(sc.b[:0], r.Stream.Blocked)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldBuffering:
+			if r.Buffering != 0 {
+				sc.b = appendBuffering(sc.b[:0], r.Buffering)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldBytesIn:
+			e.Int64(name, r.BytesIn)
+		case record.FieldBytesOut:
+			e.Int64(name, r.BytesOut)
+		case record.FieldCancelToClose:
+			if r.Reason == endreason.ClientCancel {
+				sc.b = appendDuration(sc.b[:0], r.CancelToClose)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldTokensAfterCancel:
+			if r.Reason == endreason.ClientCancel {
+				e.Int(name, r.TokensAfterCancel)
+			}
+		default:
+			panic("exporters: no writer for record field " + name)
+		}
 	}
 }
 
-func integer(get func(*Summary) int64) writeFunc {
-	return func(e *zerolog.Event, name string, s *Summary, b []byte) []byte {
-		e.Int64(name, get(s))
-		return b
-	}
+// appendDuration appends d in milliseconds, rounded to the microsecond.
+func appendDuration(b []byte, d time.Duration) []byte {
+	return stages.AppendMillis(b, stages.Micros(d))
 }
 
-func boolean(get func(*Summary) bool) writeFunc {
-	return func(e *zerolog.Event, name string, s *Summary, b []byte) []byte {
-		e.Bool(name, get(s))
-		return b
-	}
-}
-
-// writeTrue writes true: the field's presence is what it says.
-func writeTrue(e *zerolog.Event, name string, _ *Summary, b []byte) []byte {
-	e.Bool(name, true)
-	return b
-}
-
-// hexID writes a trace or span id in lowercase hex.
-func hexID(get func(*Summary) []byte) writeFunc {
-	return func(e *zerolog.Event, name string, s *Summary, b []byte) []byte {
-		e.Hex(name, get(s))
-		return b
-	}
-}
-
-// duration writes milliseconds, rounded to the microsecond.
-func duration(get func(*Summary) time.Duration) writeFunc {
-	return raw(func(b []byte, s *Summary) []byte { return stages.AppendMillis(b, stages.Micros(get(s))) })
-}
-
-// raw writes the JSON value appendValue appends.
-func raw(appendValue func(b []byte, s *Summary) []byte) writeFunc {
-	return func(e *zerolog.Event, name string, s *Summary, b []byte) []byte {
-		b = appendValue(b, s)
-		e.RawJSON(name, b)
-		return b
-	}
-}
-
-func appendTime(b []byte, s *Summary) []byte {
+func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
-	b = s.Timeline.Wall().AppendFormat(b, time.RFC3339Nano)
+	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
 }
 
 // appendStages appends the TTFT stages in stage order, rounded so that
 // they add up to ttft_ms exactly (stages.Breakdown.Micros).
-func appendStages(b []byte, s *Summary) []byte {
+func appendStages(b []byte, bd *stages.Breakdown) []byte {
 	var us [stages.NumStages]int64
-	s.Breakdown.Micros(&us)
+	bd.Micros(&us)
 	b = append(b, '{')
 	for i, v := range us {
-		b = appendMillisMember(b, stages.Stage(i).String(), v)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, stageKeys[i]...)
+		b = stages.AppendMillis(b, v)
 	}
 	return append(b, '}')
 }
 
-// appendEngine appends the engine's reported durations, raw.
-func appendEngine(b []byte, s *Summary) []byte {
-	return appendMillisObject(b, stages.NumEngineDurs, s.Timeline.Engine)
-}
-
-// appendMillisObject appends a JSON object of the durations at reports
-// set, of the keys below n in order, by the keys' names.
-func appendMillisObject[K interface {
-	~uint8
-	String() string
-}](b []byte, n K, at func(K) (time.Duration, bool)) []byte {
+// appendEngine appends the engine's reported durations, raw, in
+// stages.EngineDur order.
+func appendEngine(b []byte, t *stages.Timeline) []byte {
 	b = append(b, '{')
-	for k := range n {
-		if v, ok := at(k); ok {
-			b = appendMillisMember(b, k.String(), stages.Micros(v))
+	for d := range stages.NumEngineDurs {
+		if v, ok := t.Engine(d); ok {
+			b = stages.AppendMillis(appendMember(b, engineKeys[d]), stages.Micros(v))
 		}
 	}
 	return append(b, '}')
 }
 
-func appendITL(b []byte, s *Summary) []byte {
-	b = append(b, '{')
-	b = appendMillisMember(b, "p50", stages.Micros(s.Gaps.P50))
-	b = appendMillisMember(b, "p99", stages.Micros(s.Gaps.P99))
-	b = appendMillisMember(b, "max", stages.Micros(s.Gaps.Max))
+func appendITL(b []byte, g *stages.Gaps) []byte {
+	b = append(b, `{"p50":`...)
+	b = stages.AppendMillis(b, stages.Micros(g.P50))
+	b = append(b, `,"p99":`...)
+	b = stages.AppendMillis(b, stages.Micros(g.P99))
+	b = append(b, `,"max":`...)
+	b = stages.AppendMillis(b, stages.Micros(g.Max))
 	return append(b, '}')
 }
 
-func appendBuffering(b []byte, s *Summary) []byte {
+func appendBuffering(b []byte, set record.Buffering) []byte {
 	b = append(b, '[')
 	for i, k := range record.BufferingKinds() {
-		if s.Buffering&(1<<i) == 0 {
+		if set&(1<<i) == 0 {
 			continue
 		}
 		if b[len(b)-1] != '[' {
@@ -238,14 +317,32 @@ func appendBuffering(b []byte, s *Summary) []byte {
 	return append(b, ']')
 }
 
-// appendMillisMember appends "key":ms to the JSON object b ends in, after a
-// comma unless it is the first member. key must need no escaping.
-func appendMillisMember(b []byte, key string, us int64) []byte {
+// The keys of the objects of durations by stage, engine duration and mark
+// (memberKeys).
+var (
+	stageKeys  = memberKeys(stages.NumStages)
+	engineKeys = memberKeys(stages.NumEngineDurs)
+	markKeys   = memberKeys(stages.NumMarks)
+)
+
+// memberKeys returns the names of the values below n as the beginnings of
+// JSON object members: "name":. A name must need no escaping.
+func memberKeys[K interface {
+	~uint8
+	String() string
+}](n K) []string {
+	keys := make([]string, n)
+	for k := range n {
+		keys[k] = `"` + k.String() + `":`
+	}
+	return keys
+}
+
+// appendMember appends key, a member's beginning from memberKeys, to the
+// JSON object b ends in, after a comma unless it is the first member.
+func appendMember(b []byte, key string) []byte {
 	if b[len(b)-1] != '{' {
 		b = append(b, ',')
 	}
-	b = append(b, '"')
-	b = append(b, key...)
-	b = append(b, '"', ':')
-	return stages.AppendMillis(b, us)
+	return append(b, key...)
 }

@@ -35,8 +35,8 @@ func (o *LogOptions) normalize() {
 	}
 }
 
-// LogSink writes one zerolog JSON line per record, with the fields of
-// record.Fields that apply to the request. Emit formats the line on the
+// LogSink writes one zerolog JSON line per record, with the fields
+// (record.Field) that apply to the request. Emit formats the line on the
 // caller's goroutine and appends it to a bounded buffer under a short
 // mutex (a memcpy); one goroutine swaps that buffer for an empty one and
 // writes the full one with a single Write. A line that does not fit is
@@ -199,12 +199,8 @@ func countLines(b []byte) int {
 // record does not pin memory: a pooled buffer keeps the capacity it grew to.
 const maxPooledScratch = 16 << 10
 
-// scratch is what formatting one line needs: the record's copy the fields
-// are read from, and a buffer for values built as raw JSON.
-type scratch struct {
-	sum Summary
-	b   []byte
-}
+// scratch holds per-Emit buffers for fields built as raw JSON.
+type scratch struct{ b []byte }
 
 var scratchPool = sync.Pool{New: func() any { return &scratch{b: make([]byte, 0, 512)} }}
 
@@ -221,11 +217,11 @@ func (s *LogSink) Emit(r *record.Record) {
 	}
 }
 
-// writeLine adds r's fields to e, in the order of record.Fields. It
-// allocates nothing.
+// writeLine adds r's fields to e, in record.Field order. It allocates
+// nothing.
 func writeLine(e *zerolog.Event, r *record.Record, sc *scratch) {
-	sc.sum.Fill(r)
-	sc.b = writeFields(e, &sc.sum, inLog, sc.b)
+	src := fieldSource{r: r, breakdown: r.Breakdown(), gaps: r.Stream.Gaps()}
+	writeFields(e, &src, inLog, sc)
 }
 
 // level is the line's level: warn for failures the operator should look at.

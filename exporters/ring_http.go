@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -166,12 +167,15 @@ func requestJSON(s *Summary) json.RawMessage {
 // object, then what more adds (b is scratch space for it). The log line's
 // writer writes it, so the pages and the log cannot disagree.
 func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json.RawMessage {
+	var r record.Record
+	s.restore(&r)
 	var buf bytes.Buffer
 	l := zerolog.New(&buf)
 	e := l.Log()
-	b := writeFields(e, s, in, nil)
+	var sc scratch
+	writeFields(e, &fieldSource{r: &r, breakdown: s.Breakdown, gaps: s.Gaps}, in, &sc)
 	if more != nil {
-		more(e, b)
+		more(e, sc.b)
 	}
 	e.Send()
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
@@ -179,7 +183,13 @@ func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json
 
 // appendMarks appends the marks set on s's clock, in mark order.
 func appendMarks(b []byte, s *Summary) []byte {
-	return appendMillisObject(b, stages.NumMarks, s.Timeline.At)
+	b = append(b, '{')
+	for m := range stages.NumMarks {
+		if at, ok := s.Timeline.At(m); ok {
+			b = stages.AppendMillis(appendMember(b, markKeys[m]), stages.Micros(at))
+		}
+	}
+	return append(b, '}')
 }
 
 // appendWaterfall appends s's waterfall bars (Summary.Segments). start_ms

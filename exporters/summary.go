@@ -9,9 +9,8 @@ import (
 )
 
 // Summary is a compact, self-contained copy of a record.Record: everything
-// the log line, the ring, the pages and the trace exporter need, and
-// nothing pooled. The record's JSON fields (record.Fields) are written from
-// it. A Summary may be kept after the record it came from is reused.
+// the ring, the pages and the trace exporter need, and nothing pooled. A
+// Summary may be kept after the record it came from is reused.
 //
 // Strings are shared with the record, not copied: Go strings are
 // immutable, so this is a copy by the language's rules (the proxy builds
@@ -90,6 +89,40 @@ func (s *Summary) Fill(r *record.Record) {
 
 		CancelToClose:     r.CancelToClose,
 		TokensAfterCancel: r.TokensAfterCancel,
+	}
+}
+
+// restore sets r to the record s was filled from, as far as s keeps it:
+// the stream's counters but not its gaps (s.Gaps keeps their percentiles).
+// The pages write the record's fields from it.
+func (s *Summary) restore(r *record.Record) {
+	*r = record.Record{
+		RequestID: s.RequestID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.ParentID, TraceFlags: s.TraceFlags,
+		Method: s.Method, Path: s.Path, Model: s.Model, Upstream: s.Upstream, Key: s.Key,
+		Streaming: s.Streaming, Status: s.Status,
+		Reason: s.Reason, Detail: s.Detail, Phase: s.Phase, Error: s.Error,
+		Timeline: s.Timeline,
+		Stream: stages.Stream{
+			Stalls:       s.Stalls,
+			Events:       s.Events,
+			MaxResidency: s.MaxResidency,
+			Blocked:      s.Blocked,
+		},
+
+		EngineSource:   s.EngineSource,
+		EngineInferred: s.EngineInferred,
+		EngineLoad:     s.EngineLoad,
+		EngineWaiting:  s.EngineWaiting,
+		EngineRunning:  s.EngineRunning,
+		TokensOut:      s.TokensOut,
+		TokensIn:       s.TokensIn,
+		UsageReported:  s.UsageReported,
+		BytesIn:        s.BytesIn,
+		BytesOut:       s.BytesOut,
+		Buffering:      s.Buffering,
+
+		CancelToClose:     s.CancelToClose,
+		TokensAfterCancel: s.TokensAfterCancel,
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package record is the one record every request produces: what the
 // request was, its clock, why it ended. The proxy fills it and hands it to
 // sinks (exporters) exactly once, when the request is over. Its JSON form
-// (the log line) has the fields of Fields, in that order.
+// (the log line) has the fields Field enumerates, in that order.
 package record
 
 import (

@@ -1,64 +1,120 @@
 package record
 
-// Field is the name of a field of a record's JSON form. The log line writes
-// the fields in the order of Fields, leaving out those that do not apply to
-// the request; GET /debug/requests/{id} serves the same fields but the log's
-// framing (level, msg); the README's record table lists them in this order.
-type Field string
+import "fmt"
 
-// The fields, in the order of Fields.
+// Field is a field of a record's JSON form. The fields' order is the
+// constants' order: the log line writes them from Field(0) to NumFields-1,
+// leaving out those that do not apply to the request; GET
+// /debug/requests/{id} serves the same fields but the log's framing
+// (level, msg); the README's record table lists them in this order.
+type Field uint8
+
+// The fields, in order.
 const (
-	FieldTime                     Field = "time"
-	FieldLevel                    Field = "level"
-	FieldMsg                      Field = "msg"
-	FieldRequestID                Field = "request_id"
-	FieldTraceID                  Field = "trace_id"
-	FieldSpanID                   Field = "span_id"
-	FieldParentSpanID             Field = "parent_span_id"
-	FieldMethod                   Field = "method"
-	FieldPath                     Field = "path"
-	FieldModel                    Field = "model"
-	FieldStream                   Field = "stream"
-	FieldStatus                   Field = "status"
-	FieldUpstream                 Field = "upstream"
-	FieldKey                      Field = "key"
-	FieldEndReason                Field = "end_reason"
-	FieldEndDetail                Field = "end_detail"
-	FieldPhase                    Field = "phase"
-	FieldError                    Field = "error"
-	FieldTTFT                     Field = "ttft_ms"
-	FieldE2E                      Field = "e2e_ms"
-	FieldStages                   Field = "stages_ms"
-	FieldUpstreamUnsplit          Field = "upstream_unsplit"
-	FieldEngineReportInconsistent Field = "engine_report_inconsistent"
-	FieldEngine                   Field = "engine_ms"
-	FieldEngineReport             Field = "engine_report"
-	FieldEngineReportInferred     Field = "engine_report_inferred"
-	FieldEngineWaiting            Field = "engine_waiting"
-	FieldEngineRunning            Field = "engine_running"
-	FieldTokensOut                Field = "tokens_out"
-	FieldTokensIn                 Field = "tokens_in"
-	FieldITL                      Field = "itl_ms"
-	FieldStalls                   Field = "stalls"
-	FieldEvents                   Field = "events"
-	FieldResidencyMax             Field = "residency_max_ms"
-	FieldTransportBlocked         Field = "transport_blocked_ms"
-	FieldBuffering                Field = "buffering"
-	FieldBytesIn                  Field = "bytes_in"
-	FieldBytesOut                 Field = "bytes_out"
-	FieldCancelToClose            Field = "cancel_to_close_ms"
-	FieldTokensAfterCancel        Field = "tokens_after_cancel"
+	FieldTime Field = iota
+	FieldLevel
+	FieldMsg
+	FieldRequestID
+	FieldTraceID
+	FieldSpanID
+	FieldParentSpanID
+	FieldMethod
+	FieldPath
+	FieldModel
+	FieldStream
+	FieldStatus
+	FieldUpstream
+	FieldKey
+	FieldEndReason
+	FieldEndDetail
+	FieldPhase
+	FieldError
+	FieldTTFT
+	FieldE2E
+	FieldStages
+	FieldUpstreamUnsplit
+	FieldEngineReportInconsistent
+	FieldEngine
+	FieldEngineReport
+	FieldEngineReportInferred
+	FieldEngineWaiting
+	FieldEngineRunning
+	FieldTokensOut
+	FieldTokensIn
+	FieldITL
+	FieldStalls
+	FieldEvents
+	FieldResidencyMax
+	FieldTransportBlocked
+	FieldBuffering
+	FieldBytesIn
+	FieldBytesOut
+	FieldCancelToClose
+	FieldTokensAfterCancel
+	NumFields
 )
 
-// Fields is every field of the JSON form, in the log line's order.
-var Fields = [...]Field{
-	FieldTime, FieldLevel, FieldMsg,
-	FieldRequestID, FieldTraceID, FieldSpanID, FieldParentSpanID,
-	FieldMethod, FieldPath, FieldModel, FieldStream, FieldStatus, FieldUpstream, FieldKey,
-	FieldEndReason, FieldEndDetail, FieldPhase, FieldError,
-	FieldTTFT, FieldE2E, FieldStages, FieldUpstreamUnsplit, FieldEngineReportInconsistent,
-	FieldEngine, FieldEngineReport, FieldEngineReportInferred, FieldEngineWaiting, FieldEngineRunning,
-	FieldTokensOut, FieldTokensIn, FieldITL, FieldStalls, FieldEvents,
-	FieldResidencyMax, FieldTransportBlocked, FieldBuffering,
-	FieldBytesIn, FieldBytesOut, FieldCancelToClose, FieldTokensAfterCancel,
+// fieldNames are the fields' JSON names.
+var fieldNames = [NumFields]string{
+	FieldTime:                     "time",
+	FieldLevel:                    "level",
+	FieldMsg:                      "msg",
+	FieldRequestID:                "request_id",
+	FieldTraceID:                  "trace_id",
+	FieldSpanID:                   "span_id",
+	FieldParentSpanID:             "parent_span_id",
+	FieldMethod:                   "method",
+	FieldPath:                     "path",
+	FieldModel:                    "model",
+	FieldStream:                   "stream",
+	FieldStatus:                   "status",
+	FieldUpstream:                 "upstream",
+	FieldKey:                      "key",
+	FieldEndReason:                "end_reason",
+	FieldEndDetail:                "end_detail",
+	FieldPhase:                    "phase",
+	FieldError:                    "error",
+	FieldTTFT:                     "ttft_ms",
+	FieldE2E:                      "e2e_ms",
+	FieldStages:                   "stages_ms",
+	FieldUpstreamUnsplit:          "upstream_unsplit",
+	FieldEngineReportInconsistent: "engine_report_inconsistent",
+	FieldEngine:                   "engine_ms",
+	FieldEngineReport:             "engine_report",
+	FieldEngineReportInferred:     "engine_report_inferred",
+	FieldEngineWaiting:            "engine_waiting",
+	FieldEngineRunning:            "engine_running",
+	FieldTokensOut:                "tokens_out",
+	FieldTokensIn:                 "tokens_in",
+	FieldITL:                      "itl_ms",
+	FieldStalls:                   "stalls",
+	FieldEvents:                   "events",
+	FieldResidencyMax:             "residency_max_ms",
+	FieldTransportBlocked:         "transport_blocked_ms",
+	FieldBuffering:                "buffering",
+	FieldBytesIn:                  "bytes_in",
+	FieldBytesOut:                 "bytes_out",
+	FieldCancelToClose:            "cancel_to_close_ms",
+	FieldTokensAfterCancel:        "tokens_after_cancel",
+}
+
+// String is the field's JSON name.
+func (f Field) String() string {
+	if f < NumFields {
+		return fieldNames[f]
+	}
+	return "field?"
+}
+
+// UnmarshalText sets f to the field named text, so that a record's JSON
+// form decodes into a map keyed by Field. A name that is not a field's is
+// an error.
+func (f *Field) UnmarshalText(text []byte) error {
+	for g, name := range fieldNames {
+		if name == string(text) {
+			*f = Field(g)
+			return nil
+		}
+	}
+	return fmt.Errorf("record: no field named %q", text)
 }

@@ -12,7 +12,7 @@ import (
 // readmeRecordFields returns the field names the README's record table
 // lists, in order: the backquoted names in the first column of the table
 // under "## The record".
-func readmeRecordFields(t *testing.T) []Field {
+func readmeRecordFields(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -24,7 +24,7 @@ func readmeRecordFields(t *testing.T) []Field {
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	name := regexp.MustCompile("`([^`]+)`")
-	var fields []Field
+	var fields []string
 	inTable := false
 	sc := bufio.NewScanner(strings.NewReader(section))
 	for sc.Scan() {
@@ -41,7 +41,7 @@ func readmeRecordFields(t *testing.T) []Field {
 			continue
 		}
 		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
-			fields = append(fields, Field(m[1]))
+			fields = append(fields, m[1])
 		}
 	}
 	return fields
@@ -51,19 +51,28 @@ func readmeRecordFields(t *testing.T) []Field {
 // exactly the fields of the JSON form, in their order.
 func TestReadmeListsTheFields(t *testing.T) {
 	got := readmeRecordFields(t)
-	if !slices.Equal(got, Fields[:]) {
-		t.Errorf("the README's record table lists\n%v\nthe record's fields are\n%v", got, Fields)
+	if !slices.Equal(got, fieldNames[:]) {
+		t.Errorf("the README's record table lists\n%v\nthe record's fields are\n%v", got, fieldNames)
 	}
 }
 
-// TestFieldsAreDistinct: a name written twice in a JSON object would be
-// ambiguous.
-func TestFieldsAreDistinct(t *testing.T) {
-	seen := map[Field]bool{}
-	for _, f := range Fields {
-		if seen[f] {
-			t.Errorf("%s twice in Fields", f)
+// TestFieldNames: every field has a name of its own (a name written twice
+// in a JSON object would be ambiguous), and its name gives it back.
+func TestFieldNames(t *testing.T) {
+	seen := map[string]bool{}
+	for f := range NumFields {
+		name := f.String()
+		if name == "" || seen[name] {
+			t.Errorf("field %d: name %q empty or taken", f, name)
 		}
-		seen[f] = true
+		seen[name] = true
+		var back Field
+		if err := back.UnmarshalText([]byte(name)); err != nil || back != f {
+			t.Errorf("%q reads back as %d, %v; want %d", name, back, err, f)
+		}
+	}
+	var f Field
+	if err := f.UnmarshalText([]byte("marks_ms")); err == nil {
+		t.Errorf("marks_ms read as field %d, want an error", f)
 	}
 }
