@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/ttftlens/ttftlens/endreason"
 )
 
@@ -131,20 +129,8 @@ func TestLateCloseIsNotReplayed(t *testing.T) {
 func TestCutConnectionsServeNoMore(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.waitGone(10 * time.Second) })
 	sink := newCaptureSink(t)
-	p, err := New(Config{Upstream: up.url}, sink, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = p.Serve(ln)
-	}()
-	client := dialKeepAlive(t, ln.Addr().String())
+	p, addr, served := serveToShutdown(t, Config{Upstream: up.url}, sink)
+	client := dialKeepAlive(t, addr)
 	answered := make(chan *http.Response, 1)
 	go func() {
 		resp, _, _ := client.do("POST", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/record"
 )
 
 // bigContent is a chat chunk of about 16 KiB: a few fill a socket's buffers.
@@ -23,6 +24,26 @@ func flood(c *upConn) {
 			return
 		}
 	}
+}
+
+// serveToShutdown serves a proxy built from cfg on a loopback port, for a
+// test that shuts it down itself; served is closed when Serve returns.
+func serveToShutdown(t *testing.T, cfg Config, sink record.Sink) (p *Proxy, addr string, served <-chan struct{}) {
+	t.Helper()
+	p, err := New(cfg, sink, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Serve(ln)
+	}()
+	return p, ln.Addr().String(), done
 }
 
 // TestShutdownCutsInFlight stops a proxy while streams are in flight past
@@ -40,20 +61,7 @@ func TestShutdownCutsInFlight(t *testing.T) {
 		c.stream(100000, 20*time.Millisecond)
 	})
 	sink := newCaptureSink(t)
-	p, err := New(Config{Upstream: up.url}, sink, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = p.Serve(ln)
-	}()
-	addr := ln.Addr().String()
+	p, addr, served := serveToShutdown(t, Config{Upstream: up.url}, sink)
 
 	for range streams - 1 {
 		_, br := rawClient(t, addr, chatBody)
@@ -70,7 +78,7 @@ func TestShutdownCutsInFlight(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	err = p.Shutdown(ctx)
+	err := p.Shutdown(ctx)
 	if err == nil || !strings.Contains(err.Error(), "cut 20 requests") {
 		t.Errorf("Shutdown: %v, want it to say it cut 20 requests", err)
 	}

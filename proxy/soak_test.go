@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/record"
 
@@ -330,21 +328,7 @@ func TestSoak(t *testing.T) {
 	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: []string{name}, Models: []string{"m"}})
 	counts := &countSink{details: map[endreason.Detail]int{}}
 	tracker := &countTracker{}
-	p, err := New(Config{Upstream: up.url, Tracker: tracker},
-		record.Sinks{counts, metrics}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = p.Serve(ln)
-	}()
-	addr := ln.Addr().String()
+	p, addr, served := serveToShutdown(t, Config{Upstream: up.url, Tracker: tracker}, record.Sinks{counts, metrics})
 
 	want := map[endreason.Detail]int{}
 	for _, j := range jobs {
