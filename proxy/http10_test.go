@@ -117,3 +117,34 @@ func TestHTTP10ClientLeaves(t *testing.T) {
 	}
 	sink.none(t, 50*time.Millisecond)
 }
+
+// TestHTTP10StreamsLeaveTheConnectionCap checks that a streamed answer to an
+// HTTP/1.0 client (its connection hijacked to write a close-delimited body)
+// counts its connection out of the caps when it ends: closed streams must
+// not fill the cap.
+func TestHTTP10StreamsLeaveTheConnectionCap(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, p := startProxy(t, up.url, func(c *Config) { c.MaxConns, c.MaxConnsPerClient = 5, -1 })
+	for range 3 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, _ := io.ReadAll(conn); !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("stream not relayed: %q", b)
+		}
+		conn.Close()
+		sink.next(t)
+	}
+	open := func() int {
+		p.limits.mu.Lock()
+		defer p.limits.mu.Unlock()
+		return p.limits.open
+	}
+	waitFor(t, func() bool { return open() == 0 })
+	if n := open(); n != 0 {
+		t.Errorf("after 3 HTTP/1.0 streams ended, %d connections still counted open", n)
+	}
+}
