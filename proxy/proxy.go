@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -259,7 +258,6 @@ type Proxy struct {
 	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
 	stop       context.CancelFunc
 	stopCtx    context.Context
-	inflight   atomic.Int64
 	bodies     bodyBudget  // the memory request bodies hold
 	limits     *connLimits // nil: no connection cap
 	server     *fasthttp.Server
@@ -390,18 +388,13 @@ func (p *Proxy) cut() int {
 
 // waitLive waits up to d for every request in flight to end in its record.
 func (p *Proxy) waitLive(d time.Duration) bool {
-	for end := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
-		p.liveMu.Lock()
-		n := len(p.live)
-		p.liveMu.Unlock()
-		if n == 0 {
-			return true
-		}
+	for end := time.Now().Add(d); p.InFlight() > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
-			p.log.Warn().Int("requests", n).Msg("shutdown: requests still in flight after the cut")
+			p.log.Warn().Int64("requests", p.InFlight()).Msg("shutdown: requests still in flight after the cut")
 			return false
 		}
 	}
+	return true
 }
 
 // passThrough is the gateway of a proxy without a config file: no keys, every
@@ -457,7 +450,11 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 func (p *Proxy) Gateway() *gateway.Gateway { return p.gw }
 
 // InFlight returns the requests between receipt and their record.
-func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+func (p *Proxy) InFlight() int64 {
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	return int64(len(p.live))
+}
 
 // UpstreamLabel is the name an upstream has in records and metrics.
 func (p *Proxy) UpstreamLabel(u *gateway.Upstream) string {
@@ -472,7 +469,6 @@ func (p *Proxy) started(x *exchange) {
 	p.liveMu.Lock()
 	p.live[x] = struct{}{}
 	p.liveMu.Unlock()
-	p.inflight.Add(1)
 	if t := p.cfg.Tracker; t != nil {
 		t.RequestStarted()
 	}
@@ -481,7 +477,6 @@ func (p *Proxy) started(x *exchange) {
 // ended counts a request out and emits its record: last, so a sink that
 // panics cannot skip the rest.
 func (p *Proxy) ended(x *exchange) {
-	p.inflight.Add(-1)
 	if t := p.cfg.Tracker; t != nil {
 		t.RequestEnded()
 	}

@@ -60,9 +60,6 @@ func (r *Report) reader(kind string) Reader {
 	return rd
 }
 
-// Kind is the kind of the engine Begin was given.
-func (r *Report) Kind() string { return r.rd.Kind() }
-
 // UpstreamBody returns the request body to send upstream and whether the
 // relay must drop the usage-only chunk: for vLLM, a streamed completion
 // whose client did not ask for usage asks for it (vLLM's usage chunk carries
