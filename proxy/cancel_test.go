@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -179,10 +178,7 @@ func TestCancelPhaseFromEngine(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s stream=%v", tt.fault, tt.stream), func(t *testing.T) {
 			body := fmt.Sprintf(`{"model":"ttftlens-ref","stream":%v,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, tt.stream)
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			defer conn.Close()
 			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Ttftlens-Fault: %s\r\nContent-Length: %d\r\n\r\n%s", tt.fault, len(body), body)
 			deadline := time.Now().Add(10 * time.Second)

@@ -103,10 +103,7 @@ func TestRefusedHeads(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			defer conn.Close()
 			go func() {
 				_, _ = io.WriteString(conn, tt.send)
@@ -161,10 +158,7 @@ func TestBodyFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			defer conn.Close()
 			if _, err := io.WriteString(conn, tt.send); err != nil {
 				t.Fatal(err)
@@ -231,10 +225,7 @@ func TestUnauthenticatedBodyUnread(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			defer conn.Close()
 			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n%s",
 				tt.auth, size, strings.Repeat("a", 64<<10))
@@ -307,10 +298,7 @@ func TestEarlyAnswersReachClients(t *testing.T) {
 func TestUnauthenticatedKeepsConnection(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	addr, sink, _ := keysProxy(t, up.url, nil)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialProxy(t, addr)
 	defer conn.Close()
 	br := bufio.NewReader(conn)
 	for i, req := range []string{
@@ -355,10 +343,7 @@ func TestBodyMemoryBudget(t *testing.T) {
 	}()
 	up.request(t) // the first body is held upstream
 
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialProxy(t, addr)
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 50<<10, strings.Repeat("a", 16<<10))
 	resp, got := rawResponse(t, conn, bufio.NewReader(conn))

@@ -396,6 +396,17 @@ func postPath(t *testing.T, addr, path, body string, hdr ...string) (*http.Respo
 	return resp, string(b), err
 }
 
+// dialProxy opens a raw connection to addr, closed when the test ends.
+func dialProxy(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // rawClient sends a chat request on a raw TCP connection, so a test can
 // leave at any moment.
 func rawClient(t *testing.T, addr, body string) (net.Conn, *bufio.Reader) {

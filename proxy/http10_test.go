@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/textproto"
 	"strings"
 	"testing"
@@ -48,10 +47,7 @@ func TestHTTP10Client(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			defer conn.Close()
 			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 			if _, err := io.WriteString(conn, tt.request); err != nil {
@@ -102,10 +98,7 @@ func TestHTTP10Client(t *testing.T) {
 func TestHTTP10ClientLeaves(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1000, 20*time.Millisecond) })
 	addr, sink, _ := startProxy(t, up.url, nil)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialProxy(t, addr)
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
 	readUntil(t, bufio.NewReader(conn), `"content":"t1 "`)
 	conn.Close()
@@ -126,10 +119,7 @@ func TestHTTP10StreamsLeaveTheConnectionCap(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	addr, sink, p := startProxy(t, up.url, func(c *Config) { c.MaxConns, c.MaxConnsPerClient = 5, -1 })
 	for range 3 {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := dialProxy(t, addr)
 		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if b, _ := io.ReadAll(conn); !strings.Contains(string(b), "[DONE]") {

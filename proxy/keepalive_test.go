@@ -23,10 +23,7 @@ type keepAliveClient struct {
 
 func dialKeepAlive(t *testing.T, addr string) *keepAliveClient {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialProxy(t, addr)
 	t.Cleanup(func() { conn.Close() })
 	return &keepAliveClient{conn, bufio.NewReader(conn)}
 }

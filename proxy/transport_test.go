@@ -96,10 +96,7 @@ func TestCancellationCost(t *testing.T) {
 		wasteMax int
 	}{{"", 0, 2}, {"keep_decoding", 20, 1 << 30}} {
 		t.Run("fault="+tc.fault, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := dialProxy(t, addr)
 			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Ttftlens-Fault: %s\r\nContent-Length: %d\r\n\r\n%s", tc.fault, len(body), body)
 			buf := make([]byte, 4096)
 			seen := 0

@@ -145,10 +145,7 @@ func TestNoTokensAfterCancelWhenNothingHeld(t *testing.T) {
 // receive buffer, so the proxy blocks on it soon once it stops reading.
 func slowReader(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialProxy(t, addr)
 	t.Cleanup(func() { conn.Close() })
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
