@@ -350,13 +350,9 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 // but on the handler's goroutine: x stays the handler's.
 func (x *exchange) streamUntilClose(ctx *fasthttp.RequestCtx) {
 	const bufSize = 4096
-	conn, limits := ctx.Conn(), x.p.limits
+	conn := ctx.Conn()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(net.Conn) { // fasthttp writes no response of its own and closes the connection
-		if limits != nil {
-			limits.leave(conn) // a hijacked connection counts itself out (connState)
-		}
-	})
+	ctx.Hijack(func(net.Conn) {}) // fasthttp writes no response of its own and closes the connection
 	h := &ctx.Response.Header
 	h.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; Connection: close
 	h.SetServer(x.p.server.Name)

@@ -111,15 +111,10 @@ func (x *exchange) rejectUnread(ctx *fasthttp.RequestCtx, rej *gateway.Rejection
 	if ctx.RequestBodyStream() == nil || n >= 0 && n <= lingerFromBytes {
 		return
 	}
-	conn, limits := ctx.Conn(), x.p.limits
+	conn := ctx.Conn()
 	ctx.SetConnectionClose()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(net.Conn) { // fasthttp closes conn when it returns
-		if limits != nil {
-			defer limits.leave(conn) // counted until now, not at StateHijacked
-		}
-		answerAndLinger(ctx, conn)
-	})
+	ctx.Hijack(func(net.Conn) { answerAndLinger(ctx, conn) }) // fasthttp closes conn when it returns
 }
 
 // Lingering close, as nginx does it: a connection answered before its

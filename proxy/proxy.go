@@ -517,8 +517,10 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 		if v, ok := p.conns.LoadAndDelete(c); ok {
 			p.watcher.endConn(v.(*connWatch))
 		}
-		// A hijacked connection lingers and counts itself out (rejectUnread).
-		if p.limits != nil && st == fasthttp.StateClosed {
+		// fasthttp sends no StateClosed after a hijack: a hijacked
+		// connection (an HTTP/1.0 stream's end, a lingering close of at
+		// most lingerTime) leaves the caps here.
+		if p.limits != nil {
 			p.limits.leave(c)
 		}
 	}
