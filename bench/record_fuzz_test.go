@@ -7,8 +7,8 @@ import (
 )
 
 // FuzzParseRecord reads arbitrary lines as records, seeded with the golden
-// log lines: a record or an error, never a panic; a record with a TTFT has
-// its stages.
+// log lines: a record or an error, never a panic (bench reads logs it did
+// not write).
 func FuzzParseRecord(f *testing.F) {
 	paths, _ := filepath.Glob("../exporters/testdata/log/*.json")
 	for _, p := range paths {
@@ -18,9 +18,6 @@ func FuzzParseRecord(f *testing.F) {
 	}
 	f.Add([]byte(`{"msg":"request","request_id":"x","ttft_ms":1,"stages_ms":{"queue":-1}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		r, err := ParseRecord(line)
-		if err == nil && r.HasTTFT && r.RequestID == "" && len(line) < 2 {
-			t.Fatalf("a record from %q", line)
-		}
+		_, _ = ParseRecord(line)
 	})
 }
