@@ -223,8 +223,10 @@ func TestReaderEdges(t *testing.T) {
 		{"sglang text without meta_info is not native", KindSGLang, `{"text":"a"}`, Event{}, durs{}},
 		// TGI.
 		{"tgi special token", KindTGI, `{"token":{"id":2,"text":"</s>","special":true},"generated_text":null,"details":null}`, Event{}, durs{}},
-		{"tgi final generated_text with token: not double content", KindTGI, `{"token":{"id":2,"text":"","special":false},"generated_text":"abc","details":{"finish_reason":"stop_sequence","generated_tokens":3}}`,
-			Event{Finish: endreason.FinishStop, Usage: true, CompletionTokens: 3}, durs{}},
+		{"tgi final generated_text with token: not double content, the end", KindTGI, `{"token":{"id":2,"text":"","special":false},"generated_text":"abc","details":{"finish_reason":"stop_sequence","generated_tokens":3}}`,
+			Event{Finish: endreason.FinishStop, Done: true, Usage: true, CompletionTokens: 3}, durs{}},
+		{"tgi final event without details: the end, no finish", KindTGI, `{"index":3,"token":{"id":2,"text":".","special":false},"generated_text":"a.","details":null}`,
+			Event{Content: true, Done: true}, durs{}},
 		{"tgi openai error object", KindTGI, `{"error":{"message":"x","http_status_code":422}}`, Event{Error: true}, durs{}},
 		// Anthropic.
 		{"anthropic block start with text", KindAnthropic, `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"Hi"}}`,
@@ -300,6 +302,32 @@ func TestAnthropicUsageAcrossEvents(t *testing.T) {
 	want.PromptTokens, want.CachedTokens = 0, 0
 	if ev := r.Event([]byte(d), nil); ev != want {
 		t.Errorf("after Reset: %+v, want %+v", ev, want)
+	}
+}
+
+// TestTGIPromptTokensFromHeader: a whole /generate body, whose details have
+// no input_length, takes the prompt count from x-prompt-tokens; the
+// stream's input_length wins; Reset forgets the header.
+func TestTGIPromptTokensFromHeader(t *testing.T) {
+	var r TGIReader
+	whole := []byte(`{"generated_text":" a b","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"prefill":[],"tokens":[]}}`)
+	last := []byte(`{"index":2,"token":{"id":2,"text":" b","logprob":-0.5,"special":false},"generated_text":" a b","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"input_length":4}}`)
+	for _, v := range []string{"7", " 7 "} {
+		r.Reset()
+		r.Header(headerFunc(http.Header{"X-Prompt-Tokens": {v}}), nil)
+		if ev := r.Event(whole, nil); !ev.Usage || ev.PromptTokens != 7 || ev.CompletionTokens != 2 {
+			t.Errorf("x-prompt-tokens %q: %+v, want 7 prompt tokens", v, ev)
+		}
+		if ev := r.Event(last, nil); ev.PromptTokens != 4 {
+			t.Errorf("input_length: %+v, want 4 prompt tokens", ev)
+		}
+	}
+	for _, v := range []string{"", "-1", "7.0", "1234567890"} {
+		r.Reset()
+		r.Header(headerFunc(http.Header{"X-Prompt-Tokens": {v}}), nil)
+		if ev := r.Event(whole, nil); ev.PromptTokens != 0 {
+			t.Errorf("x-prompt-tokens %q: %+v, want no prompt count", v, ev)
+		}
 	}
 }
 
@@ -464,6 +492,7 @@ func FuzzTGIHeaders(f *testing.F) {
 	f.Add("-1", "NaN", "Inf")
 	f.Add("1e400", "86400000", "86400001")
 	f.Add("0x10", "1_000", "+5")
+	f.Add("0", "0", "110") // testdata/tgi/public_generate_whole.txt
 	f.Fuzz(func(t *testing.T, queue, validation, inference string) {
 		h := http.Header{}
 		h.Set("X-Queue-Time", queue)

@@ -319,9 +319,9 @@ func TestReplayTranscripts(t *testing.T) {
 		// TGI: headers on the non-streamed response only, ms.
 		{"tgi/generate_whole.txt", KindTGI, 420 * ms, "", replayed{
 			Events: 1, Content: 1, FirstContent: 0, Finish: endreason.FinishLength,
-			Usage: true, Output: 20, HeaderTiming: true, Engine: eng{Q: 37 * ms, TK: 2 * ms}}},
+			Usage: true, Prompt: 6, Output: 20, HeaderTiming: true, Engine: eng{Q: 37 * ms, TK: 2 * ms}}},
 		{"tgi/generate_stream.txt", KindTGI, 50 * ms, "", replayed{
-			Events: 3, Content: 2, FirstContent: 0, Finish: endreason.FinishStop,
+			Events: 3, Content: 2, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
 			Usage: true, Prompt: 6, Output: 3, Engine: eng{}}},
 		{"tgi/chat_stream_stop_sequence.txt", KindTGI, 50 * ms, "", replayed{
 			Events: 4, Content: 2, FirstContent: 0, Finish: endreason.FinishStop, Done: true, Engine: eng{}}},

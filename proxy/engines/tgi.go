@@ -33,15 +33,27 @@ import (
 // stop_sequence, "generated_tokens", "input_length"}}, errors
 // {"error": "...", "error_type": "..."}, and the whole /generate body
 // {"generated_text", "details"}.
+//
+// The native stream has no [DONE]: its last event is the one whose
+// generated_text is a string (null on every other), and it is read as the
+// end marker. Its details, and so its finish reason, are there only when the
+// request asked for them ("details": true; the default is false). The whole
+// /generate body's details have no input_length: the prompt's token count
+// is taken from the x-prompt-tokens header.
 type TGIReader struct {
-	p fastjson.Parser
+	p            fastjson.Parser
+	promptTokens int // x-prompt-tokens, for a body whose details lack input_length
 }
 
 // Kind returns "tgi".
 func (*TGIReader) Kind() string { return KindTGI }
 
-// Header reads x-queue-time and x-validation-time.
-func (*TGIReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
+// Header reads x-queue-time and x-validation-time, and remembers
+// x-prompt-tokens.
+func (r *TGIReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
+	if n, ok := headerCount(h("X-Prompt-Tokens")); ok {
+		r.promptTokens = n
+	}
 	const ms = time.Millisecond
 	n := false
 	if d, ok := headerDur(h("X-Queue-Time"), ms); ok {
@@ -68,6 +80,22 @@ func headerDur(v []byte, unit time.Duration) (time.Duration, bool) {
 	return toDur(f, unit)
 }
 
+// headerCount parses a header value as a count: up to nine decimal digits.
+func headerCount(v []byte) (int, bool) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || len(v) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
 // Event reads an OpenAI-compatible or native chunk or body.
 func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
 	ev, v := parseEvent(&r.p, data)
@@ -79,6 +107,9 @@ func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
 		if len(t.GetStringBytes("text")) > 0 && !t.GetBool("special") {
 			ev.Content = true
 		}
+		if g := v.Get("generated_text"); g != nil && g.Type() == fastjson.TypeString {
+			ev.Done = true // the last /generate_stream event
+		}
 	} else if len(v.GetStringBytes("generated_text")) > 0 {
 		ev.Content = true // a whole /generate body
 	}
@@ -88,11 +119,15 @@ func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
 		}
 		if c, ok := intField(d, "generated_tokens"); ok && !ev.Usage {
 			ev.Usage, ev.CompletionTokens = true, c
-			ev.PromptTokens, _ = intField(d, "input_length")
+			p, ok := intField(d, "input_length")
+			if !ok {
+				p = r.promptTokens
+			}
+			ev.PromptTokens = p
 		}
 	}
 	return ev
 }
 
-// Reset does nothing: the reader keeps no per-request state.
-func (*TGIReader) Reset() {}
+// Reset forgets the x-prompt-tokens header.
+func (r *TGIReader) Reset() { r.promptTokens = 0 }
