@@ -276,6 +276,10 @@ func FuzzLineScanner(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s.in), s.seed, s.limit)
 	}
+	files, _ := filepath.Glob("testdata/ollama/public_*.txt")
+	for i, name := range files {
+		f.Add(loadTranscript(f, name).body, uint64(100+i), uint16(0))
+	}
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64, limit16 uint16) {
 		limit := int(limit16)
 		want := formatLines(oracleLines(in, limit))

@@ -266,6 +266,12 @@ func TestReplayTranscripts(t *testing.T) {
 			Events: 5, Content: 2, FirstContent: 1, Finish: endreason.FinishStop, Done: true,
 			Usage: true, Prompt: 5, Output: 2, Timing: true, Inferred: true, QueueInferred: true, Decode: 11 * ms,
 			Engine: eng{PF: 8 * ms, Q: 4 * ms}}},
+		// Speculative decoding: draft_n/draft_n_accepted appear once a draft
+		// ran; chunks of one accepted draft share their timings.
+		{"llamacpp/chat_stream_timings_per_token_draft.txt", KindLlamaCpp, 120 * ms, "", replayed{
+			Events: 7, Content: 4, FirstContent: 1, Finish: endreason.FinishLength, Done: true,
+			Usage: true, Prompt: 14, Output: 4, Timing: true, Inferred: true, QueueInferred: true, Decode: 61500 * us,
+			Engine: eng{PF: 96250 * us, Q: ttfbQueue(120*ms, 1, 96250*us)}}},
 		{"llamacpp/completion_native.txt", KindLlamaCpp, 8 * ms, "", replayed{
 			Events: 3, Content: 2, FirstContent: 0, Finish: endreason.FinishStop,
 			Usage: true, Prompt: 6, Output: 2, Timing: true, Inferred: true, QueueInferred: true, Decode: 20250 * us,
@@ -353,6 +359,9 @@ func TestReplayTranscripts(t *testing.T) {
 			Usage: true, Prompt: 12, Output: 1, UsageOnly: 1, Engine: eng{}}},
 	}
 	seen := map[string]bool{}
+	for _, pc := range publicCaptures {
+		seen[pc.file] = true
+	}
 	for _, tc := range tests {
 		seen[tc.file] = true
 		t.Run(tc.file, func(t *testing.T) {
