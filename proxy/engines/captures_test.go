@@ -68,10 +68,10 @@ var publicCaptures = []struct {
 		Usage: true, Prompt: 12, Output: 124, Timing: true, Decode: 1339851200,
 		Engine: eng{stages.EngineQueue: 64549900, stages.EnginePrefill: 61735200}}},
 
-	// vLLM 0.5 chat stream, a prefix: the first chunk's delta is the role
-	// alone (no content key), not content.
-	{"vllm/public_chat_stream_prefix.txt", KindVLLM, KindGeneric, 40 * ms, replayed{
-		Events: 6, Content: 5, FirstContent: 1, Engine: eng{}}},
+	// vLLM 0.5 chat stream: the first chunk's delta is the role alone (no
+	// content key), not content.
+	{"vllm/public_chat_stream.txt", KindVLLM, KindGeneric, 40 * ms, replayed{
+		Events: 8, Content: 5, FirstContent: 1, Finish: endreason.FinishStop, Done: true, Engine: eng{}}},
 }
 
 func TestPublicCaptures(t *testing.T) {
