@@ -176,11 +176,11 @@ func sendAs(t *testing.T, addr, body string, behaviour int) {
 	case clientLeavesAfterFirstBytes:
 		path += "?leave=late"
 	}
-	// A client that waits has a short first-token deadline (the silent
-	// upstream's end); one that leaves has a long one, so its leaving, not
-	// the deadline, ends the request however loaded the machine.
+	// A client that waits for the silent upstream has a short first-token
+	// deadline (that request's end); every other request has a long one, so
+	// its own end, not the deadline, ends it however loaded the machine.
 	ttftMs := 30000
-	if behaviour == clientReads {
+	if behaviour == clientReads && strings.Contains(body, `"content":"silent"`) {
 		ttftMs = 300
 	}
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\nX-Ttftlens-TTFT-Deadline-Ms: %d\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
