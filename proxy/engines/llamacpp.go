@@ -27,12 +27,12 @@ import (
 //     with each token.
 //   - timings.draft_n, draft_n_accepted (speculative decoding) are not read.
 //
-// llama.cpp reports no queue: events with timings set Event.Inferred, and
-// the relay's InferQueue at done records EngineQueue = (FirstToken −
-// UpstreamSent) − EnginePrefill, which also holds the slot wait, the
-// network and the server's HTTP handling. It is done at the end rather than
-// on the chunk with the prefill so that it also works for a whole body
-// (read before the proxy marks its first token).
+// llama.cpp reports no queue: events that record the prefill set
+// Event.Inferred, and the relay's InferQueue at done records EngineQueue =
+// (FirstToken − UpstreamSent) − EnginePrefill, which also holds the slot
+// wait, the network and the server's HTTP handling. It is done at the end
+// rather than on the chunk with the prefill so that it also works for a
+// whole body (read before the proxy marks its first token).
 //
 // With --reasoning-format deepseek (and auto, for templates that think) the
 // model's thinking streams as delta.reasoning_content before the answer's

@@ -59,9 +59,9 @@ type Event struct {
 	// object): the chunk the relay drops when it added include_usage
 	// upstream (see EnsureIncludeUsage).
 	UsageOnly bool
-	// ReasoningUsage: the usage reported the reasoning tokens among the
-	// completion tokens (OpenAI-compatible
-	// usage.completion_tokens_details.reasoning_tokens), ReasoningTokens.
+	// ReasoningUsage: the usage said how many of the completion tokens
+	// were reasoning (OpenAI-compatible
+	// usage.completion_tokens_details.reasoning_tokens): ReasoningTokens.
 	ReasoningUsage  bool
 	ReasoningTokens int
 	// Decode is the engine's own generation time after the first token
