@@ -45,6 +45,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldError:        detailed,
 
 	record.FieldTTFT:                     listed,
+	record.FieldFirstAnswer:              detailed,
 	record.FieldE2E:                      listed,
 	record.FieldStages:                   listed,
 	record.FieldUpstreamUnsplit:          detailed,
@@ -57,6 +58,7 @@ var fieldForms = [record.NumFields]form{
 
 	record.FieldTokensOut:         listed,
 	record.FieldTokensIn:          detailed,
+	record.FieldReasoningTokens:   detailed,
 	record.FieldITL:               detailed,
 	record.FieldStalls:            detailed,
 	record.FieldEvents:            detailed,
@@ -163,6 +165,11 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 				sc.b = appendDuration(sc.b[:0], bd.TTFT)
 				e.RawJSON(name, sc.b)
 			}
+		case record.FieldFirstAnswer:
+			if d, ok := record.FirstAnswer(&r.Timeline); ok {
+				sc.b = appendDuration(sc.b[:0], d)
+				e.RawJSON(name, sc.b)
+			}
 		case record.FieldE2E:
 			sc.b = appendDuration(sc.b[:0], r.E2E())
 			e.RawJSON(name, sc.b)
@@ -206,6 +213,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 		case record.FieldTokensIn:
 			if r.TokensIn != 0 {
 				e.Int(name, r.TokensIn)
+			}
+		case record.FieldReasoningTokens:
+			if r.ReasoningTokens != 0 {
+				e.Int(name, r.ReasoningTokens)
 			}
 		case record.FieldITL:
 			if src.gaps.N > 0 {

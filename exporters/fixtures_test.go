@@ -200,8 +200,31 @@ var bufferedFixture = fixture{"buffered_burst", func(r *record.Record) {
 	r.BytesOut = 7400
 }}
 
+// reasoningFixture is a reasoning model's stream: 160 content events, the
+// first 120 of them reasoning, the answer from 300 ms before the last
+// token. Kept out of fixtures and allFixtures: the log golden has it
+// (loggedFixtures), TestMetricsFirstAnswer checks its metrics.
+var reasoningFixture = fixture{"reasoning_stream", func(r *record.Record) {
+	base(r)
+	proxyMarks(r)
+	r.Timeline.SetEngine(stages.EngineQueue, 9*ms)
+	r.Timeline.SetEngine(stages.EnginePrefill, 25*ms)
+	r.EngineSource, r.EngineInferred = "llamacpp", true
+	r.Timeline.MarkAt(stages.FirstEvent, 40*ms)
+	last := stream(r, 40*ms+15*us, 160, 12*ms, 6)
+	r.Timeline.MarkAt(stages.FirstTokenFlushed, 40*ms+41*us)
+	r.Timeline.MarkAt(stages.FirstAnswer, last-300*ms+23*us)
+	r.Timeline.MarkAt(stages.Done, last+60*us)
+	r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
+	r.TokensOut, r.TokensIn, r.UsageReported, r.ReasoningTokens = 160, 40, true, 120
+	r.BytesOut = 31200
+}}
+
 // allFixtures is fixtures plus the ones kept apart.
 func allFixtures() []fixture { return append(fixtures[:len(fixtures):len(fixtures)], bufferedFixture) }
+
+// loggedFixtures are the fixtures with a log golden.
+func loggedFixtures() []fixture { return append(allFixtures(), reasoningFixture) }
 
 // build returns a fresh record for f.
 func (f fixture) record() *record.Record {

@@ -117,12 +117,14 @@ func histOpts(name, help string, buckets []float64, classicOnly bool) prometheus
 // series is the children of one (model, upstream) label pair, resolved
 // once so Emit does no label lookups.
 type series struct {
-	ttft   prometheus.ExemplarObserver
-	e2e    prometheus.ExemplarObserver
-	stage  [stages.NumStages]prometheus.Observer
-	itl    prometheus.Observer
-	tpot   prometheus.Observer
-	tokens prometheus.Counter
+	ttft        prometheus.ExemplarObserver
+	firstAnswer prometheus.Observer
+	e2e         prometheus.ExemplarObserver
+	stage       [stages.NumStages]prometheus.Observer
+	itl         prometheus.Observer
+	tpot        prometheus.Observer
+	tokens      prometheus.Counter
+	reasoning   prometheus.Counter
 }
 
 type reqKey struct {
@@ -169,8 +171,8 @@ type Metrics struct {
 	nUp       int
 
 	ttftVec, e2eVec, itlVec, tpotVec *prometheus.HistogramVec
-	stageVec                         *prometheus.HistogramVec
-	tokensVec                        *prometheus.CounterVec
+	firstAnswerVec, stageVec         *prometheus.HistogramVec
+	tokensVec, reasoningVec          *prometheus.CounterVec
 	tuples                           []atomic.Pointer[series]
 	modelNames, upNames              []string
 
@@ -217,9 +219,10 @@ type Metrics struct {
 // created on first use, like the histograms of a tuple not pre-created.
 //
 // Series: the histograms ttftlens_time_to_first_token_seconds,
-// _stage_duration_seconds{stage}, _inter_token_latency_seconds,
-// _time_per_output_token_seconds and _e2e_request_duration_seconds, the
-// counters ttftlens_output_tokens_total and
+// _time_to_first_answer_seconds, _stage_duration_seconds{stage},
+// _inter_token_latency_seconds, _time_per_output_token_seconds and
+// _e2e_request_duration_seconds, the counters ttftlens_output_tokens_total,
+// ttftlens_reasoning_tokens_total and
 // ttftlens_requests_total{end_reason, detail}, all labelled {model, upstream};
 // ttftlens_requests_in_flight; ttftlens_upstream_unsplit_total{upstream};
 // ttftlens_engine_report_inconsistent_total{upstream};
@@ -275,6 +278,9 @@ func (m *Metrics) registerTupleSeries(reg prometheus.Registerer, classicOnly boo
 	m.ttftVec = prometheus.NewHistogramVec(histOpts("time_to_first_token_seconds",
 		"Proxy-observed time to first token: receipt to the first content event flushed to the client.",
 		LatencyBuckets, classicOnly), mu)
+	m.firstAnswerVec = prometheus.NewHistogramVec(histOpts("time_to_first_answer_seconds",
+		"Time to the first answer token: receipt to the first event carrying answer, not reasoning only, flushed to the client. Equal to TTFT for a model that does not reason first.",
+		LatencyBuckets, classicOnly), mu)
 	m.e2eVec = prometheus.NewHistogramVec(histOpts("e2e_request_duration_seconds",
 		"Time from receipt to the end of the response, for every request.", LatencyBuckets, classicOnly), mu)
 	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
@@ -287,10 +293,12 @@ func (m *Metrics) registerTupleSeries(reg prometheus.Registerer, classicOnly boo
 		TokenBuckets, classicOnly), mu)
 	m.tokensVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "output_tokens_total", Help: "Generated tokens (upstream usage when reported, else content events)."}, mu)
+	m.reasoningVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "reasoning_tokens_total", Help: "The part of the output tokens spent reasoning before the answer (upstream usage when reported, else content events carrying reasoning only)."}, mu)
 	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "requests_total", Help: "Finished requests by end reason and detail (a closed set, in the README), model and upstream."},
 		[]string{"end_reason", "detail", "model", "upstream"})
-	reg.MustRegister(m.ttftVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec, m.requestsVec)
+	reg.MustRegister(m.ttftVec, m.firstAnswerVec, m.e2eVec, m.stageVec, m.itlVec, m.tpotVec, m.tokensVec, m.reasoningVec, m.requestsVec)
 }
 
 // registerProxySeries creates and registers the series of the proxy
@@ -422,11 +430,13 @@ func (m *Metrics) tuple(mi, ui int) *series {
 	}
 	model, up := m.modelNames[mi], m.upNames[ui]
 	s := &series{
-		ttft:   m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
-		e2e:    m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
-		itl:    m.itlVec.WithLabelValues(model, up),
-		tpot:   m.tpotVec.WithLabelValues(model, up),
-		tokens: m.tokensVec.WithLabelValues(model, up),
+		ttft:        m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		firstAnswer: m.firstAnswerVec.WithLabelValues(model, up),
+		e2e:         m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		itl:         m.itlVec.WithLabelValues(model, up),
+		tpot:        m.tpotVec.WithLabelValues(model, up),
+		tokens:      m.tokensVec.WithLabelValues(model, up),
+		reasoning:   m.reasoningVec.WithLabelValues(model, up),
 	}
 	for i := range stages.NumStages {
 		s.stage[i] = m.stageVec.WithLabelValues(stages.Stage(i).String(), model, up)
@@ -553,6 +563,9 @@ func (m *Metrics) Emit(r *record.Record) {
 			m.inconsistent[ui].Inc()
 		}
 	}
+	if d, ok := record.FirstAnswer(&r.Timeline); ok {
+		s.firstAnswer.Observe(d.Seconds())
+	}
 	if r.Timeline.Has(stages.Done) {
 		observe(s.e2e, r.E2E().Seconds(), ex)
 	}
@@ -568,6 +581,9 @@ func (m *Metrics) Emit(r *record.Record) {
 	}
 	if r.TokensOut > 0 {
 		s.tokens.Add(float64(r.TokensOut))
+	}
+	if r.ReasoningTokens > 0 {
+		s.reasoning.Add(float64(r.ReasoningTokens))
 	}
 	if r.Reason == endreason.ClientCancel {
 		if r.Phase >= endreason.PhaseQueued && r.Phase < endreason.NumPhases {

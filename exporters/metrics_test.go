@@ -17,6 +17,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
 )
 
 var testMetricOpts = MetricOptions{
@@ -30,12 +31,14 @@ var testMetricOpts = MetricOptions{
 // exposition (build_info carries the Go version, so it is checked apart).
 var ourMetrics = []string{
 	"ttftlens_time_to_first_token_seconds",
+	"ttftlens_time_to_first_answer_seconds",
 	"ttftlens_stage_duration_seconds",
 	"ttftlens_requests_total",
 	"ttftlens_inter_token_latency_seconds",
 	"ttftlens_time_per_output_token_seconds",
 	"ttftlens_e2e_request_duration_seconds",
 	"ttftlens_output_tokens_total",
+	"ttftlens_reasoning_tokens_total",
 	"ttftlens_requests_in_flight",
 	"ttftlens_upstream_unsplit_total",
 	"ttftlens_engine_report_inconsistent_total",
@@ -213,6 +216,41 @@ ttftlens_buffered_streams_total{kind="not_event_stream",upstream="vllm-b"} 0
 	} {
 		if !bytes.Contains(text, []byte(want)) {
 			t.Errorf("missing %q in\n%s", want, text)
+		}
+	}
+}
+
+// TestMetricsFirstAnswer: the first answer histogram sits beside TTFT's;
+// a model that reasoned first lands later in it, one that did not at its
+// TTFT, one that never answered not at all; reasoning tokens are counted.
+func TestMetricsFirstAnswer(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	reasoned := reasoningFixture.record()                         // llama-3-8b on vllm-a
+	atOnce := fixtureByName(t, "stop_unsplit")                    // other on vllm-a
+	unanswered := fixtureByName(t, "deadline_before_first_token") // llama-3-8b on vllm-a
+	atOnce.Timeline.MarkAt(stages.FirstAnswer, atOnce.Breakdown().TTFT)
+	for _, r := range []*record.Record{reasoned, atOnce, unanswered} {
+		m.Emit(r)
+	}
+	hist := func(vec *prometheus.HistogramVec, model string) (uint64, float64) {
+		var d dto.Metric
+		if err := vec.WithLabelValues(model, "vllm-a").(prometheus.Histogram).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
+	}
+	firstAnswer, _ := record.FirstAnswer(&reasoned.Timeline)
+	n, fa := hist(m.firstAnswerVec, "llama-3-8b")
+	if _, ttft := hist(m.ttftVec, "llama-3-8b"); n != 1 || fa != firstAnswer.Seconds() || !(fa > ttft) {
+		t.Errorf("reasoning model: %d first answers, %v s (want 1, %v s, after TTFT %v s)", n, fa, firstAnswer.Seconds(), ttft)
+	}
+	n, fa = hist(m.firstAnswerVec, LabelOther)
+	if _, ttft := hist(m.ttftVec, LabelOther); n != 1 || fa != ttft {
+		t.Errorf("model that did not reason: %d first answers, %v s; want 1 at TTFT %v s", n, fa, ttft)
+	}
+	for model, want := range map[string]float64{"llama-3-8b": 120, LabelOther: 0} {
+		if got := testutil.ToFloat64(m.reasoningVec.WithLabelValues(model, "vllm-a")); got != want {
+			t.Errorf("%s: %v reasoning tokens, want %v", model, got, want)
 		}
 	}
 }

@@ -334,6 +334,9 @@ func requestAttrs(a []attribute.KeyValue, s *Summary) []attribute.KeyValue {
 	if s.TokensOut > 0 {
 		a = append(a, attribute.Int("gen_ai.usage.output_tokens", s.TokensOut))
 	}
+	if s.ReasoningTokens > 0 {
+		a = append(a, attribute.Int("gen_ai.usage.reasoning.output_tokens", s.ReasoningTokens))
+	}
 	if s.Breakdown.OK {
 		a = append(a, attribute.Float64("gen_ai.response.time_to_first_chunk", s.Breakdown.TTFT.Seconds()))
 	}
@@ -373,6 +376,9 @@ func requestAttrs(a []attribute.KeyValue, s *Summary) []attribute.KeyValue {
 	}
 	if s.TokensOut > 0 {
 		a = append(a, attribute.Bool(attrPrefix+"usage_reported", s.UsageReported))
+	}
+	if d, ok := record.FirstAnswer(&s.Timeline); ok {
+		a = append(a, attribute.Float64(attrPrefix+"first_answer_ms", millis(d)))
 	}
 	if s.Breakdown.OK {
 		a = append(a, attribute.Float64(attrPrefix+"ttft_ms", millis(s.Breakdown.TTFT)))

@@ -309,6 +309,32 @@ func TestOTLPSpans(t *testing.T) {
 	}
 }
 
+// TestOTLPReasoningAttrs: a reasoning stream's request span carries the
+// reasoning tokens under the GenAI name and the time to the first answer
+// beside TTFT; a model that did not reason carries neither reasoning count.
+func TestOTLPReasoningAttrs(t *testing.T) {
+	var s Summary
+	s.Fill(reasoningFixture.record())
+	attrs := map[string]string{}
+	for _, kv := range requestAttrs(nil, &s) {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, v := range map[string]string{
+		"gen_ai.usage.reasoning.output_tokens": "120", "gen_ai.usage.output_tokens": "160",
+		"ttftlens.first_answer_ms": "1684.832", "ttftlens.ttft_ms": "40.041",
+	} {
+		if attrs[k] != v {
+			t.Errorf("attribute %s = %q, want %q", k, attrs[k], v)
+		}
+	}
+	s.Fill(fixtureByName(t, "stop_engine_report"))
+	for _, kv := range requestAttrs(nil, &s) {
+		if kv.Key == "gen_ai.usage.reasoning.output_tokens" || kv.Key == "ttftlens.first_answer_ms" {
+			t.Errorf("attribute %s = %s on a record with no reasoning and no first answer mark", kv.Key, kv.Value.Emit())
+		}
+	}
+}
+
 // childOrder ranks stage spans by their stage, decode after them.
 func childOrder(s *tracepb.Span) int {
 	for i := range stages.NumStages {

@@ -118,6 +118,7 @@ func TestSegments(t *testing.T) {
 		{"client_cancel_mid_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
 		{"deadline_before_first_token", "gateway:stage route:stage queue:stage upstream:open"},
 		{"worker_failure_5xx", "gateway:stage route:stage queue:stage upstream:open"},
+		{"reasoning_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage reasoning:decode decode:decode finish:finish"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
@@ -178,7 +179,7 @@ func checkLayout(t *testing.T, s *Summary, segs []Segment) {
 
 func fixtureByName(t *testing.T, name string) *record.Record {
 	t.Helper()
-	for _, f := range fixtures {
+	for _, f := range loggedFixtures() {
 		if f.name == name {
 			return f.record()
 		}
@@ -390,7 +391,7 @@ func BenchmarkRingList(b *testing.B) {
 // that a row of /debug/requests is a part of it: the pages and the log must
 // never disagree about a request.
 func TestPagesCarryTheLogFields(t *testing.T) {
-	for _, f := range allFixtures() {
+	for _, f := range loggedFixtures() {
 		t.Run(f.name, func(t *testing.T) {
 			r := f.record()
 			var out logtest.Lines

@@ -46,6 +46,7 @@ type Summary struct {
 	EngineWaiting, EngineRunning int64
 
 	TokensOut, TokensIn int
+	ReasoningTokens     int
 	UsageReported       bool
 	Gaps                stages.Gaps
 	Stalls, Events      int
@@ -87,6 +88,8 @@ func (s *Summary) Fill(r *record.Record) {
 		Blocked:        r.Stream.Blocked,
 		Buffering:      r.Buffering,
 
+		ReasoningTokens: r.ReasoningTokens,
+
 		CancelToClose:     r.CancelToClose,
 		TokensAfterCancel: r.TokensAfterCancel,
 	}
@@ -121,6 +124,8 @@ func (s *Summary) restore(r *record.Record) {
 		BytesOut:       s.BytesOut,
 		Buffering:      s.Buffering,
 
+		ReasoningTokens: s.ReasoningTokens,
+
 		CancelToClose:     s.CancelToClose,
 		TokensAfterCancel: s.TokensAfterCancel,
 	}
@@ -144,7 +149,9 @@ const (
 	// SegStage is a stage of TTFT (stages.Stage), or, for a request that
 	// got no first token, a proxy stage it passed.
 	SegStage SegmentKind = iota
-	// SegDecode runs from the first token to the last one.
+	// SegDecode runs from the first token to the last one: for a model
+	// that reasoned before it answered, a segment named reasoning to the
+	// first answer token, then one named decode.
 	SegDecode
 	// SegFinish runs from the end of TTFT or the last token, whichever is
 	// later, to Done: the final chunk, [DONE], closing.
@@ -176,9 +183,10 @@ func (g Segment) Dur() time.Duration { return g.End - g.Start }
 
 // Segment names that are not stage names.
 const (
-	SegNameDecode   = "decode"
-	SegNameFinish   = "finish"
-	SegNameUpstream = "upstream"
+	SegNameDecode    = "decode"
+	SegNameReasoning = "reasoning"
+	SegNameFinish    = "finish"
+	SegNameUpstream  = "upstream"
 )
 
 // Segments appends s's waterfall to dst and returns it: the TTFT stages
@@ -196,6 +204,10 @@ func (s *Summary) Segments(dst []Segment) []Segment {
 // stage order (they are contiguous and the last ends at TTFT exactly),
 // then decode (FirstToken to LastToken, when a last token was marked) and
 // finish (to Done, when Done is after the later of TTFT and LastToken).
+// When the model reasoned and its answer began after the first token (or
+// never came), decode is split where the answer began: reasoning
+// (FirstToken to FirstAnswer, or to LastToken without an answer), then
+// decode from there.
 func (s *Summary) tokenSegments(dst []Segment) []Segment {
 	t := &s.Timeline
 	var at time.Duration
@@ -209,7 +221,18 @@ func (s *Summary) tokenSegments(dst []Segment) []Segment {
 	if okF && okL {
 		first = min(first, at)
 		last = max(last, first)
-		dst = append(dst, Segment{Name: SegNameDecode, Kind: SegDecode, Start: first, End: last})
+		answer, answered := t.At(stages.FirstAnswer)
+		if s.ReasoningTokens > 0 && (!answered || answer > at) {
+			split := last
+			if answered {
+				split = min(answer, last)
+			}
+			dst = append(dst, Segment{Name: SegNameReasoning, Kind: SegDecode, Start: first, End: split})
+			first = split
+		}
+		if answered || s.ReasoningTokens == 0 {
+			dst = append(dst, Segment{Name: SegNameDecode, Kind: SegDecode, Start: first, End: last})
+		}
 		end = max(end, last)
 	}
 	if done, ok := t.At(stages.Done); ok && done > end {

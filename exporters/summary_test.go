@@ -18,7 +18,7 @@ func TestRestoreKeepsWhatFillCopied(t *testing.T) {
 	r.ParentID = record.SpanID{1}
 	r.Key, r.Error = "team-a", "upstream said no"
 	r.Reason, r.Detail, r.Phase = endreason.ClientCancel, endreason.DetailClientClosed, endreason.PhaseDecoding
-	r.TokensIn, r.UsageReported = 12, true
+	r.TokensIn, r.UsageReported, r.ReasoningTokens = 12, true, 9
 	r.Stream.Stalls = 2
 	r.EngineInferred = true
 	r.EngineLoad, r.EngineWaiting, r.EngineRunning = true, 3, 4

@@ -434,7 +434,7 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 		}
 		x.relay.observe(s, tl.Now())
 		if s.Content {
-			tl.Mark(stages.FirstTokenFlushed) // written with the whole body
+			markDelivered(tl, s.Answer()) // written with the whole body
 		}
 	}
 	x.copyResponseHeaders(ctx)

@@ -45,6 +45,7 @@ type relay struct {
 	out        []byte        // its bytes not yet returned by Read
 	outParsed  time.Duration // when it was parsed
 	outContent bool          // it carries generated content
+	outAnswer  bool          // ...and answer, not reasoning only (read with outContent)
 	handedOut  bool          // the last Read returned bytes
 	lastReturn time.Duration // when the last Read returned
 	readErr    error         // the error Read returned, if any
@@ -53,6 +54,9 @@ type relay struct {
 	// both unchanged at the next one means both came in one upstream read.
 	contentReads   uint64
 	contentBlocked time.Duration
+	// reasoningUsage: the upstream's usage counted the reasoning tokens,
+	// so reasoning events are no longer counted.
+	reasoningUsage bool
 
 	// The client asked for its own breakdown (and its key may have it);
 	// respHeader receives its Server-Timing trailer (set when the stream
@@ -172,7 +176,25 @@ func (r *relay) CloseWithError(err error) error {
 func (r *relay) flushed(now time.Duration) {
 	r.fin.rec.Stream.Flushed(now - r.outParsed)
 	if r.outContent {
-		r.fin.rec.Timeline.Mark(stages.FirstTokenFlushed)
+		markDelivered(&r.fin.rec.Timeline, r.outAnswer)
+	}
+}
+
+// markDelivered marks a content event reaching the client: the first
+// token, and the first answer when the event carries answer. A model that
+// does not reason answers with its first token: both marks are then the
+// same moment.
+func markDelivered(tl *stages.Timeline, answer bool) {
+	if !tl.Has(stages.FirstTokenFlushed) {
+		tl.Mark(stages.FirstTokenFlushed)
+		if answer {
+			at, _ := tl.At(stages.FirstTokenFlushed)
+			tl.MarkAt(stages.FirstAnswer, at)
+		}
+		return
+	}
+	if answer {
+		tl.Mark(stages.FirstAnswer)
 	}
 }
 
@@ -234,7 +256,7 @@ func (r *relay) nextEvent() error {
 				return r.fin.fail(errMalformedEvent)
 			}
 			r.observe(s, now)
-			content = s.Content
+			content, r.outAnswer = s.Content, s.Answer()
 			if r.dropUsage && s.UsageOnly {
 				continue // we asked for it; the client did not
 			}
@@ -271,6 +293,12 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 	if s.Usage {
 		rec.UsageReported = true
 		rec.TokensOut, rec.TokensIn = s.CompletionTokens, s.PromptTokens
+	}
+	if s.ReasoningUsage {
+		r.reasoningUsage = true
+		rec.ReasoningTokens = s.ReasoningTokens
+	} else if s.Reasoning && !r.reasoningUsage {
+		rec.ReasoningTokens++
 	}
 	if !s.Content {
 		return

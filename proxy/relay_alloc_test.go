@@ -2,16 +2,28 @@
 
 package proxy
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
-// TestRelayZeroAllocs proves the per-event path allocates nothing once warm.
+// TestRelayZeroAllocs proves the per-event path allocates nothing once warm,
+// for answer events and for a reasoning model's reasoning before them.
 func TestRelayZeroAllocs(t *testing.T) {
 	const n = 200
-	stream := relayStream(n)
-	h := newRelayHarness(t, stream)
-	h.run(t, stream) // warm buffers and parser caches
-	allocs := testing.AllocsPerRun(20, func() { h.run(t, stream) })
-	if perEvent := allocs / n; perEvent > 0 {
-		t.Fatalf("%.1f allocations per stream of %d events (%.3f per event), want 0", allocs, n, perEvent)
+	reasoning := bytes.Repeat([]byte(`data: {"choices":[{"index":0,"delta":{"reasoning_content":" hmm"}}]}`+"\n\n"), n)
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+	}{
+		{"answer", relayStream(n)},
+		{"reasoning then answer", append(reasoning, relayStream(n)...)},
+	} {
+		h := newRelayHarness(t, tc.stream)
+		h.run(t, tc.stream) // warm buffers and parser caches
+		allocs := testing.AllocsPerRun(20, func() { h.run(t, tc.stream) })
+		if perEvent := allocs / n; perEvent > 0 {
+			t.Errorf("%s: %.1f allocations per stream of %d events (%.3f per event), want 0", tc.name, allocs, n, perEvent)
+		}
 	}
 }

@@ -62,6 +62,11 @@ type Record struct {
 	TokensOut int
 	// TokensIn is the prompt tokens from the upstream's usage (0 = unknown).
 	TokensIn int
+	// ReasoningTokens is the part of TokensOut the model spent reasoning
+	// before its answer: the upstream's usage count when it reported one
+	// (completion_tokens_details.reasoning_tokens), otherwise the content
+	// events that carried reasoning only.
+	ReasoningTokens int
 	// UsageReported says TokensOut came from the upstream's usage.
 	UsageReported bool
 	BytesIn       int64 // request body bytes from the client
@@ -145,6 +150,15 @@ func (r *Record) Breakdown() stages.Breakdown { return r.Timeline.Breakdown() }
 func (r *Record) E2E() time.Duration {
 	d, _ := r.Timeline.At(stages.Done)
 	return d
+}
+
+// FirstAnswer is the time from receipt to the first answer token handed to
+// the client, and whether one was: TTFT counts the first token of any kind,
+// reasoning included; this counts the first that is not reasoning only.
+// Equal to TTFT when the model did not reason first.
+func FirstAnswer(tl *stages.Timeline) (time.Duration, bool) {
+	d, ok := tl.At(stages.FirstAnswer)
+	return max(d, 0), ok
 }
 
 // Sink receives finished records. Emit is called once per request from the

@@ -30,6 +30,7 @@ const (
 	FieldPhase
 	FieldError
 	FieldTTFT
+	FieldFirstAnswer
 	FieldE2E
 	FieldStages
 	FieldUpstreamUnsplit
@@ -41,6 +42,7 @@ const (
 	FieldEngineRunning
 	FieldTokensOut
 	FieldTokensIn
+	FieldReasoningTokens
 	FieldITL
 	FieldStalls
 	FieldEvents
@@ -75,6 +77,7 @@ var fieldNames = [NumFields]string{
 	FieldPhase:                    "phase",
 	FieldError:                    "error",
 	FieldTTFT:                     "ttft_ms",
+	FieldFirstAnswer:              "first_answer_ms",
 	FieldE2E:                      "e2e_ms",
 	FieldStages:                   "stages_ms",
 	FieldUpstreamUnsplit:          "upstream_unsplit",
@@ -86,6 +89,7 @@ var fieldNames = [NumFields]string{
 	FieldEngineRunning:            "engine_running",
 	FieldTokensOut:                "tokens_out",
 	FieldTokensIn:                 "tokens_in",
+	FieldReasoningTokens:          "reasoning_tokens",
 	FieldITL:                      "itl_ms",
 	FieldStalls:                   "stalls",
 	FieldEvents:                   "events",

@@ -19,6 +19,7 @@ const (
 	FirstEvent                    // first SSE event parsed
 	FirstToken                    // first event carrying generated content parsed
 	FirstTokenFlushed             // that event handed to the client socket
+	FirstAnswer                   // the first event carrying answer (not reasoning only) handed to the client socket
 	LastToken                     // last content event parsed
 	Done                          // the response is over
 	NumMarks
@@ -26,7 +27,7 @@ const (
 
 var markNames = [NumMarks]string{
 	"received", "gateway_done", "routed", "admitted", "upstream_sent", "upstream_headers",
-	"first_event", "first_token", "first_token_flushed", "last_token", "done",
+	"first_event", "first_token", "first_token_flushed", "first_answer", "last_token", "done",
 }
 
 func (m Mark) String() string {

@@ -160,7 +160,7 @@ func TestEngine(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	want := []string{"received", "gateway_done", "routed", "admitted", "upstream_sent", "upstream_headers",
-		"first_event", "first_token", "first_token_flushed", "last_token", "done"}
+		"first_event", "first_token", "first_token_flushed", "first_answer", "last_token", "done"}
 	if int(NumMarks) != len(want) {
 		t.Fatalf("NumMarks = %d, want %d", NumMarks, len(want))
 	}

@@ -20,7 +20,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ttftlens/ttftlens/bench/lab"
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
 )
 
 func TestMain(m *testing.M) {
@@ -84,6 +87,30 @@ func (s *stack) send(t *testing.T, id, path, body string, hdr ...string) {
 	t.Fatalf("no record for %s", id)
 }
 
+// emitReasoning puts a reasoning model's record with the given id in the
+// ring (the reference engine does not reason): its first token at 40 ms,
+// its answer from 1.2 s, its last token at 1.5 s.
+func (s *stack) emitReasoning(id string) {
+	var r record.Record
+	r.Timeline.Start(func() int64 { return 0 }, time.Now())
+	for _, m := range []struct {
+		mark stages.Mark
+		at   time.Duration
+	}{
+		{stages.GatewayDone, 50 * time.Microsecond}, {stages.Routed, 60 * time.Microsecond}, {stages.Admitted, 70 * time.Microsecond},
+		{stages.UpstreamSent, 100 * time.Microsecond}, {stages.UpstreamHeaders, 2 * time.Millisecond}, {stages.FirstEvent, 30 * time.Millisecond},
+		{stages.FirstToken, 40 * time.Millisecond}, {stages.FirstTokenFlushed, 40*time.Millisecond + 50*time.Microsecond},
+		{stages.FirstAnswer, 1200 * time.Millisecond}, {stages.LastToken, 1500 * time.Millisecond}, {stages.Done, 1501 * time.Millisecond},
+	} {
+		r.Timeline.MarkAt(m.mark, m.at)
+	}
+	r.Timeline.SetEngine(stages.EnginePrefill, 25*time.Millisecond)
+	r.RequestID, r.Method, r.Path, r.Model, r.Streaming, r.Status = id, "POST", "/v1/chat/completions", "ttftlens-ref", true, 200
+	r.EngineSource, r.Reason, r.Detail = "llamacpp", endreason.Stop, endreason.DetailStop
+	r.TokensOut, r.ReasoningTokens = 100, 80
+	s.ring.Emit(&r)
+}
+
 // browse runs headless Chromium on url and returns the DOM it dumped after
 // the page's timers ran for budget (virtual time), plus its stderr. With
 // screenshot set, it also saves a PNG there.
@@ -138,19 +165,22 @@ func TestPageInChromium(t *testing.T) {
 	s.send(t, "web-queue", "/v1/chat/completions", chat, "X-Ttftlens-Fault", "queue_delay=40ms")
 	s.send(t, "web-completion", "/v1/completions", `{"model":"ttftlens-ref","stream":true,"max_tokens":8,"prompt":"Once upon a time"}`)
 	s.send(t, "web-bad", "/v1/chat/completions", `{"model":`)
+	s.emitReasoning("web-reasoning")
 	s.send(t, "web-last", "/v1/chat/completions", chat)
 
 	ttftBars := []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport", "decode"}
 	tests := []struct {
-		name      string
-		fragment  string // the request selected by the URL, "" = the page's default (newest)
-		want      string // the request whose waterfall must be drawn
-		bars      []string
-		wantQueue time.Duration
+		name        string
+		fragment    string // the request selected by the URL, "" = the page's default (newest)
+		want        string // the request whose waterfall must be drawn
+		bars        []string
+		wantQueue   time.Duration
+		firstAnswer bool // the first answer is marked apart from the first token
 	}{
-		{"newest by default", "", "web-last", ttftBars, 0},
-		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond},
-		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0},
+		{"newest by default", "", "web-last", ttftBars, 0, false},
+		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond, false},
+		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0, false},
+		{"reasoning model", "#web-reasoning", "web-reasoning", append(ttftBars, "reasoning"), 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,7 +191,7 @@ func TestPageInChromium(t *testing.T) {
 			if !strings.Contains(dom, `data-ready="1"`) {
 				t.Fatalf("page never rendered the list; stderr:\n%s", tail(stderr, 2000))
 			}
-			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-last"} {
+			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-reasoning", "web-last"} {
 				if !strings.Contains(dom, `data-id="`+id+`"`) {
 					t.Errorf("request %s missing from the tables", id)
 				}
@@ -188,6 +218,12 @@ func TestPageInChromium(t *testing.T) {
 			}
 			if len(tt.bars) > 1 && widths["prefill"] <= 0 {
 				t.Errorf("prefill bar has width %v, want > 0", widths["prefill"])
+			}
+			if got := strings.Contains(m[1], `data-mark="first_answer"`); got != tt.firstAnswer {
+				t.Errorf("first answer marked: %v, want %v", got, tt.firstAnswer)
+			}
+			if tt.firstAnswer && !(widths["reasoning"] > widths["decode"]) {
+				t.Errorf("reasoning bar %v not wider than decode %v", widths["reasoning"], widths["decode"])
 			}
 			if tt.wantQueue > 0 && widths["queue"] <= widths["gateway"] {
 				t.Errorf("queue bar %v not wider than gateway %v despite a %v queue fault", widths["queue"], widths["gateway"], tt.wantQueue)

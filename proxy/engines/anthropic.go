@@ -19,6 +19,7 @@ import (
 //	                     or starts with non-empty text / thinking
 //	content_block_delta  content when delta is text_delta (text), input_json_delta
 //	                     (partial_json) or thinking_delta (thinking) and non-empty;
+//	                     thinking is reasoning (Event.Reasoning);
 //	                     signature_delta and citations_delta are not content
 //	content_block_stop   —
 //	message_delta        finish from delta.stop_reason; usage: cumulative
@@ -63,17 +64,17 @@ func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
 		r.usage(v.Get("message", "usage"))
 	case "content_block_start":
 		ev.EventType = EventContentBlockStart
-		ev.Content = blockContent(v.Get("content_block"))
+		ev.add(blockOutput(v.Get("content_block")))
 	case "content_block_delta":
 		ev.EventType = EventContentBlockDelta
 		if d := v.Get("delta"); d != nil {
 			switch string(d.GetStringBytes("type")) {
 			case "text_delta":
-				ev.Content = len(d.GetStringBytes("text")) > 0
+				ev.add(outputIf(len(d.GetStringBytes("text")) > 0, outAnswer))
 			case "input_json_delta":
-				ev.Content = len(d.GetStringBytes("partial_json")) > 0
+				ev.add(outputIf(len(d.GetStringBytes("partial_json")) > 0, outAnswer))
 			case "thinking_delta":
-				ev.Content = len(d.GetStringBytes("thinking")) > 0
+				ev.add(outputIf(len(d.GetStringBytes("thinking")) > 0, outReasoning))
 			}
 		}
 	case "content_block_stop":
@@ -93,7 +94,7 @@ func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
 	case "message":
 		ev.EventType = EventMessage
 		for _, b := range v.GetArray("content") {
-			ev.Content = ev.Content || blockContent(b)
+			ev.add(blockOutput(b))
 		}
 		ev.Finish = stopReason(v.GetStringBytes("stop_reason"))
 		u := v.Get("usage")
@@ -133,21 +134,29 @@ func (r *AnthropicReader) report(u *fastjson.Value, ev *Event) {
 	ev.PromptTokens, ev.CachedTokens = r.prompt, r.cached
 }
 
-// blockContent reports whether a content block, as started or as a whole,
-// carries generated output.
-func blockContent(b *fastjson.Value) bool {
+// blockOutput is the output a content block, as started or as a whole,
+// carries: a tool use or text is answer, thinking is reasoning.
+func blockOutput(b *fastjson.Value) output {
 	if b == nil {
-		return false
+		return 0
 	}
 	switch string(b.GetStringBytes("type")) {
 	case "tool_use", "server_tool_use":
-		return true
+		return outAnswer
 	case "text":
-		return len(b.GetStringBytes("text")) > 0
+		return outputIf(len(b.GetStringBytes("text")) > 0, outAnswer)
 	case "thinking":
-		return len(b.GetStringBytes("thinking")) > 0
+		return outputIf(len(b.GetStringBytes("thinking")) > 0, outReasoning)
 	}
-	return false
+	return 0
+}
+
+// outputIf is o when there is some (the text it stands for is not empty).
+func outputIf(some bool, o output) output {
+	if some {
+		return o
+	}
+	return 0
 }
 
 // stopReason maps an Anthropic stop_reason to a Finish.

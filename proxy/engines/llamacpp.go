@@ -15,24 +15,38 @@ import (
 //
 //   - timings.prompt_ms (ms, float) → EnginePrefill: from the slot starting
 //     the prompt to the first sampled token, so prefill plus the first
-//     sample; it excludes waiting for a slot, HTTP and tokenization.
+//     sample; it excludes waiting for a slot, HTTP and tokenization. It is
+//     read from the first chunk whose timings count a generated token
+//     (predicted_n ≥ 1), wherever the engine put it: that chunk's value is
+//     final, so later chunks (every chunk with timings_per_token) are not
+//     read again. Timings with no generated token yet (a prompt-progress
+//     chunk's, whose prompt_ms is still running) are recorded until then.
 //   - timings.cache_n → Event.CachedTokens; timings.prompt_n (tokens
 //     evaluated) is the rest of the prompt.
-//   - timings.predicted_ms (ms) → Event.Decode.
+//   - timings.predicted_ms (ms) → Event.Decode, from every chunk: it grows
+//     with each token.
+//   - timings.draft_n, draft_n_accepted (speculative decoding) are not read.
 //
-// llama.cpp reports no queue: events with timings set Event.Inferred, and
-// the relay's InferQueue at done records EngineQueue = (FirstToken −
-// UpstreamSent) − EnginePrefill, which also holds the slot wait, the
-// network and the server's HTTP handling. It is done at the end rather than
-// on the final chunk so that it also works for a whole body (read before
-// the proxy marks its first token) and for per-token timings (the last
-// prompt_ms wins).
+// llama.cpp reports no queue: events that record the prefill set
+// Event.Inferred, and the relay's InferQueue at done records EngineQueue =
+// (FirstToken − UpstreamSent) − EnginePrefill, which also holds the slot
+// wait, the network and the server's HTTP handling. It is done at the end
+// rather than on the chunk with the prefill so that it also works for a
+// whole body (read before the proxy marks its first token).
+//
+// With --reasoning-format deepseek (and auto, for templates that think) the
+// model's thinking streams as delta.reasoning_content before the answer's
+// delta.content (Event.Reasoning); with none it stays in content and
+// cannot be told apart.
 //
 // The native /completion stream sends "content" and, on its last event,
 // "stop": true with "stop_type" (eos, word, limit), "tokens_evaluated" and
 // "tokens_predicted"; they map to content, finish and usage.
 type LlamaCppReader struct {
 	p fastjson.Parser
+	// prefillFinal: a chunk's timings counted a generated token, so the
+	// prefill recorded is final.
+	prefillFinal bool
 }
 
 // Kind returns "llamacpp".
@@ -52,7 +66,7 @@ func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
 	readOpenAIExt(v, &ev)
 	// Native /completion.
 	if len(v.GetStringBytes("content")) > 0 {
-		ev.Content = true
+		ev.add(outAnswer)
 	}
 	if v.GetBool("stop") {
 		if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
@@ -69,9 +83,11 @@ func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
 		return ev
 	}
 	const ms = 1e6 // nanoseconds
-	if d, ok := durField(t, "prompt_ms", ms); ok {
+	if d, ok := durField(t, "prompt_ms", ms); ok && !r.prefillFinal {
 		setEngine(tl, stages.EnginePrefill, d)
 		ev.Timing, ev.Inferred = true, true
+		n, _ := intField(t, "predicted_n")
+		r.prefillFinal = n > 0
 	}
 	if n, ok := intField(t, "cache_n"); ok {
 		ev.CachedTokens = n
@@ -82,5 +98,5 @@ func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
 	return ev
 }
 
-// Reset does nothing: the reader keeps no per-request state.
-func (*LlamaCppReader) Reset() {}
+// Reset forgets the request's prefill.
+func (r *LlamaCppReader) Reset() { r.prefillFinal = false }

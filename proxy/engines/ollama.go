@@ -15,7 +15,8 @@ import (
 // api/types.go, docs/api.md):
 //
 //   - content: message.content, message.thinking or message.tool_calls
-//     (chat); response or thinking (generate).
+//     (chat); response or thinking (generate). Thinking alone is reasoning
+//     (Event.Reasoning).
 //   - done: "done": true on the final line; finish from "done_reason"
 //     (stop, length; load/unload for empty load and unload calls).
 //   - error: a line {"error": "..."} (the status is 200 already).
@@ -52,13 +53,9 @@ func (r *OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
 	}
 	readOpenAIExt(v, &ev)
 	if m := v.Get("message"); m != nil && m.Type() == fastjson.TypeObject {
-		if len(m.GetStringBytes("content")) > 0 || len(m.GetStringBytes("thinking")) > 0 || len(m.GetArray("tool_calls")) > 0 {
-			ev.Content = true
-		}
+		ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
 	}
-	if len(v.GetStringBytes("response")) > 0 || len(v.GetStringBytes("thinking")) > 0 {
-		ev.Content = true
-	}
+	ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
 	if !v.GetBool("done") {
 		return ev
 	}
@@ -90,3 +87,15 @@ func (r *OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
 
 // Reset does nothing: the reader keeps no per-request state.
 func (*OllamaReader) Reset() {}
+
+// ollamaOutput is the output of a chat message or a generate line: answer
+// when it has any, otherwise reasoning when its thinking is not empty.
+func ollamaOutput(answer bool, v *fastjson.Value) output {
+	switch {
+	case answer:
+		return outAnswer
+	case len(v.GetStringBytes("thinking")) > 0:
+		return outReasoning
+	}
+	return 0
+}

@@ -19,6 +19,11 @@ type Event struct {
 	// Content: the event carries generated output (text, tool-call deltas,
 	// reasoning). A role-only chunk with empty content does not.
 	Content bool
+	// Reasoning: all the generated output the event carries is reasoning
+	// (the model thinking before it answers: OpenAI-compatible
+	// reasoning_content or reasoning, Ollama's and Anthropic's thinking);
+	// false with any answer output (text, tool call) beside it.
+	Reasoning bool
 	// Finish is the finish reason the event carried (FinishNone if none).
 	Finish endreason.Finish
 	// Done: the stream's end marker.
@@ -54,11 +59,39 @@ type Event struct {
 	// object): the chunk the relay drops when it added include_usage
 	// upstream (see EnsureIncludeUsage).
 	UsageOnly bool
+	// ReasoningUsage: the usage said how many of the completion tokens
+	// were reasoning (OpenAI-compatible
+	// usage.completion_tokens_details.reasoning_tokens): ReasoningTokens.
+	ReasoningUsage  bool
+	ReasoningTokens int
 	// Decode is the engine's own generation time after the first token
 	// (vLLM generation_time_ms, llama.cpp predicted_ms, Ollama
 	// eval_duration), when reported; zero otherwise. Informative: no
 	// stage of time to first token uses it.
 	Decode time.Duration
+}
+
+// Answer reports that the event carries answer output: generated output
+// that is not reasoning only. The first such event is where the answer a
+// user reads begins.
+func (e Event) Answer() bool { return e.Content && !e.Reasoning }
+
+// output is the generated output a message, delta or line carries.
+type output uint8
+
+const (
+	outAnswer    output = 1 << iota // text, tool calls
+	outReasoning                    // the model's reasoning before its answer
+)
+
+// add folds output o into e: Content when there is any, Reasoning while
+// all of it is reasoning.
+func (e *Event) add(o output) {
+	if o == 0 {
+		return
+	}
+	e.Reasoning = (e.Reasoning || !e.Content) && o == outReasoning
+	e.Content = true
 }
 
 // OpenAI reads OpenAI-compatible chat and text completion chunks, streamed
@@ -110,12 +143,12 @@ func readOpenAI(v *fastjson.Value, ev *Event) {
 	}
 	for _, c := range v.GetArray("choices") {
 		if d := c.Get("delta"); d != nil {
-			ev.Content = ev.Content || hasOutput(d)
+			ev.add(messageOutput(d))
 		} else if m := c.Get("message"); m != nil {
-			ev.Content = ev.Content || hasOutput(m)
+			ev.add(messageOutput(m))
 		}
 		if len(c.GetStringBytes("text")) > 0 {
-			ev.Content = true
+			ev.add(outAnswer)
 		}
 		if f := endreason.ParseFinish(c.GetStringBytes("finish_reason")); f != endreason.FinishNone {
 			ev.Finish = f
@@ -136,15 +169,24 @@ func readOpenAIExt(v *fastjson.Value, ev *Event) {
 		return
 	}
 	ev.CachedTokens = v.GetInt("usage", "prompt_tokens_details", "cached_tokens")
+	if d := v.Get("usage", "completion_tokens_details"); d != nil {
+		ev.ReasoningTokens, ev.ReasoningUsage = intField(d, "reasoning_tokens")
+	}
 	if c := v.Get("choices"); c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 {
 		ev.UsageOnly = true
 	}
 }
 
-// hasOutput reports whether a delta or message carries generated output.
-func hasOutput(m *fastjson.Value) bool {
-	return len(m.GetStringBytes("content")) > 0 ||
-		len(m.GetArray("tool_calls")) > 0 ||
-		len(m.GetStringBytes("reasoning_content")) > 0 ||
-		len(m.GetStringBytes("reasoning")) > 0
+// messageOutput is the output a chat delta or message carries: answer
+// (content, tool_calls), reasoning (reasoning_content: llama.cpp, DeepSeek's
+// API, vLLM before it was renamed; reasoning: vLLM since), or answer when it
+// has both. Reasoning is looked at only when there is no answer.
+func messageOutput(m *fastjson.Value) output {
+	switch {
+	case len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0:
+		return outAnswer
+	case len(m.GetStringBytes("reasoning_content")) > 0 || len(m.GetStringBytes("reasoning")) > 0:
+		return outReasoning
+	}
+	return 0
 }

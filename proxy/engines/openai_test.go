@@ -25,6 +25,15 @@ const (
 	vllmReason   = `{"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1,"model":"deepseek-ai/DeepSeek-R1-Distill-Qwen-7B","choices":[{"index":0,"delta":{"reasoning_content":"Okay, let me think"},"logprobs":null,"finish_reason":null}]}`
 	vllmReason2  = `{"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1,"model":"gpt-oss-20b","choices":[{"index":0,"delta":{"reasoning":"hmm","content":null},"finish_reason":null}]}`
 	vllmReasonNo = `{"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"reasoning_content":"","content":null},"finish_reason":null}]}`
+	// The chunk where the reasoning ends and the answer begins may carry both.
+	vllmReasonToAnswer = `{"id":"chatcmpl-r1","object":"chat.completion.chunk","created":1,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"reasoning":"done.","content":"The"},"logprobs":null,"finish_reason":null}]}`
+	deepseekReason     = `{"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":null,"reasoning_content":"First,"},"logprobs":null,"finish_reason":null}]}`
+	deepseekAnswer     = `{"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"9.8","reasoning_content":null},"logprobs":null,"finish_reason":null}]}`
+	deepseekUsage      = `{"id":"d1","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":13,"completion_tokens":412,"total_tokens":425,"completion_tokens_details":{"reasoning_tokens":398}}}`
+	llamacppReason     = `{"choices":[{"finish_reason":null,"index":0,"delta":{"reasoning_content":" the"}}],"created":1718000002,"id":"chatcmpl-Qx3","model":"m.gguf","system_fingerprint":"b9554-d403f00","object":"chat.completion.chunk","timings":{"cache_n":7,"prompt_n":10,"prompt_ms":251.51,"predicted_n":19,"predicted_ms":271.89,"draft_n":20,"draft_n_accepted":8}}`
+	wholeReasonAnswer  = `{"id":"chatcmpl-W","object":"chat.completion","created":1,"model":"deepseek-reasoner","choices":[{"index":0,"message":{"role":"assistant","content":"9.8 is greater.","reasoning_content":"Compare the tenths."},"finish_reason":"stop"}]}`
+	wholeReasonOnly    = `{"id":"chatcmpl-W","object":"chat.completion","created":1,"model":"Qwen/Qwen3-8B","choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning":"Let me count"},"finish_reason":"length"}]}`
+	reasonThenAnswer2  = `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"a"}},{"index":1,"delta":{"content":"b"}}]}`
 
 	llamacppFinal   = `{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1718000002,"id":"chatcmpl-Qx3","model":"gpt-3.5-turbo","system_fingerprint":"b4567-abcdef0","object":"chat.completion.chunk","usage":{"completion_tokens":16,"prompt_tokens":9,"total_tokens":25},"timings":{"prompt_n":9,"prompt_ms":12.345,"prompt_per_token_ms":1.371,"prompt_per_second":729.0,"predicted_n":16,"predicted_ms":210.5,"predicted_per_token_ms":13.15,"predicted_per_second":76.0}}`
 	llamacppContent = `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}],"created":1718000002,"id":"chatcmpl-Qx3","model":"gpt-3.5-turbo","system_fingerprint":"b4567-abcdef0","object":"chat.completion.chunk","timings":{"prompt_n":9,"prompt_ms":12.3,"predicted_n":1,"predicted_ms":13.1}}`
@@ -78,14 +87,22 @@ func TestOpenAIInspect(t *testing.T) {
 		{"vllm stop_reason string", vllmStopStr, ev{Finish: endreason.FinishStop}},
 		{"vllm usage, choices []", vllmUsage, ev{Usage: true, PromptTokens: 27, CompletionTokens: 128}},
 		{"vllm abort", vllmAbort, ev{Finish: endreason.FinishAbort}},
-		{"vllm reasoning_content", vllmReason, ev{Content: true}},
-		{"reasoning (gpt-oss field)", vllmReason2, ev{Content: true}},
+		{"vllm reasoning_content", vllmReason, ev{Content: true, Reasoning: true}},
+		{"reasoning (gpt-oss field)", vllmReason2, ev{Content: true, Reasoning: true}},
 		{"empty reasoning is not content", vllmReasonNo, ev{}},
+		{"reasoning and content in one delta: answer", vllmReasonToAnswer, ev{Content: true}},
+
+		// DeepSeek's API: reasoning_content, then content; the usage counts
+		// the reasoning tokens (read by the engine readers, not Inspect).
+		{"deepseek reasoning", deepseekReason, ev{Content: true, Reasoning: true}},
+		{"deepseek answer", deepseekAnswer, ev{Content: true}},
+		{"deepseek usage", deepseekUsage, ev{Finish: endreason.FinishStop, Usage: true, PromptTokens: 13, CompletionTokens: 412}},
 		{"vllm error with object error", vllmError, ev{Error: true}},
 
 		// llama.cpp.
 		{"llama.cpp final with timings", llamacppFinal, ev{Finish: endreason.FinishStop, Usage: true, PromptTokens: 9, CompletionTokens: 16}},
 		{"llama.cpp content with timings", llamacppContent, ev{Content: true}},
+		{"llama.cpp reasoning with timings", llamacppReason, ev{Content: true, Reasoning: true}},
 
 		// Completions.
 		{"completions text", completionText, ev{Content: true}},
@@ -104,6 +121,9 @@ func TestOpenAIInspect(t *testing.T) {
 		{"chat.completion empty", wholeChatEmpty, ev{Finish: endreason.FinishLength, Usage: true, PromptTokens: 3}},
 		{"chat.completion content_filter", wholeChatFilter, ev{Finish: endreason.FinishContentFilter}},
 		{"two choices: content in the second", multiChoice, ev{Content: true, Finish: endreason.FinishStop}},
+		{"two choices: reasoning, then answer", reasonThenAnswer2, ev{Content: true}},
+		{"chat.completion with reasoning and answer", wholeReasonAnswer, ev{Content: true, Finish: endreason.FinishStop}},
+		{"chat.completion cut while reasoning", wholeReasonOnly, ev{Content: true, Reasoning: true, Finish: endreason.FinishLength}},
 
 		// TGI.
 		{"tgi validation error", tgiError, ev{Error: true}},

@@ -37,6 +37,12 @@ var readerEvents = []struct {
 	{KindAnthropic, "content", anthropicDelta},
 	{KindAnthropic, "message_delta", anthropicMessageDelta},
 	{KindGeneric, "content", openaiContent},
+	// A reasoning model's events: its reasoning, and the usage that counts it.
+	{KindVLLM, "reasoning", vllmReason2},
+	{KindLlamaCpp, "reasoning_timings", llamacppReason},
+	{KindOllama, "thinking", `{"model":"qwen3","created_at":"2025-05-29T09:35:56.012Z","message":{"role":"assistant","content":"","thinking":" the"},"done":false}`},
+	{KindAnthropic, "thinking", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`},
+	{KindGeneric, "usage_reasoning", deepseekUsage},
 }
 
 // loopReader returns data over and over.

@@ -50,6 +50,7 @@ func TestNewReader(t *testing.T) {
 func TestReadersAgreeWithInspect(t *testing.T) {
 	cases := []string{openaiRole, openaiContent, openaiFinish, openaiUsage, openaiNoUsage, vllmRole, vllmContent,
 		vllmFinish, vllmStopTok, vllmUsage, vllmAbort, vllmReason, vllmReason2, vllmReasonNo, llamacppFinal, llamacppContent,
+		vllmReasonToAnswer, deepseekReason, deepseekAnswer, deepseekUsage, llamacppReason, wholeReasonAnswer, wholeReasonOnly, reasonThenAnswer2,
 		completionText, completionEmpty, completionWhole, toolCallFirst, toolCallArgs, toolCallFinish, toolCallsEmpty,
 		wholeChat, wholeChatTools, wholeChatEmpty, wholeChatFilter, multiChoice, openaiError, vllmError, tgiError,
 		tgiErrorGen, errorNull, escapedContent, nullChoices, weirdTypes, choicesNotArray, deltaNull, usageFloatTokens,
@@ -65,6 +66,7 @@ func TestReadersAgreeWithInspect(t *testing.T) {
 			got := r.Event([]byte(c), newTL())
 			base := got
 			base.Timing, base.Inferred, base.EventType, base.CachedTokens, base.UsageOnly, base.Decode = false, false, EventNone, 0, false, 0
+			base.ReasoningUsage, base.ReasoningTokens = false, 0
 			if base != want {
 				t.Errorf("%s.Event(%.60q) = %+v, Inspect says %+v", k, c, got, want)
 			}
@@ -201,7 +203,25 @@ func TestReaderEdges(t *testing.T) {
 			Event{Finish: endreason.FinishLength, Usage: true, PromptTokens: 4, CompletionTokens: 16}, durs{}},
 		{"llamacpp native not stopped: no usage", KindLlamaCpp, `{"content":"a","stop":false,"tokens_predicted":1,"tokens_evaluated":4}`,
 			Event{Content: true}, durs{}},
+		{"llamacpp native content is answer", KindLlamaCpp, `{"index":0,"content":" Paris","stop":false}`, Event{Content: true}, durs{}},
+		// Usage that counts the reasoning tokens (OpenAI, DeepSeek).
+		{"usage with reasoning tokens", KindGeneric, deepseekUsage,
+			Event{Finish: endreason.FinishStop, Usage: true, PromptTokens: 13, CompletionTokens: 412, ReasoningUsage: true, ReasoningTokens: 398}, durs{}},
+		{"usage with zero reasoning tokens", KindVLLM, openaiUsage,
+			Event{Usage: true, PromptTokens: 12, CompletionTokens: 34, UsageOnly: true, ReasoningUsage: true}, durs{}},
+		{"usage without details", KindGeneric, vllmUsage,
+			Event{Usage: true, PromptTokens: 27, CompletionTokens: 128, UsageOnly: true}, durs{}},
+		{"reasoning tokens not a count", KindGeneric, `{"choices":[],"usage":{"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":"2"}}}`,
+			Event{Usage: true, CompletionTokens: 3, UsageOnly: true}, durs{}},
 		// Ollama.
+		{"ollama thinking is reasoning", KindOllama, `{"model":"qwen3","message":{"role":"assistant","content":"","thinking":"Hmm"},"done":false}`,
+			Event{Content: true, Reasoning: true}, durs{}},
+		{"ollama thinking with content is answer", KindOllama, `{"model":"qwen3","message":{"role":"assistant","content":"Hi","thinking":"Hmm"},"done":false}`,
+			Event{Content: true}, durs{}},
+		{"ollama generate thinking", KindOllama, `{"model":"qwen3","response":"","thinking":"Hmm","done":false}`,
+			Event{Content: true, Reasoning: true}, durs{}},
+		{"ollama tool call is answer", KindOllama, `{"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}`,
+			Event{Content: true}, durs{}},
 		{"ollama durations before done are ignored", KindOllama, `{"message":{"content":"a"},"done":false,"load_duration":5,"prompt_eval_duration":7}`,
 			Event{Content: true}, durs{}},
 		{"ollama done, no counts, no durations", KindOllama, `{"done":true,"done_reason":"load"}`,
@@ -233,6 +253,14 @@ func TestReaderEdges(t *testing.T) {
 			Event{Content: true, EventType: EventContentBlockStart}, durs{}},
 		{"anthropic server_tool_use", KindAnthropic, `{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}`,
 			Event{Content: true, EventType: EventContentBlockStart}, durs{}},
+		{"anthropic thinking delta is reasoning", KindAnthropic, `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`,
+			Event{Content: true, Reasoning: true, EventType: EventContentBlockDelta}, durs{}},
+		{"anthropic signature delta is not content", KindAnthropic, `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,
+			Event{EventType: EventContentBlockDelta}, durs{}},
+		{"anthropic thinking block start", KindAnthropic, `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"So"}}`,
+			Event{Content: true, Reasoning: true, EventType: EventContentBlockStart}, durs{}},
+		{"anthropic whole message: thinking and text", KindAnthropic, `{"type":"message","content":[{"type":"thinking","thinking":"So","signature":"x"},{"type":"text","text":"Yes"}],"stop_reason":"end_turn"}`,
+			Event{Content: true, EventType: EventMessage, Finish: endreason.FinishStop}, durs{}},
 		{"anthropic citations delta", KindAnthropic, `{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{}}}`,
 			Event{EventType: EventContentBlockDelta}, durs{}},
 		{"anthropic empty text delta", KindAnthropic, `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`,

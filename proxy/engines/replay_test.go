@@ -61,6 +61,7 @@ func headerFunc(h http.Header) func(string) []byte {
 // replayed is what a replay saw, in the relay's terms.
 type replayed struct {
 	Events, Content int
+	Reasoning       int // content events carrying reasoning only
 	FirstContent    int // index of the first content event, -1 if none
 	Finish          endreason.Finish
 	Done, Error     bool
@@ -113,6 +114,9 @@ func replay(t testing.TB, r Reader, tr transcript, ttfb time.Duration, trailer s
 				got.FirstContent = got.Events
 			}
 			got.Content++
+		}
+		if ev.Reasoning {
+			got.Reasoning++
 		}
 		got.Events++
 		if ev.Finish != endreason.FinishNone {
@@ -276,6 +280,13 @@ func TestReplayTranscripts(t *testing.T) {
 			Events: 3, Content: 2, FirstContent: 0, Finish: endreason.FinishStop,
 			Usage: true, Prompt: 6, Output: 2, Timing: true, Inferred: true, QueueInferred: true, Decode: 20250 * us,
 			Engine: eng{PF: 5500 * us, Q: 2500 * us}}},
+		// Captured (see testdata/README.md): reasoning deltas of a model
+		// drafting speculatively, timings (with draft_n) on every chunk;
+		// the end is added.
+		{"llamacpp/chat_stream_reasoning_speculative.txt", KindLlamaCpp, 300 * ms, "", replayed{
+			Events: 12, Content: 10, Reasoning: 10, FirstContent: 0, Finish: endreason.FinishLength, Done: true,
+			Timing: true, Inferred: true, QueueInferred: true,
+			Decode: 1503987 * us, Cached: 7, Engine: eng{PF: 251510 * us, Q: 300*ms - 251510*us}}},
 		{"llamacpp/chat_whole.txt", KindLlamaCpp, 40 * ms, "", replayed{
 			Events: 1, Content: 1, FirstContent: 0, Finish: endreason.FinishStop,
 			Usage: true, Prompt: 10, Output: 2, Cached: 10, Timing: true, Inferred: true, QueueInferred: true, Decode: 25 * ms,
@@ -291,7 +302,7 @@ func TestReplayTranscripts(t *testing.T) {
 			Usage: true, Prompt: 11, Output: 3, Timing: true, Decode: 40125 * us,
 			Engine: eng{Q: 8791, PF: 43210 * us}}},
 		{"ollama/chat_thinking_tools_no_load.txt", KindOllama, 200 * ms, "", replayed{
-			Events: 3, Content: 2, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
+			Events: 3, Content: 2, Reasoning: 1, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
 			Usage: true, Prompt: 40, Output: 12, Timing: true, Inferred: true, QueueInferred: true, Decode: 300 * ms,
 			Engine: eng{PF: 120 * ms, Q: 80 * ms}}},
 		{"ollama/chat_error_midstream.txt", KindOllama, 60 * ms, "", replayed{
@@ -340,7 +351,7 @@ func TestReplayTranscripts(t *testing.T) {
 			Usage: true, Prompt: 125, Output: 15, Cached: 100, Engine: eng{},
 			Types: "message_start content_block_start ping content_block_delta content_block_delta content_block_stop message_delta message_stop"}},
 		{"anthropic/tool_use_stream.txt", KindAnthropic, 300 * ms, "", replayed{
-			Events: 11, Content: 3, FirstContent: 2, Finish: endreason.FinishToolCalls, Done: true,
+			Events: 11, Content: 3, Reasoning: 1, FirstContent: 2, Finish: endreason.FinishToolCalls, Done: true,
 			Usage: true, Prompt: 472, Output: 89, Engine: eng{},
 			Types: "message_start content_block_start content_block_delta content_block_delta content_block_stop content_block_start content_block_delta content_block_delta content_block_stop message_delta message_stop"}},
 		{"anthropic/error_stream.txt", KindAnthropic, 300 * ms, "", replayed{

@@ -15,7 +15,7 @@ import (
 // since a malformed event ends the stream.
 func TestInspectAllocs(t *testing.T) {
 	for _, s := range []string{openaiContent, openaiRole, vllmUsage, llamacppFinal, toolCallArgs, escapedContent,
-		wholeChat, tgiError, "[DONE]", "\xff"} {
+		wholeChat, tgiError, vllmReason, vllmReasonToAnswer, "[DONE]", "\xff"} {
 		var o OpenAI
 		data := []byte(s)
 		o.Inspect(data) // warm the parser's buffers

@@ -29,7 +29,7 @@ const STAGES = ["gateway", "route", "queue", "preparation", "prefill", "first_de
 const COLORS = {
   gateway: "#56B4E9", route: "#0072B2", queue: "#E69F00", preparation: "#F0E442",
   prefill: "#D55E00", first_decode: "#CC79A7", unattributed: "url(#hatch)", transport: "#009E73",
-  decode: "#332288", finish: "#BBBBBB", upstream: "url(#hatch-red)",
+  reasoning: "#88CCEE", decode: "#332288", finish: "#BBBBBB", upstream: "url(#hatch-red)",
 };
 const SOLID = Object.assign({}, COLORS, { unattributed: "#A0A0A0", upstream: "#E8A09A" });
 const LABELS = { first_decode: "first decode" };
@@ -183,11 +183,18 @@ function drawTable(id, rows) {
   }));
 }
 
+// A model that reasoned first answers after its first token: the page
+// marks both moments.
+function answerAfterFirstToken(req) {
+  return req.first_answer_ms !== undefined && req.ttft_ms !== undefined && req.first_answer_ms > req.ttft_ms;
+}
+
 function drawWaterfall(req) {
   const svg = document.getElementById("waterfall");
   const segs = req.waterfall || [];
   const width = Math.max(svg.parentElement.clientWidth, 480);
-  const labelW = 110, rightW = 90, rowH = 22, top = 22;
+  const answerLater = answerAfterFirstToken(req);
+  const labelW = 110, rightW = 90, rowH = 22, top = answerLater ? 36 : 22;
   const barW = width - labelW - rightW;
   const end = Math.max(req.e2e_ms || 0, ...segs.map((s) => s.end_ms), 0.001);
   const height = top + segs.length * rowH + 22;
@@ -207,19 +214,24 @@ function drawWaterfall(req) {
     }, el("title", { text: `${label(s.name)}: ${fmtMs(s.dur_ms)} (${fmtMs(s.start_ms)} → ${fmtMs(s.end_ms)})` })));
     svg.append(el("text", { x: x + Math.max(w, 1) + 4, y: y + 15, class: "ms", text: fmtMs(s.dur_ms) }));
   });
-  if (req.ttft_ms !== undefined) {
-    const x = labelW + (req.ttft_ms / end) * barW;
-    svg.append(el("line", { class: "marker", x1: x, x2: x, y1: top - 16, y2: top + segs.length * rowH }));
+  const marker = (name, at, textY) => {
+    const x = labelW + (at / end) * barW;
+    svg.append(el("line", { class: "marker", "data-mark": name, x1: x, x2: x, y1: textY - 8, y2: top + segs.length * rowH }));
     const right = x > labelW + barW * 0.7;
-    svg.append(el("text", { x: right ? x - 4 : x + 4, y: top - 8, "text-anchor": right ? "end" : "start", text: "first token " + fmtMs(req.ttft_ms) }));
-  }
+    svg.append(el("text", { x: right ? x - 4 : x + 4, y: textY, "text-anchor": right ? "end" : "start", text: name.replace("_", " ") + " " + fmtMs(at) }));
+  };
+  if (req.ttft_ms !== undefined) marker("first_token", req.ttft_ms, top - 8);
+  if (answerLater) marker("first_answer", req.first_answer_ms, top - 22);
   const meta = document.getElementById("detail-meta");
   const item = (k, v) => el("span", null, document.createTextNode(k + " "), el("b", { text: v }));
   meta.replaceChildren(...[
     el("span", null, document.createTextNode("request "), el("code", { id: "detail-id", text: req.request_id })),
     item("model", req.model || "–"), item("status", String(req.status)),
     el("span", null, el("span", { class: "reason " + reasonClass(req.end_reason), text: `${req.end_reason} · ${req.end_detail}${req.phase ? " · " + req.phase : ""}` })),
-    item("TTFT", fmtMs(req.ttft_ms)), item("e2e", fmtMs(req.e2e_ms)), item("tokens", String(req.tokens_out)),
+    item("TTFT", fmtMs(req.ttft_ms)),
+    answerLater ? item("first answer", fmtMs(req.first_answer_ms)) : null,
+    item("e2e", fmtMs(req.e2e_ms)), item("tokens", String(req.tokens_out)),
+    req.reasoning_tokens ? item("reasoning tokens", String(req.reasoning_tokens)) : null,
     req.itl_ms ? item("ITL p50/p99", `${fmtMs(req.itl_ms.p50)} / ${fmtMs(req.itl_ms.p99)}`) : null,
     req.engine_report ? item("engine report", req.engine_report) : item("engine report", "none (upstream unsplit)"),
     req.engine_report_inconsistent ? el("b", { class: "error", text: "engine report inconsistent (clamped)" }) : null,
