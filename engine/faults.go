@@ -19,27 +19,41 @@ const maxFaultDelay = 10 * time.Minute
 // Counts ("after k tokens") refer to generated tokens; -1 means "not set".
 // See FAULTS.md for what each one does.
 type Faults struct {
-	QueueDelay     time.Duration // queue_delay=D: held in the waiting queue at least D
-	SlowTokenizer  time.Duration // slow_tokenizer=D: the tokenizer worker spends D more
-	SlowMedia      time.Duration // slow_media=D: every media fetch takes D more
-	StragglerRank  int           // straggler=R:D: rank R sleeps D per layer (steps with this request)
-	StragglerDelay time.Duration
-	LongPrompt     int           // long_prompt=N: N filler tokens prepended to the prompt
-	Buffered       bool          // buffered: every token held back until the end
-	StallAfter     int           // stall=K:D: pause D after token K
-	StallFor       time.Duration //
-	ResetAfter     int           // reset_after=K: TCP RST after K tokens
-	CloseAfter     int           // close_after=K: end the body cleanly after K tokens, no finish, no [DONE]
-	HTTPError      int           // http_error=S: status S (5xx) before any header
-	ErrorAfter     int           // error_after=K: error event after K tokens, then end
-	ContentFilter  int           // content_filter[=K]: finish_reason content_filter after K tokens (default 0)
-	HoldHeaders    bool          // hold_headers: no headers until the first token
-	KeepDecoding   bool          // keep_decoding: ignore the client leaving
+	QueueDelay       time.Duration // queue_delay=D: held in the waiting queue at least D
+	SlowTokenizer    time.Duration // slow_tokenizer=D: the tokenizer worker spends D more
+	SlowMedia        time.Duration // slow_media=D: every media fetch takes D more
+	StragglerRank    int           // straggler=R:D: rank R sleeps D per layer (steps with this request)
+	StragglerDelay   time.Duration
+	LongPrompt       int           // long_prompt=N: N filler tokens prepended to the prompt
+	Buffered         bool          // buffered: every token held back until the end
+	StallAfter       int           // stall=K:D: pause D after token K
+	StallFor         time.Duration //
+	ResetAfter       int           // reset_after=K: TCP RST after K tokens
+	CloseAfter       int           // close_after=K: end the body cleanly after K tokens, no finish, no [DONE]
+	HTTPError        int           // http_error=S: status S (5xx) before any header
+	ErrorAfter       int           // error_after=K: error event after K tokens, then end
+	ContentFilter    int           // content_filter[=K]: finish_reason content_filter after K tokens (default 0)
+	HoldHeaders      bool          // hold_headers: no headers until the first token
+	KeepDecoding     bool          // keep_decoding: ignore the client leaving
+	IgnoreDisconnect int           // ignore_disconnect=K: ignore the client leaving for K more tokens, then stop
 }
 
 // noFaults is the neutral set: all "after K" counts unset.
 func noFaults() Faults {
-	return Faults{StragglerRank: -1, StallAfter: -1, ResetAfter: -1, CloseAfter: -1, ErrorAfter: -1, ContentFilter: -1}
+	return Faults{StragglerRank: -1, StallAfter: -1, ResetAfter: -1, CloseAfter: -1, ErrorAfter: -1, ContentFilter: -1, IgnoreDisconnect: -1}
+}
+
+// ignoresDisconnect reports that the request goes on when its client
+// leaves: to its end (keep_decoding), or for a number of tokens
+// (ignore_disconnect, counted by the scheduler).
+func (f Faults) ignoresDisconnect() bool {
+	return f.KeepDecoding || f.IgnoreDisconnect > 0
+}
+
+// stopsAfterGone reports that a request whose client left has generated
+// all the tokens ignore_disconnect lets it.
+func (f Faults) stopsAfterGone(afterGone int) bool {
+	return f.IgnoreDisconnect > 0 && afterGone >= f.IgnoreDisconnect
 }
 
 // ParseFaults parses a comma-separated fault list such as
@@ -121,6 +135,8 @@ func (f *Faults) apply(s string) error {
 			f.HoldHeaders, err = parseFlag(hasVal, val)
 		case "keep_decoding":
 			f.KeepDecoding, err = parseFlag(hasVal, val)
+		case "ignore_disconnect":
+			f.IgnoreDisconnect, err = parseCount(val)
 		default:
 			return fmt.Errorf("unknown fault %q", name)
 		}
@@ -206,6 +222,9 @@ func (f Faults) String() string {
 	}
 	if f.KeepDecoding {
 		add("keep_decoding")
+	}
+	if f.IgnoreDisconnect >= 0 {
+		add("ignore_disconnect=" + strconv.Itoa(f.IgnoreDisconnect))
 	}
 	return strings.Join(parts, ",")
 }

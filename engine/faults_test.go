@@ -243,28 +243,42 @@ func TestStragglerSync(t *testing.T) {
 	t.Logf("sync: base %v (prefill %v), straggler %v (prefill %v)", base.truth.Sync, base.truth.Prefill, slow.truth.Sync, slow.truth.Prefill)
 }
 
-func TestKeepDecodingAfterClientLeft(t *testing.T) {
-	e := startEngine(t, testConfig())
-	ctx, cancel := context.WithCancel(context.Background())
-	resp := e.post(t, ctx, "/v1/chat/completions",
-		chatBody("hi", `"stream":true,"ignore_eos":true,"max_tokens":60`), "X-Request-Id", "keep-1", FaultHeader, "keep_decoding")
-	buf := make([]byte, 1)
-	if _, err := resp.Body.Read(buf); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	resp.Body.Close()
-	var tr Truth
-	if !eventually(t, 10*time.Second, func() bool { var ok bool; tr, ok = e.Truth("keep-1"); return ok }) {
-		t.Fatal("no truth")
-	}
-	_, after := e.Counters()
-	if !tr.ClientGone || tr.FinishReason != "length" || tr.TokensAfterClientLeft == 0 || after < int64(tr.TokensAfterClientLeft) {
-		t.Errorf("truth %+v, counter %d", tr, after)
-	}
-	aborted, _ := e.Counters()
-	if aborted != 0 {
-		t.Errorf("aborted = %d, want 0", aborted)
+// TestClientLeftIgnored: with keep_decoding the engine decodes to the end
+// after its client left; with ignore_disconnect=K it generates K more
+// tokens, then aborts the request as if it had just noticed. Both count
+// the tokens generated after the client left, per request and in total.
+func TestClientLeftIgnored(t *testing.T) {
+	for _, tc := range []struct {
+		fault   string
+		finish  string
+		after   int // tokens after the client left; 0: some
+		aborted int64
+	}{
+		{"keep_decoding", "length", 0, 0},
+		{"ignore_disconnect=7", "abort", 7, 1},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			e := startEngine(t, testConfig())
+			ctx, cancel := context.WithCancel(context.Background())
+			resp := e.post(t, ctx, "/v1/chat/completions",
+				chatBody("hi", `"stream":true,"ignore_eos":true,"max_tokens":200`), "X-Request-Id", "left-1", FaultHeader, tc.fault)
+			buf := make([]byte, 1)
+			if _, err := resp.Body.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			resp.Body.Close()
+			var tr Truth
+			if !eventually(t, 10*time.Second, func() bool { var ok bool; tr, ok = e.Truth("left-1"); return ok }) {
+				t.Fatal("no truth")
+			}
+			aborted, after := e.Counters()
+			if !tr.ClientGone || tr.FinishReason != tc.finish || tr.TokensAfterClientLeft == 0 || after != int64(tr.TokensAfterClientLeft) ||
+				tc.after > 0 && tr.TokensAfterClientLeft != tc.after || aborted != tc.aborted {
+				t.Errorf("truth %+v; counters: %d aborted, %d tokens after the client left; want finish %s, %d tokens after (0: some), %d aborted",
+					tr, aborted, after, tc.finish, tc.after, tc.aborted)
+			}
+		})
 	}
 }
 

@@ -198,7 +198,7 @@ func (g *gen) run(chat bool) {
 	g.req = req
 	g.prev = prompt[len(prompt)-1]
 
-	keep := g.f.KeepDecoding
+	keep := g.f.ignoresDisconnect()
 	stopWatch := context.AfterFunc(ctx, func() {
 		req.gone.Store(true)
 		if !keep {
@@ -242,7 +242,7 @@ func (g *gen) stageErr(err error) {
 	}
 }
 
-// sleep waits d, or until the client leaves (unless keep_decoding) or the
+// sleep waits d, or until the client leaves (unless ignored) or the
 // server closes. It reports whether the full time passed.
 func (g *gen) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
@@ -251,7 +251,7 @@ func (g *gen) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	done := ctx.Done()
-	if g.f.KeepDecoding {
+	if g.f.ignoresDisconnect() {
 		done = nil
 	}
 	select {
@@ -399,7 +399,7 @@ func (g *gen) consume(ctx context.Context) {
 		select {
 		case <-req.notify:
 		case <-done:
-			if !g.f.KeepDecoding {
+			if !g.f.ignoresDisconnect() {
 				g.abort()
 				return
 			}
@@ -411,7 +411,7 @@ func (g *gen) consume(ctx context.Context) {
 
 // lost reports (and handles) a client that went away during a write.
 func (g *gen) lost() bool {
-	if g.writeErr == nil || g.f.KeepDecoding {
+	if g.writeErr == nil || g.f.ignoresDisconnect() {
 		return false
 	}
 	g.req.gone.Store(true)

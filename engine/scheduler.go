@@ -44,7 +44,7 @@ type request struct {
 
 	// Set by the handler at any time, read by the scheduler.
 	ctl  atomic.Int32 // ctlNone, ctlAbort, ctlDrop
-	gone atomic.Bool  // the client left (also with keep_decoding)
+	gone atomic.Bool  // the client left (also with keep_decoding or ignore_disconnect)
 
 	// Owned by the scheduler goroutine.
 	kv          *model.Seq
@@ -101,6 +101,9 @@ func (r *request) emit(tok int, finish, errMsg string, met *metrics) {
 		if r.gone.Load() {
 			r.afterGone++
 			met.tokensAfterGone.Add(1)
+			if r.faults.stopsAfterGone(r.afterGone) {
+				r.ctl.CompareAndSwap(ctlNone, ctlAbort) // dropped at the next sweep
+			}
 		}
 	}
 	if finish != "" && !r.finished {

@@ -192,6 +192,7 @@ type Metrics struct {
 	blocked           prometheus.Observer
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
+	engineWaste       *engineWasteCollector
 	refusedRequests   refusalCounters
 	refusedConns      refusalCounters
 }
@@ -228,6 +229,9 @@ type Metrics struct {
 // ttftlens_engine_report_inconsistent_total{upstream};
 // ttftlens_records_dropped_total{sink}; ttftlens_client_cancel_phase_total{phase};
 // ttftlens_cancel_to_close_seconds; ttftlens_tokens_after_cancel_total;
+// ttftlens_upstream_tokens_after_cancel_total{upstream} and
+// ttftlens_upstream_aborted_requests_total{upstream} (the engines' own
+// counts, from EngineWaste);
 // ttftlens_event_residency_seconds (one observation per event);
 // ttftlens_transport_blocked_seconds (one per streamed request with a first
 // token); ttftlens_buffered_streams_total{upstream, kind};
@@ -336,6 +340,16 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 	m.drops = &dropCollector{desc: prometheus.NewDesc("ttftlens_records_dropped_total",
 		"Records a sink dropped instead of blocking the request (full queue, closed sink, write error, panic).",
 		[]string{"sink"}, nil)}
+	m.engineWaste = &engineWasteCollector{
+		tokens: prometheus.NewDesc("ttftlens_upstream_tokens_after_cancel_total",
+			"Tokens the upstream's engine generated for requests whose client had left, as the engine counts them (scraped from its /metrics: the reference engine's ttftlens_engine_tokens_after_client_left_total); absent for an engine that does not count them.",
+			[]string{"upstream"}, nil),
+		aborted: prometheus.NewDesc("ttftlens_upstream_aborted_requests_total",
+			"Requests the upstream's engine aborted, as the engine counts them (scraped from its /metrics: vllm:request_success_total{finished_reason=\"abort\"}, sglang:num_aborted_requests_total, the reference engine's ttftlens_engine_aborted_requests_total); absent for an engine that does not count them.",
+			[]string{"upstream"}, nil),
+		label: func(up string) string { return m.upNames[m.upstreamIndex(up)] },
+		last:  map[string][2]int64{},
+	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ttftlens", Name: "build_info",
 		Help: "Always 1; labels say which ttftlens is running.",
 		ConstLabels: prometheus.Labels{"version": orUnknown(opts.Version),
@@ -350,7 +364,7 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 		Help: "Client connections refused as they were accepted: the proxy's connection cap, or the client address's."},
 		[]string{"reason"})
 	reg.MustRegister(m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
-		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, buildInfo, refusedReqVec, refusedConnVec)
+		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, m.engineWaste, buildInfo, refusedReqVec, refusedConnVec)
 	m.refusedRequests = newRefusalCounters(refusedReqVec, endreason.RequestRefusals())
 	m.refusedConns = newRefusalCounters(refusedConnVec, endreason.ConnectionRefusals())
 
@@ -660,5 +674,64 @@ func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	for _, s := range c.srcs {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.d.Dropped()), s.name)
+	}
+}
+
+// EngineWaste sets what upstream's engine counts of its work for clients
+// that had left, as last scraped from its /metrics: the tokens it generated
+// after their client left and the requests it aborted, each below zero when
+// the engine does not count it. They are exported as they are, as
+// ttftlens_upstream_tokens_after_cancel_total and
+// ttftlens_upstream_aborted_requests_total{upstream}: an engine's restart
+// shows as a counter reset, and a series appears only once its engine is
+// scraped. Upstreams outside MetricOptions.Upstreams are summed into
+// LabelOther.
+func (m *Metrics) EngineWaste(upstream string, tokensAfterClientLeft, abortedRequests int64) {
+	m.engineWaste.set(upstream, [2]int64{tokensAfterClientLeft, abortedRequests})
+}
+
+// engineWasteCollector exports the engines' counts last set, by upstream
+// label.
+type engineWasteCollector struct {
+	tokens, aborted *prometheus.Desc
+	label           func(upstream string) string
+	mu              sync.Mutex
+	last            map[string][2]int64 // upstream → tokens after the client left, aborted requests
+}
+
+func (c *engineWasteCollector) set(upstream string, counts [2]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last[upstream] = counts
+}
+
+func (c *engineWasteCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.tokens
+	ch <- c.aborted
+}
+
+func (c *engineWasteCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	sums := map[string]*[2]int64{}
+	for up, counts := range c.last {
+		label := c.label(up)
+		sum := sums[label]
+		if sum == nil {
+			sum = &[2]int64{-1, -1}
+			sums[label] = sum
+		}
+		for i, v := range counts {
+			if v >= 0 {
+				sum[i] = max(sum[i], 0) + v
+			}
+		}
+	}
+	c.mu.Unlock()
+	for label, sum := range sums {
+		for i, desc := range [2]*prometheus.Desc{c.tokens, c.aborted} {
+			if sum[i] >= 0 {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(sum[i]), label)
+			}
+		}
 	}
 }

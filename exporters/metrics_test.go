@@ -51,6 +51,8 @@ var ourMetrics = []string{
 	"ttftlens_buffered_streams_total",
 	"ttftlens_refused_requests_total",
 	"ttftlens_refused_connections_total",
+	"ttftlens_upstream_tokens_after_cancel_total",
+	"ttftlens_upstream_aborted_requests_total",
 }
 
 // emitFixtures returns a registry holding Metrics fed with every fixture,
@@ -68,6 +70,11 @@ func emitFixtures(t *testing.T) (*prometheus.Registry, *Metrics) {
 	}
 	m.RequestRefused(endreason.RefusedHeadersTooLarge)
 	m.ConnectionRefused(endreason.RefusedPerClientLimit)
+	// Engines' own counts: vLLM counts its aborts only; two upstreams not
+	// configured, one counting only tokens, are summed into other.
+	m.EngineWaste("vllm-a", -1, 4)
+	m.EngineWaste("ref-1", 12, 2)
+	m.EngineWaste("ref-2", 3, -1)
 	return reg, m
 }
 

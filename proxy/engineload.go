@@ -13,7 +13,17 @@ import (
 // Engine load from the engine's own /metrics, for engines that say nothing
 // per request: each record gets the engine's waiting and running counts as
 // last scraped before the request was routed (Config.ScrapeEngineMetrics).
-// A queue can then be seen where it cannot be measured.
+// A queue can then be seen where it cannot be measured. The same scrape
+// reads what the engine counts of its work for clients that had left,
+// handed to Config.EngineWaste.
+
+// EngineWaste receives, at every scrape of an upstream's /metrics, what
+// its engine counts of its work for clients that had left: the tokens it
+// generated after the client left and the requests it aborted, cumulative,
+// each -1 when the engine does not report it.
+type EngineWaste interface {
+	EngineWaste(upstream string, tokensAfterClientLeft, abortedRequests int64)
+}
 
 // engineLoad is an upstream's last scraped load; negative until known.
 type engineLoad struct {
@@ -25,15 +35,21 @@ func (l *engineLoad) init() {
 	l.running.Store(-1)
 }
 
-// scrapeLoad polls baseURL/metrics every interval until ctx ends.
-func (l *engineLoad) scrapeLoad(ctx context.Context, baseURL string, interval time.Duration) {
+// scrapeLoad polls baseURL/metrics every interval until ctx ends, giving
+// waste (when set) the engine's counts under the upstream's name.
+func (l *engineLoad) scrapeLoad(ctx context.Context, baseURL, name string, interval time.Duration, waste EngineWaste) {
 	client := &http.Client{Timeout: interval, Transport: &http.Transport{DisableKeepAlives: true}}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if waiting, running, ok := scrapeOnce(ctx, client, baseURL+"/metrics"); ok {
-			l.waiting.Store(waiting)
-			l.running.Store(running)
+		if em, ok := scrapeOnce(ctx, client, baseURL+"/metrics"); ok {
+			if em.Load {
+				l.waiting.Store(em.Waiting)
+				l.running.Store(em.Running)
+			}
+			if waste != nil {
+				waste.EngineWaste(name, em.TokensAfterClientLeft, em.AbortedRequests)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -43,19 +59,19 @@ func (l *engineLoad) scrapeLoad(ctx context.Context, baseURL string, interval ti
 	}
 }
 
-// scrapeOnce reads the engine's load gauges from its /metrics.
-func scrapeOnce(ctx context.Context, client *http.Client, url string) (waiting, running int64, ok bool) {
+// scrapeOnce reads the engine's /metrics; ok is false when it could not.
+func scrapeOnce(ctx context.Context, client *http.Client, url string) (em engines.EngineMetrics, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, false
+		return em, false
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, false
+		return em, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, false
+		return em, false
 	}
-	return engines.ParseLoad(io.LimitReader(resp.Body, 4<<20))
+	return engines.ParseMetrics(io.LimitReader(resp.Body, 4<<20)), true
 }

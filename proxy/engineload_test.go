@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,5 +51,52 @@ func TestEngineLoadOnRecords(t *testing.T) {
 	if !r.EngineLoad || r.EngineRunning < 1 {
 		t.Errorf("record routed while the engine ran another request: load known %v, running %d, waiting %d",
 			r.EngineLoad, r.EngineRunning, r.EngineWaiting)
+	}
+}
+
+// wasteCounts keeps the engine counts last scraped for each upstream.
+type wasteCounts struct {
+	mu   sync.Mutex
+	last map[string][2]int64 // tokens after the client left, aborted requests
+}
+
+func (w *wasteCounts) EngineWaste(upstream string, tokensAfterClientLeft, abortedRequests int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last[upstream] = [2]int64{tokensAfterClientLeft, abortedRequests}
+}
+
+func (w *wasteCounts) get(upstream string) ([2]int64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.last[upstream]
+	return c, ok
+}
+
+// TestEngineWasteScraped: a client leaves a stream whose engine goes on for
+// nine tokens after the proxy closed its connection; the proxy's scrape of
+// the engine's /metrics hands on the engine's counts under the upstream's
+// name: those nine tokens, and the request the engine then aborted.
+func TestEngineWasteScraped(t *testing.T) {
+	srv, url := startEngine(t, engine.Config{})
+	waste := &wasteCounts{last: map[string][2]int64{}}
+	addr, sink, _ := startProxy(t, url, func(c *Config) {
+		c.UpstreamName, c.AllowFaults = "ref", true
+		c.ScrapeEngineMetrics, c.EngineWaste = 20*time.Millisecond, waste
+	})
+	conn := dialProxy(t, addr)
+	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":500,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Ttftlens-Fault: ignore_disconnect=9\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	readUntil(t, bufio.NewReader(conn), `"content"`)
+	conn.Close()
+	if r := sink.next(t); r.Reason != endreason.ClientCancel {
+		t.Fatalf("record %s/%s, want client_cancel", r.Reason, r.Detail)
+	}
+
+	want := [2]int64{9, 1}
+	waitFor(t, func() bool { c, _ := waste.get("ref"); return c == want })
+	aborted, after := srv.Counters()
+	if c, ok := waste.get("ref"); c != want || c != [2]int64{after, aborted} {
+		t.Errorf("scraped for upstream ref: %v (%v), want %v: the engine counts %d tokens after the client left, %d aborted", c, ok, want, after, aborted)
 	}
 }

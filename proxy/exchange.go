@@ -530,7 +530,7 @@ func (x *exchange) finish() {
 		x.client.watch.disarm()
 	}
 	abortedAt, closedAt, cause := x.ctl.end()
-	if (cause == errClientGone || cause == errClientStalled) && closedAt > 0 && f.facts.Stream {
+	if clientCause(cause) && closedAt > 0 && f.facts.Stream {
 		// The abort closed the upstream: what the client never got is all here.
 		rec.TokensAfterCancel = x.relay.undelivered()
 	}

@@ -103,6 +103,9 @@ type Config struct {
 	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
 	// gauge names): a queue seen where it cannot be measured per request.
 	ScrapeEngineMetrics time.Duration
+	// EngineWaste, when set, receives what each scraped engine counts of
+	// its work for clients that had left (with ScrapeEngineMetrics).
+	EngineWaste EngineWaste
 	// Heartbeat, when positive, sends an SSE comment after that much upstream
 	// silence, at event boundaries only, for clients behind load balancers
 	// with idle timeouts. A heartbeat before the first event starts the
@@ -428,7 +431,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 			p.background.Add(1)
 			go func() {
 				defer p.background.Done()
-				c.load.scrapeLoad(p.stopCtx, u.URL, iv)
+				c.load.scrapeLoad(p.stopCtx, u.URL, c.Name, iv, p.cfg.EngineWaste)
 			}()
 		}
 		switch p.cfg.Engine {

@@ -224,6 +224,11 @@ func (r *relay) nextEvent() error {
 	tl := &r.fin.rec.Timeline
 	hb := r.cfg.Heartbeat
 	for {
+		if cause := r.ctl.aborted(); clientCause(cause) {
+			// Whatever the upstream still sent goes to no one: left unread
+			// for undelivered to count.
+			return cause
+		}
 		if hb > 0 && !r.ndjson {
 			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
 		}
@@ -424,6 +429,12 @@ func (r *relay) readWhole() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// clientCause reports an abort cause that is the client's doing: it left,
+// or stopped reading.
+func clientCause(cause error) bool {
+	return cause == errClientGone || cause == errClientStalled
 }
 
 // undelivered counts the content events the upstream sent that the relay

@@ -13,7 +13,9 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
 )
 
 // eventEnd closes every content event the flood upstream sends.
@@ -167,4 +169,40 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no %s in the registry", name)
 	return 0
+}
+
+// TestRelayStopsWhenTheClientLeft: once the client left (or stopped
+// reading), the relay hands out nothing more of what it already read from
+// the upstream (undelivered counts it); after any other abort (a deadline)
+// the client is still there and gets what was read before the close.
+func TestRelayStopsWhenTheClientLeft(t *testing.T) {
+	const n = 10
+	for _, tc := range []struct {
+		cause  error
+		events int // relayed in all, the first one before the abort
+	}{
+		{errClientGone, 1},
+		{errClientStalled, 1},
+		{errTTFTDeadline, n + 3},
+	} {
+		t.Run(tc.cause.Error(), func(t *testing.T) {
+			h := newRelayHarness(t, relayStream(n))
+			x, r := h.x, &h.x.relay
+			x.sig.Begin(engines.KindGeneric, x.peekReq)
+			x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
+			gen := x.ctl.begin(x.fin.rec.Timeline.Now)
+			r.scan.Reset(h.src)
+			if _, err := r.Read(h.buf); err != nil {
+				t.Fatal(err)
+			}
+			x.ctl.abort(gen, tc.cause)
+			var err error
+			for err == nil {
+				_, err = r.Read(h.buf)
+			}
+			if err != tc.cause || x.fin.rec.Stream.Events != tc.events {
+				t.Errorf("relayed %d events, ended with %v; want %d, %v", x.fin.rec.Stream.Events, err, tc.events, tc.cause)
+			}
+		})
+	}
 }

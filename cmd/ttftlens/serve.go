@@ -60,7 +60,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request in flight holds a read buffer of this size")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
 	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (engine/FAULTS.md); off: stripped")
-	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval and record the engine's waiting and running counts on every request (0: off)")
+	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval: the engine's waiting and running counts on every request, and its own counts of tokens generated and requests aborted for clients that left (ttftlens_upstream_tokens_after_cancel_total, ttftlens_upstream_aborted_requests_total) (0: off)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
@@ -156,6 +156,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
 	f.cfg.Refusals = metrics
+	f.cfg.EngineWaste = metrics // the engines' own counts, with --scrape-engine-metrics
 	p, err := proxy.New(f.cfg, sinks, log)
 	if err != nil {
 		return err

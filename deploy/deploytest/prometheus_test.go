@@ -58,7 +58,7 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 	start := time.Now()
 
 	engineAddr, proxyAddr, adminAddr := startStack(t)
-	prom := startPrometheus(t, promBin, adminAddr, engineAddr)
+	prom := startPrometheus(t, promBin, adminAddr, engineAddr, nil)
 	t.Logf("engine %s, proxy %s, admin %s, prometheus %s (up after %v)", engineAddr, proxyAddr, adminAddr, prom.base, time.Since(start).Round(time.Millisecond))
 
 	// Prometheus hands new targets to its scrapers about 5 s after it
@@ -133,6 +133,7 @@ func startStack(t *testing.T) (engineAddr, proxyAddr, adminAddr string) {
 		Proxy: func(c *proxy.Config) {
 			c.UpstreamName = upstreamName
 			c.Tracker = metrics
+			c.ScrapeEngineMetrics, c.EngineWaste = time.Second, metrics
 		},
 		Sink:     sinks,
 		Registry: reg,
@@ -155,8 +156,9 @@ type prometheus struct {
 // startPrometheus runs the prometheus binary with its own config, data
 // directory and loopback port (never the Debian service's), scraping the
 // admin listener and the engine every second, with deploy/prometheus's rule
-// files evaluated every second.
-func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string) *prometheus {
+// files evaluated every second; rewrite, when set, edits the test's copy
+// of the rule files further.
+func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string, rewrite func([]byte) []byte) *prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	var ruleFiles []string
@@ -168,6 +170,9 @@ func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string) *prometheu
 		// The groups' production intervals (30 s) would not evaluate
 		// within the test.
 		b = regexp.MustCompile(`(?m)^(\s+interval:)\s*\S+$`).ReplaceAll(b, []byte("$1 1s"))
+		if rewrite != nil {
+			b = rewrite(b)
+		}
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)

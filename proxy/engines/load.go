@@ -8,6 +8,20 @@ import (
 	"github.com/prometheus/common/model"
 )
 
+// EngineMetrics is what an engine's own /metrics says that the proxy uses:
+// its load, and its work for clients that had left.
+type EngineMetrics struct {
+	// Waiting and Running are the requests in its queue and its running
+	// batch; Load is false when no known gauge had a usable value.
+	Waiting, Running int64
+	Load             bool
+	// TokensAfterClientLeft counts the tokens it generated for requests
+	// whose client had left, AbortedRequests the requests it aborted (a
+	// client that left, mostly): cumulative counts, -1 when it does not
+	// report them.
+	TokensAfterClientLeft, AbortedRequests int64
+}
+
 // loadSeries are the gauges in which engines count their waiting and
 // running requests: vLLM's, SGLang's, TGI's and llama.cpp's /metrics.
 var loadSeries = []struct {
@@ -24,47 +38,111 @@ var loadSeries = []struct {
 	{"llamacpp:requests_processing", false},
 }
 
-// ParseLoad reads an engine's waiting and running request counts from its
-// Prometheus text exposition, summing each gauge over its label sets (one
-// engine may serve several models). A malformed exposition is read up to
-// where it breaks. ok is false when no known gauge has a usable value.
-func ParseLoad(r io.Reader) (waiting, running int64, ok bool) {
+// counterSeries is a counter an engine exports, restricted to the samples
+// with label (when set) equal to value.
+type counterSeries struct {
+	name, label, value string
+}
+
+var (
+	// tokensAfterLeftSeries: the reference engine's count. No other engine
+	// counts what it generated after its client left.
+	tokensAfterLeftSeries = []counterSeries{
+		{name: "ttftlens_engine_tokens_after_client_left_total"},
+	}
+	// abortedSeries, the first one an engine exports: the reference
+	// engine's own count (it also exports vLLM's), vLLM's finished requests
+	// whose finish reason is abort (vllm/v1/metrics/loggers.py), SGLang's
+	// aborted requests (python/sglang/srt/metrics/collector.py).
+	abortedSeries = []counterSeries{
+		{name: "ttftlens_engine_aborted_requests_total"},
+		{name: "vllm:request_success_total", label: "finished_reason", value: "abort"},
+		{name: "sglang:num_aborted_requests_total"},
+	}
+)
+
+// ParseMetrics reads an engine's Prometheus text exposition, summing each
+// series over its label sets (one engine may serve several models, or run
+// several engine cores). A malformed exposition is read up to where it
+// breaks.
+func ParseMetrics(r io.Reader) EngineMetrics {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	families, _ := p.TextToMetricFamilies(r) // partial on error
+	var em EngineMetrics
 	for _, s := range loadSeries {
 		mf := families[s.name]
 		if mf == nil {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			v, usable := sampleValue(m)
+			v, usable := countValue(m, false)
 			if !usable {
 				continue
 			}
 			if s.waiting {
-				waiting += int64(v)
+				em.Waiting += int64(v)
 			} else {
-				running += int64(v)
+				em.Running += int64(v)
 			}
-			ok = true
+			em.Load = true
 		}
 	}
-	return waiting, running, ok
+	em.TokensAfterClientLeft = firstCounter(families, tokensAfterLeftSeries)
+	em.AbortedRequests = firstCounter(families, abortedSeries)
+	return em
 }
 
-// sampleValue is a gauge's (or an untyped sample's) value, when it can be a
-// count of requests.
-func sampleValue(m *dto.Metric) (float64, bool) {
+// firstCounter is the sum of the first of series present with a usable
+// sample, -1 when none is.
+func firstCounter(families map[string]*dto.MetricFamily, series []counterSeries) int64 {
+	for _, s := range series {
+		mf := families[s.name]
+		if mf == nil {
+			continue
+		}
+		var sum int64
+		found := false
+		for _, m := range mf.GetMetric() {
+			if s.label != "" && labelValue(m, s.label) != s.value {
+				continue
+			}
+			if v, usable := countValue(m, true); usable {
+				sum += int64(v)
+				found = true
+			}
+		}
+		if found {
+			return sum
+		}
+	}
+	return -1
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// countValue is the value of a counter's sample (a gauge's when counter is
+// false), or of an untyped one (an exposition without TYPE lines), when it
+// can be a count.
+func countValue(m *dto.Metric, counter bool) (float64, bool) {
 	var v float64
 	switch {
-	case m.Gauge != nil:
+	case counter && m.Counter != nil:
+		v = m.Counter.GetValue()
+	case !counter && m.Gauge != nil:
 		v = m.Gauge.GetValue()
 	case m.Untyped != nil:
 		v = m.Untyped.GetValue()
 	default:
 		return 0, false
 	}
-	if v != v || v < 0 || v > 1e12 { // NaN, or not a count of requests
+	if v != v || v < 0 || v > 1e12 { // NaN, or not a count
 		return 0, false
 	}
 	return v, true

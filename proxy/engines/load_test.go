@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestParseLoad(t *testing.T) {
+func TestParseMetricsLoad(t *testing.T) {
 	tests := []struct {
 		name             string
 		text             string
@@ -26,21 +26,56 @@ func TestParseLoad(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, r, ok := ParseLoad(strings.NewReader(tt.text))
-			if w != tt.waiting || r != tt.running || ok != tt.ok {
-				t.Errorf("got %d %d %v, want %d %d %v", w, r, ok, tt.waiting, tt.running, tt.ok)
+			em := ParseMetrics(strings.NewReader(tt.text))
+			if em.Waiting != tt.waiting || em.Running != tt.running || em.Load != tt.ok {
+				t.Errorf("got %d %d %v, want %d %d %v", em.Waiting, em.Running, em.Load, tt.waiting, tt.running, tt.ok)
 			}
 		})
 	}
 }
 
-func FuzzParseLoad(f *testing.F) {
+// TestParseWaste reads the engines' counts of their work for clients that
+// had left, each from the engine's own series.
+func TestParseWaste(t *testing.T) {
+	tests := []struct {
+		name           string
+		text           string
+		tokens, aborts int64
+	}{
+		{"the reference engine: its own series, not vLLM's it also exports",
+			"# TYPE ttftlens_engine_tokens_after_client_left_total counter\nttftlens_engine_tokens_after_client_left_total{model_name=\"m\"} 40\n" +
+				"# TYPE ttftlens_engine_aborted_requests_total counter\nttftlens_engine_aborted_requests_total{model_name=\"m\"} 2\n" +
+				"# TYPE vllm:request_success_total counter\nvllm:request_success_total{finished_reason=\"abort\",model_name=\"m\"} 3\n", 40, 2},
+		{"vLLM: the abort finish reason, summed over engine cores",
+			"# TYPE vllm:request_success_total counter\n" +
+				"vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"m\"} 90\n" +
+				"vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"m\"} 4\n" +
+				"vllm:request_success_total{engine=\"1\",finished_reason=\"abort\",model_name=\"m\"} 1\n", -1, 5},
+		{"vLLM with no abort yet", "vllm:request_success_total{finished_reason=\"stop\"} 9\n", -1, -1},
+		{"SGLang", "# TYPE sglang:num_aborted_requests_total counter\nsglang:num_aborted_requests_total{model_name=\"m\"} 7\n", -1, 7},
+		{"untyped samples", "ttftlens_engine_tokens_after_client_left_total 12\n", 12, -1},
+		{"a gauge is no counter", "# TYPE sglang:num_aborted_requests_total gauge\nsglang:num_aborted_requests_total 7\n", -1, -1},
+		{"NaN and negative are no count", "ttftlens_engine_tokens_after_client_left_total NaN\nsglang:num_aborted_requests_total -2\n", -1, -1},
+		{"TGI and llama.cpp say nothing of it", "tgi_queue_size 1\nllamacpp:requests_processing 1\n", -1, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			em := ParseMetrics(strings.NewReader(tt.text))
+			if em.TokensAfterClientLeft != tt.tokens || em.AbortedRequests != tt.aborts {
+				t.Errorf("tokens after the client left %d, aborted %d; want %d, %d", em.TokensAfterClientLeft, em.AbortedRequests, tt.tokens, tt.aborts)
+			}
+		})
+	}
+}
+
+func FuzzParseMetrics(f *testing.F) {
 	f.Add("vllm:num_requests_waiting{model_name=\"a\"} 3\n")
 	f.Add("tgi_queue_size 1e308\ntgi_batch_current_size -1\n")
+	f.Add("vllm:request_success_total{finished_reason=\"abort\"} 1e300\nttftlens_engine_tokens_after_client_left_total 5\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		w, r, _ := ParseLoad(strings.NewReader(text))
-		if w < 0 || r < 0 {
-			t.Fatalf("negative load %d %d", w, r)
+		em := ParseMetrics(strings.NewReader(text))
+		if em.Waiting < 0 || em.Running < 0 || em.TokensAfterClientLeft < -1 || em.AbortedRequests < -1 {
+			t.Fatalf("negative count %+v", em)
 		}
 	})
 }
