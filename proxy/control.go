@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
@@ -41,6 +42,9 @@ type control struct {
 	closedAt  time.Duration // when the upstream connection was closed for it (0: none was open)
 	timer     *time.Timer
 	abortCh   chan struct{} // closed by the abort, for waits that select on it
+	// clientLeft is set with cause when the cause is the client's doing,
+	// for the relay to check on every event without taking mu.
+	clientLeft atomic.Bool
 }
 
 // begin readies c for a new request and returns its generation.
@@ -51,6 +55,7 @@ func (c *control) begin(clock func() time.Duration) uint64 {
 	c.active = true
 	c.clock = clock
 	c.conn, c.cause, c.abortedAt, c.closedAt = nil, nil, 0, 0
+	c.clientLeft.Store(false)
 	c.abortCh = make(chan struct{})
 	return c.gen
 }
@@ -91,6 +96,7 @@ func (c *control) abort(gen uint64, cause error) {
 
 func (c *control) abortLocked(cause error) {
 	c.cause = cause
+	c.clientLeft.Store(clientCause(cause))
 	c.abortedAt = c.clock()
 	close(c.abortCh)
 	if c.conn != nil {

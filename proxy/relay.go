@@ -224,10 +224,10 @@ func (r *relay) nextEvent() error {
 	tl := &r.fin.rec.Timeline
 	hb := r.cfg.Heartbeat
 	for {
-		if cause := r.ctl.aborted(); clientCause(cause) {
+		if r.ctl.clientLeft.Load() {
 			// Whatever the upstream still sent goes to no one: left unread
 			// for undelivered to count.
-			return cause
+			return r.ctl.aborted()
 		}
 		if hb > 0 && !r.ndjson {
 			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
