@@ -26,6 +26,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -59,6 +60,8 @@ type Gateway struct {
 	log   zerolog.Logger
 	start time.Time
 	cur   atomic.Pointer[Snapshot]
+	// sleep waits between health probes (sleepCtx; tests step it).
+	sleep func(ctx context.Context, d time.Duration) bool
 
 	mu      sync.Mutex // serializes Reload, Start and Stop
 	running bool
@@ -90,7 +93,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Probe == nil {
 		opts.Probe = defaultProbe()
 	}
-	g := &Gateway{opts: opts, start: time.Now(), ups: map[string]*Upstream{}, buckets: map[string]*bucket{}}
+	g := &Gateway{opts: opts, start: time.Now(), sleep: sleepCtx, ups: map[string]*Upstream{}, buckets: map[string]*bucket{}}
 	if opts.Log != nil {
 		g.log = *opts.Log
 	} else {
@@ -183,7 +186,7 @@ func (g *Gateway) Stop() {
 func (g *Gateway) startCheckers(s *Snapshot) {
 	for _, p := range s.pools {
 		if p.health.Path != "" {
-			p.checker = startChecker(p, g.opts.Probe)
+			p.checker = g.startChecker(p)
 		}
 	}
 }

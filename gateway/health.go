@@ -39,56 +39,91 @@ func defaultProbe() ProbeFunc {
 	return HTTPProbe(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
 }
 
-// checker is one pool's active health check: a goroutine probing every
-// upstream of the pool each interval, all at once, each within the timeout.
-// A failed probe marks the upstream unhealthy, a passing one healthy: the
-// verdict follows the last probe (no thresholds; passive ejection handles
-// flapping under load). A verdict that takes the upstream out of rotation
-// or brings it back is logged, once (healthlog.go).
+// firstRetry is the wait before probing an upstream again after its probe
+// failed; each further failure doubles it, up to the pool's interval.
+const firstRetry = 100 * time.Millisecond
+
+// checker is one pool's active health check: a goroutine per upstream,
+// each probing its upstream within the timeout, every interval while the
+// probes pass and sooner while they fail (retryAfter), so an upstream that
+// comes up after the proxy, or back after a failure, is in rotation again
+// within a fraction of the interval. A failed probe marks the upstream
+// unhealthy, a passing one healthy: the verdict follows the last probe (no
+// thresholds; passive ejection handles flapping under load). A verdict
+// that takes the upstream out of rotation or brings it back is logged,
+// once (healthlog.go).
 type checker struct {
 	cancel context.CancelFunc
-	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
-func startChecker(p *Pool, probe ProbeFunc) *checker {
+func (g *Gateway) startChecker(p *Pool) *checker {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &checker{cancel: cancel, done: make(chan struct{})}
-	go c.run(ctx, p, probe)
+	c := &checker{cancel: cancel}
+	for _, u := range p.Upstreams {
+		c.wg.Go(func() { g.watchUpstream(ctx, p, u) })
+	}
 	return c
 }
 
-func (c *checker) run(ctx context.Context, p *Pool, probe ProbeFunc) {
-	defer close(c.done)
-	t := time.NewTicker(p.health.Interval)
-	defer t.Stop()
+// watchUpstream probes u until ctx ends.
+func (g *Gateway) watchUpstream(ctx context.Context, p *Pool, u *Upstream) {
+	var retry time.Duration // the wait after the last failure; 0 after a pass
 	for {
-		probeAll(ctx, p, probe)
-		select {
-		case <-ctx.Done():
+		err := probeOnce(ctx, p, u, g.opts.Probe)
+		if ctx.Err() != nil {
 			return
-		case <-t.C:
+		}
+		wait := p.health.Interval
+		if err != nil {
+			retry = retryAfter(retry, p.health.Interval)
+			wait = retry
+		} else {
+			retry = 0
+		}
+		u.nextProbe.Store(g.now() + int64(wait))
+		if !g.sleep(ctx, wait) {
+			return
 		}
 	}
 }
 
-func probeAll(ctx context.Context, p *Pool, probe ProbeFunc) {
-	var wg sync.WaitGroup
-	for _, u := range p.Upstreams {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, p.health.Timeout)
-			err := probe(pctx, u.URL+p.health.Path)
-			cancel()
-			if ctx.Err() != nil {
-				return // stopped: no verdict
-			}
-			u.setVerdict(p.Name, err)
-		})
+// retryAfter is the wait before the next probe of an upstream whose probe
+// failed, when the wait after the failure before was last (0: it passed):
+// firstRetry, then doubling, never over interval.
+func retryAfter(last, interval time.Duration) time.Duration {
+	if last == 0 {
+		return min(firstRetry, interval)
 	}
-	wg.Wait()
+	return min(2*last, interval)
+}
+
+// probeOnce probes u within the pool's timeout and records the verdict,
+// unless ctx ended first (a stopped checker gives no verdict).
+func probeOnce(ctx context.Context, p *Pool, u *Upstream, probe ProbeFunc) error {
+	pctx, cancel := context.WithTimeout(ctx, p.health.Timeout)
+	err := probe(pctx, u.URL+p.health.Path)
+	cancel()
+	if ctx.Err() == nil {
+		u.setVerdict(p.Name, err)
+	}
+	return err
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // stop ends the checker and waits for its goroutines.
 func (c *checker) stop() {
 	c.cancel()
-	<-c.done
+	c.wg.Wait()
 }

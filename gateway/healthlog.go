@@ -12,9 +12,10 @@ import (
 // and nothing is logged while the availability stays the same (no line per
 // check).
 type healthLog struct {
-	mu    sync.Mutex
-	out   bool  // the last line said: out of rotation
-	since int64 // gateway clock when it went out
+	mu       sync.Mutex
+	out      bool  // the last line said: out of rotation
+	since    int64 // gateway clock when it went out
+	probeErr error // the last failed probe's error, until a probe passes
 }
 
 // settle compares u's availability now with the last line; on a change it
@@ -48,6 +49,7 @@ func (u *Upstream) setVerdict(pool string, err error) {
 	defer u.hlog.mu.Unlock()
 	now := u.g.now()
 	ok := err == nil
+	u.hlog.probeErr = err
 	flipped := u.healthy.Swap(ok) != ok
 	u.endEjection(now)
 	out, changed, outFor := u.settle(now)

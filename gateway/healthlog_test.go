@@ -53,7 +53,7 @@ func wantLines(t *testing.T, got []map[string]any, want ...map[string]any) {
 }
 
 // TestHealthTransitionsLogged drives the active health check directly
-// (probeAll, no ticker) against a real upstream that answers 500, then 200,
+// (probeAll, no timer) against a real upstream that answers 500, then 200,
 // then is gone (a closed port): one line when it goes out, one when it
 // comes back, nothing for the checks in between.
 func TestHealthTransitionsLogged(t *testing.T) {
@@ -242,3 +242,11 @@ func TestReloadWithoutChecksLogsRecovery(t *testing.T) {
 }
 
 var errRefused = &net.AddrError{Err: "connection refused", Addr: "a:1"}
+
+// probeAll probes every upstream of p once, as its checker would, with no
+// wait between.
+func probeAll(ctx context.Context, p *Pool, probe ProbeFunc) {
+	for _, u := range p.Upstreams {
+		_ = probeOnce(ctx, p, u, probe)
+	}
+}

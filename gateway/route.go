@@ -91,6 +91,7 @@ type Upstream struct {
 
 	outstanding  atomic.Int64 // queued + in flight: the load Pick compares
 	healthy      atomic.Bool  // the active health check's verdict
+	nextProbe    atomic.Int64 // gateway-clock ns of the next active check
 	ejectedUntil atomic.Int64 // gateway-clock ns; passive ejection
 	fails        atomic.Int32 // consecutive failures reported by Done
 	ejectAfter   atomic.Int32 // <= 0: never eject
@@ -162,11 +163,16 @@ func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
 }
 
 func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
-	// Retry when the first ejection ends, or after a health-check round.
+	// Retry when the first ejection ends or the next probe of an unhealthy
+	// upstream is due, whichever comes first.
 	wait := int64(math.MaxInt64)
 	for _, u := range p.Upstreams {
-		if u != except && u.healthy.Load() {
+		switch {
+		case u == except:
+		case u.healthy.Load():
 			wait = min(wait, u.ejectedUntil.Load()-now)
+		case u.nextProbe.Load() != 0:
+			wait = min(wait, u.nextProbe.Load()-now)
 		}
 	}
 	if wait == math.MaxInt64 {
