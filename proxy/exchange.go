@@ -96,9 +96,7 @@ func (x *exchange) reset() {
 func (p *Proxy) Handler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.Path()) == "/health" {
-			// Probes are not requests to the model: no record.
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"status":"ok"}`)
+			p.health(ctx) // probes are not requests to the model: no record
 			return
 		}
 		x := p.acquire()

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHealthReadiness: behind a gateway whose only upstream starts after
+// the proxy, /health answers 503 and says which upstream is out and why;
+// a request meanwhile is refused with a Retry-After of the next probe;
+// once a probe finds the upstream up (the interval is an hour: only the
+// retries after a failed probe can), /health answers 200 and the first
+// request succeeds.
+func TestHealthReadiness(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upAddr := ln.Addr().String()
+	ln.Close() // nothing listens there until the upstream starts
+	addr, sink := startGateway(t, `
+routes: [{model: m, pool: gpu}]
+pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
+`, map[string]string{"UP": "http://" + upAddr})
+
+	type health struct {
+		Status, Reason string
+		Unhealthy      []struct{ Upstream, Pool, Reason, Error string }
+	}
+	get := func() (int, health, string) {
+		t.Helper()
+		resp, err := testClient().Get("http://" + addr + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var h health
+		if err := json.Unmarshal(b, &h); err != nil {
+			t.Fatalf("/health body %q: %v", b, err)
+		}
+		return resp.StatusCode, h, string(b)
+	}
+	// waitStatus polls /health until it answers code (the verdict of a
+	// probe in flight), failing only after 10 s.
+	waitStatus := func(code int) (health, string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, h, body := get()
+			if got == code {
+				return h, body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/health still %d %s after 10s, want %d", got, body, code)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	h, body := waitStatus(503)
+	if h.Status != "not_ready" || h.Reason != "no upstream in rotation" || len(h.Unhealthy) != 1 ||
+		h.Unhealthy[0].Upstream != upAddr || h.Unhealthy[0].Pool != "gpu" || h.Unhealthy[0].Reason != "health check failed" ||
+		!strings.Contains(h.Unhealthy[0].Error, "connection refused") {
+		t.Fatalf("/health before the upstream is up: %s", body)
+	}
+	// Told to come back when the next probe is due, not in an hour.
+	if resp, _, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("request before the upstream is up: %v %d Retry-After %q", err, resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	sink.next(t)
+
+	ln, err = net.Listen("tcp", upAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveUpstream(t, ln, func(c *upConn) {
+		if c.req.URL.Path == "/health" {
+			c.whole(200, "text/plain", "ok")
+			return
+		}
+		c.stream(2, 0)
+	})
+	if _, body := waitStatus(200); body != `{"status":"ok"}` {
+		t.Fatalf("/health once the upstream is up: %s", body)
+	}
+	if resp, body, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request once /health is ok: %v %d %s", err, resp.StatusCode, body)
+	}
+	if r := sink.next(t); r.Upstream != upAddr {
+		t.Errorf("record upstream %q, want %s", r.Upstream, upAddr)
+	}
+}
