@@ -27,11 +27,12 @@ import (
 // servePlan is what serve runs, checked and prepared from the flags before
 // anything listens. --check-config builds the same plan and stops there.
 type servePlan struct {
-	log      zerolog.Logger
-	gw       *gateway.Gateway // from --config; not started
-	embedded bool             // the reference engine runs in-process as the upstream
-	cert     *tls.Certificate // --tls-cert and --tls-key, loaded
-	traces   *exporters.OTLPSink
+	log       zerolog.Logger
+	gw        *gateway.Gateway // from --config; not started
+	configSum [32]byte         // SHA-256 of the --config content gw was built from
+	embedded  bool             // the reference engine runs in-process as the upstream
+	cert      *tls.Certificate // --tls-cert and --tls-key, loaded
+	traces    *exporters.OTLPSink
 }
 
 // prepare runs every check serve runs before it starts listening, in the
@@ -48,6 +49,9 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	}
 	if f.grace < 0 {
 		return nil, fmt.Errorf("--shutdown-grace %v: negative", f.grace)
+	}
+	if f.configWatch < 0 {
+		return nil, fmt.Errorf("--config-watch %v: negative (0: no watch, SIGHUP only)", f.configWatch)
 	}
 	if err := checkListen(f.listen, f.adminListen); err != nil {
 		return nil, err
@@ -71,7 +75,7 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	case f.configPath != "" && f.cfg.Upstream != "":
 		return nil, fmt.Errorf("--upstream %q and --config %s: with --config the upstreams come from the config file's routes and pools; drop --upstream (or TTFTLENS_UPSTREAM)", f.cfg.Upstream, f.configPath)
 	case f.configPath != "":
-		if plan.gw, err = loadGateway(f.configPath, &plan.log); err != nil {
+		if plan.gw, plan.configSum, err = loadGateway(f.configPath, &plan.log); err != nil {
 			return nil, err
 		}
 		cfg.Gateway = plan.gw

@@ -7,10 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -70,31 +67,15 @@ func runHashKey(args []string, std stdio) error {
 }
 
 // loadGateway reads the config file and builds the gateway from it; log
-// gets its operational messages (upstream health transitions).
-func loadGateway(path string, log *zerolog.Logger) (*gateway.Gateway, error) {
-	cfg, err := gateway.Load(path)
+// gets its operational messages (upstream health transitions). sum is the
+// SHA-256 of the content it read.
+func loadGateway(path string, log *zerolog.Logger) (gw *gateway.Gateway, sum [32]byte, err error) {
+	cfg, sum, err := readConfig(path)
 	if err != nil {
-		return nil, err
+		return nil, sum, err
 	}
-	return gateway.New(cfg, gateway.Options{Log: log})
-}
-
-// reloadOnHUP reloads the config file on SIGHUP. Requests in flight keep
-// the configuration they started with; a bad file changes nothing.
-func reloadOnHUP(gw *gateway.Gateway, path string, log zerolog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	for range hup {
-		cfg, err := gateway.Load(path)
-		if err == nil {
-			err = gw.Reload(cfg)
-		}
-		if err != nil {
-			log.Error().Err(err).Str("config", path).Msg("reload failed; keeping the running configuration")
-			continue
-		}
-		log.Info().Str("config", path).Msg("configuration reloaded")
-	}
+	gw, err = gateway.New(cfg, gateway.Options{Log: log})
+	return gw, sum, err
 }
 
 // routeModels returns the exact model names of the routes (globs cannot be

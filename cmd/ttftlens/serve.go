@@ -25,6 +25,7 @@ type serveFlags struct {
 	listen, adminListen string
 	tlsCert, tlsKey     string
 	configPath          string
+	configWatch         time.Duration
 	checkConfig         bool
 	metricModels        string
 	logLevel            string
@@ -41,7 +42,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for the admin endpoints: /metrics, /health, /debug/requests, the requests page (/ and /ui), and /engine/metrics with the embedded engine")
 	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine); not with --config")
 	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: "+strings.Join(engineKinds(), ", ")+" (auto: identify each upstream from /v1/models)")
-	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it (see gateway/example.yaml)")
+	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it, and so does a change of its content (--config-watch) (see gateway/example.yaml)")
+	fs.DurationVar(&f.configWatch, "config-watch", 2*time.Second, "with --config, how often to read the config file and reload it when its content changed, as a ConfigMap update or an edit changes it (0: SIGHUP only)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "run every check serve runs before it listens (flags, TLS files, the embedded engine's flags and checkpoint, --config), then exit; nothing is started or bound")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file (PEM) to serve clients over TLS")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file (PEM) for --tls-cert")
@@ -121,7 +123,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 		defer gw.Stop()
 		f.cfg.Gateway = gw
 		models = routeModels(gw)
-		go reloadOnHUP(gw, f.configPath, log)
+		defer startConfigReloader(gw, f.configPath, plan.configSum, f.configWatch, log)()
 	case plan.embedded:
 		f.engine.AllowFaults = f.cfg.AllowFaults
 		srv, url, err := startEmbeddedEngine(f.engine)
