@@ -88,9 +88,9 @@ func (g *Gateway) watchUpstream(ctx context.Context, p *Pool, u *Upstream) {
 	}
 }
 
-// retryAfter is the wait before the next probe of an upstream whose probe
-// failed, when the wait after the failure before was last (0: it passed):
-// firstRetry, then doubling, never over interval.
+// retryAfter is the wait after a failed probe, given last, the wait after
+// the probe before it (0 when that one passed): firstRetry, then doubling,
+// never over interval.
 func retryAfter(last, interval time.Duration) time.Duration {
 	if last == 0 {
 		return min(firstRetry, interval)
