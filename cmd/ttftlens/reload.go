@@ -28,12 +28,12 @@ func readConfig(path string) (*gateway.Config, [32]byte, error) {
 
 // configReloader applies the config file to a running gateway: on SIGHUP,
 // and when a look at the file, every --config-watch, finds its content
-// changed. It compares content, not events or times: a ConfigMap volume
-// changes the file by swapping a symlink two levels up (the file's own
-// link and its mtime stay as they were), an editor by renaming a new file
-// over it; reading the file through its path sees every way. Requests in
-// flight keep the configuration they started with; a file that does not
-// load changes nothing and is logged once, until it changes again.
+// changed. It compares content, not file events or mtimes: a ConfigMap
+// volume changes the file by renaming a symlink one level up (..data; the
+// file's own link stays as it was), an editor by renaming a new file over
+// it; reading the file through its path sees every way. Requests in flight
+// keep the configuration they started with; a file that does not load
+// changes nothing and is logged (by a look, once until it changes again).
 type configReloader struct {
 	gw      *gateway.Gateway
 	path    string
