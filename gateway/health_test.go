@@ -117,7 +117,7 @@ func TestUpstreamUpAfterStart(t *testing.T) {
 	g, _ := newGateway(t, cfg, Options{Log: log, Probe: HTTPProbe(client)})
 	g.Start()
 	logs.WaitFor(t, "upstream unhealthy", 1, nil)
-	body, ready := g.Snapshot().AppendHealth(nil)
+	body, ready := g.Snapshot().AppendHealth(nil, true)
 	var h struct {
 		Status, Reason string
 		Unhealthy      []struct{ Upstream, Pool, Reason, Error string }
@@ -145,7 +145,7 @@ func TestUpstreamUpAfterStart(t *testing.T) {
 	if _, rej := s.Pick(s.Routes()[0], nil); rej != nil {
 		t.Fatalf("pick after the upstream came up: %+v", rej)
 	}
-	if body, ready := s.AppendHealth(nil); !ready || string(body) != `{"status":"ok"}` {
+	if body, ready := s.AppendHealth(nil, true); !ready || string(body) != `{"status":"ok"}` {
 		t.Fatalf("health after the upstream came up: ready %v %s", ready, body)
 	}
 	g.Stop()
@@ -186,30 +186,38 @@ func TestAppendHealth(t *testing.T) {
 			down.Store(map[string]bool{"http://a:1/h": true})
 			probeAll(context.Background(), p, probe)
 			clk.Advance(1500 * time.Millisecond)
-		}, true, `{"status":"ok","unhealthy":[{"upstream":"a:1","pool":"p","reason":"health check failed",` +
+		}, true, `{"status":"ok","out_of_rotation":1,"unhealthy":[{"upstream":"a:1","pool":"p","reason":"health check failed",` +
 			errText + `,"unhealthy_since":"` + since(10*time.Second) + `","unhealthy_for":"1.5s"}]}`},
 		{"every pool out", func() {
 			down.Store(map[string]bool{"http://a:1/h": true, "http://b:1/h": true})
 			probeAll(context.Background(), p, probe)
 			g.Done(c, false)
 			clk.Advance(time.Second)
-		}, false, `{"status":"not_ready","reason":"no upstream in rotation","unhealthy":[` +
+		}, false, `{"status":"not_ready","reason":"no upstream in rotation","out_of_rotation":3,"unhealthy":[` +
 			`{"upstream":"a:1","pool":"p","reason":"health check failed",` + errText + `,"unhealthy_since":"` + since(10*time.Second) + `","unhealthy_for":"2.5s"},` +
 			`{"upstream":"b:1","pool":"p","reason":"health check failed",` + errText + `,"unhealthy_since":"` + since(11500*time.Millisecond) + `","unhealthy_for":"1s"},` +
 			`{"upstream":"c:1","pool":"q","reason":"passive ejection","unhealthy_since":"` + since(11500*time.Millisecond) + `","unhealthy_for":"1s"}]}`},
 		{"the ejection over", func() { clk.Advance(time.Minute) }, true,
-			`{"status":"ok","unhealthy":[` +
+			`{"status":"ok","out_of_rotation":2,"unhealthy":[` +
 				`{"upstream":"a:1","pool":"p","reason":"health check failed",` + errText + `,"unhealthy_since":"` + since(10*time.Second) + `","unhealthy_for":"1m2.5s"},` +
 				`{"upstream":"b:1","pool":"p","reason":"health check failed",` + errText + `,"unhealthy_since":"` + since(11500*time.Millisecond) + `","unhealthy_for":"1m1s"}]}`},
 	}
 	for _, tc := range tests {
 		tc.act()
-		body, ready := s.AppendHealth(nil)
+		body, ready := s.AppendHealth(nil, true)
 		if ready != tc.ready || string(body) != tc.want {
 			t.Errorf("%s: ready %v\n%s\nwant ready %v\n%s", tc.name, ready, body, tc.ready, tc.want)
 		}
 		if !json.Valid(body) {
 			t.Errorf("%s: not JSON: %s", tc.name, body)
+		}
+		// Without detail: the same verdict and count, no address or error.
+		summary, _, _ := strings.Cut(tc.want, `,"unhealthy":[`)
+		if !strings.HasSuffix(summary, "}") {
+			summary += "}"
+		}
+		if body, ready := s.AppendHealth(nil, false); ready != tc.ready || string(body) != summary {
+			t.Errorf("%s without detail: ready %v\n%s\nwant\n%s", tc.name, ready, body, summary)
 		}
 	}
 }

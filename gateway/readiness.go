@@ -1,25 +1,32 @@
 package gateway
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
-// AppendHealth appends the proxy's readiness, the /health answer, to dst
-// and reports it. The proxy is ready while at least one pool has an
-// upstream in rotation (healthy and not ejected): a proxy that can serve
-// some of its models stays ready, so an outage of one pool does not take
-// every replica out of its load balancer. With every upstream in rotation
-// the answer is {"status":"ok"}; otherwise it lists each upstream out of
-// rotation under "unhealthy": its pool, the reason ("health check failed"
-// with the last probe's error, or "passive ejection"), since when (RFC
-// 3339, UTC) and for how long; and with none in rotation the status is
-// "not_ready", with the reason.
-func (s *Snapshot) AppendHealth(dst []byte) ([]byte, bool) {
+// AppendHealth appends the proxy's readiness to dst and reports it. The
+// proxy is ready while at least one pool has an upstream in rotation
+// (healthy and not ejected): a proxy that can serve some of its models
+// stays ready, so an outage of one pool does not take every replica out of
+// its load balancer. With every upstream in rotation the answer is
+// {"status":"ok"}; with none in rotation the status is "not_ready", with
+// the reason. Upstreams out of rotation are counted ("out_of_rotation"),
+// and with detail listed under "unhealthy": each one's pool, the reason
+// ("health check failed" with the last probe's error, or "passive
+// ejection"), since when (RFC 3339, UTC) and for how long. The detail
+// names internal addresses and errors: it is for the admin listener, not
+// for clients.
+func (s *Snapshot) AppendHealth(dst []byte, detail bool) ([]byte, bool) {
 	now := s.g.now()
-	ready := false
+	ready, n := false, 0
 	var list []byte // ",{…},{…}"
 	for _, p := range s.pools {
 		for _, u := range p.Upstreams {
 			var out bool
-			if list, out = u.appendIfOut(list, p.Name, now); !out {
+			if list, out = u.appendIfOut(list, p.Name, now); out {
+				n++
+			} else {
 				ready = true
 			}
 		}
@@ -29,7 +36,11 @@ func (s *Snapshot) AppendHealth(dst []byte) ([]byte, bool) {
 	} else {
 		dst = append(dst, `{"status":"not_ready","reason":"no upstream in rotation"`...)
 	}
-	if len(list) > 0 {
+	if n > 0 {
+		dst = append(dst, `,"out_of_rotation":`...)
+		dst = strconv.AppendInt(dst, int64(n), 10)
+	}
+	if n > 0 && detail {
 		dst = append(dst, `,"unhealthy":[`...)
 		dst = append(dst, list[1:]...)
 		dst = append(dst, ']')

@@ -15,7 +15,7 @@ import (
 
 // startGateway runs a proxy with a gateway built from a YAML config, in
 // which UP_A, UP_B and DEAD are replaced by upstream URLs.
-func startGateway(t *testing.T, yaml string, urls map[string]string) (string, *captureSink) {
+func startGateway(t *testing.T, yaml string, urls map[string]string) (string, *captureSink, *Proxy) {
 	t.Helper()
 	for k, v := range urls {
 		yaml = strings.ReplaceAll(yaml, k, v)
@@ -30,8 +30,7 @@ func startGateway(t *testing.T, yaml string, urls map[string]string) (string, *c
 	}
 	gw.Start()
 	t.Cleanup(gw.Stop)
-	addr, sink, _ := startProxy(t, "", func(c *Config) { c.Gateway = gw })
-	return addr, sink
+	return startProxy(t, "", func(c *Config) { c.Gateway = gw })
 }
 
 // deadURL is an address nothing listens on.
@@ -80,7 +79,7 @@ func TestGatewayRejections(t *testing.T) {
 	other := startUpstream(t, func(c *upConn) { c.stream(2, 0) })
 	yaml := strings.NewReplacer("ALICE_HASH", strings.TrimPrefix(gateway.HashKey("alice-key"), "sha256:"),
 		"BOB_HASH", strings.TrimPrefix(gateway.HashKey("bob-key"), "sha256:")).Replace(gatewayYAML)
-	addr, sink := startGateway(t, yaml, map[string]string{"UP_A": up.url, "UP_B": other.url})
+	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": up.url, "UP_B": other.url})
 	tests := []struct {
 		name       string
 		key, body  string
@@ -151,7 +150,7 @@ func TestAdmissionQueue(t *testing.T) {
 	other := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	yaml := strings.ReplaceAll(gatewayYAML, "auth: keys", "auth: none")
 	yaml = yaml[:strings.Index(yaml, "keys:")] + yaml[strings.Index(yaml, "routes:"):]
-	addr, sink := startGateway(t, yaml, map[string]string{"UP_A": other.url, "UP_B": up.url})
+	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": other.url, "UP_B": up.url})
 
 	results := make(chan int, 2)
 	go func() { resp, _, _ := post(t, addr, chat("slow", `,"user":"hold"`)); results <- resp.StatusCode }()
@@ -215,7 +214,7 @@ pools:
   - {name: two, upstreams: [UP_A, UP_B]}
   - {name: withdead, upstreams: [DEAD, UP_C], ejection: {consecutive_failures: -1}}
 `
-	addr, sink := startGateway(t, yaml, map[string]string{"UP_A": a.url, "UP_B": b.url, "UP_C": c.url, "DEAD": deadURL(t)})
+	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": a.url, "UP_B": b.url, "UP_C": c.url, "DEAD": deadURL(t)})
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
@@ -252,7 +251,7 @@ pools:
 // and that a request can shorten its first-token deadline.
 func TestModelsAndDeadlineHeader(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.waitGone(5 * time.Second) })
-	addr, sink := startGateway(t, `
+	addr, sink, _ := startGateway(t, `
 routes: [{model: m, pool: p}, {model: other, pool: p}]
 pools: [{name: p, upstreams: [UP_A]}]
 `, map[string]string{"UP_A": up.url})

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // TestHealthReadiness: behind a gateway whose only upstream starts after
-// the proxy, /health answers 503 and says which upstream is out and why;
+// the proxy, /health answers 503 and says how many upstreams are out (never
+// which: that is the admin's /ready, which says which and why);
 // a request meanwhile is refused with a Retry-After of the next probe;
 // once a probe finds the upstream up (the interval is an hour: only the
 // retries after a failed probe can), /health answers 200 and the first
@@ -22,7 +25,7 @@ func TestHealthReadiness(t *testing.T) {
 	}
 	upAddr := ln.Addr().String()
 	ln.Close() // nothing listens there until the upstream starts
-	addr, sink := startGateway(t, `
+	addr, sink, p := startGateway(t, `
 routes: [{model: m, pool: gpu}]
 pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
 `, map[string]string{"UP": "http://" + upAddr})
@@ -62,11 +65,19 @@ pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
 		}
 	}
 
-	h, body := waitStatus(503)
-	if h.Status != "not_ready" || h.Reason != "no upstream in rotation" || len(h.Unhealthy) != 1 ||
+	if _, body := waitStatus(503); body != `{"status":"not_ready","reason":"no upstream in rotation","out_of_rotation":1}` {
+		t.Fatalf("/health before the upstream is up: %s", body)
+	}
+	var ready fasthttp.RequestCtx
+	p.Ready(&ready)
+	var h health
+	if err := json.Unmarshal(ready.Response.Body(), &h); err != nil {
+		t.Fatalf("/ready body %q: %v", ready.Response.Body(), err)
+	}
+	if ready.Response.StatusCode() != 503 || h.Status != "not_ready" || len(h.Unhealthy) != 1 ||
 		h.Unhealthy[0].Upstream != upAddr || h.Unhealthy[0].Pool != "gpu" || h.Unhealthy[0].Reason != "health check failed" ||
 		!strings.Contains(h.Unhealthy[0].Error, "connection refused") {
-		t.Fatalf("/health before the upstream is up: %s", body)
+		t.Fatalf("admin /ready before the upstream is up: %d %s", ready.Response.StatusCode(), ready.Response.Body())
 	}
 	// Told to come back when the next probe is due, not in an hour.
 	if resp, _, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {

@@ -94,10 +94,11 @@ func TestStaleConnectionsAfterRestart(t *testing.T) {
 			return addr, sink
 		}, chatBody},
 		{"gateway, ejection after one failure", func(t *testing.T, upstreamURL string) (string, *captureSink) {
-			return startGateway(t, `
+			addr, sink, _ := startGateway(t, `
 routes: [{model: m, pool: p}]
 pools: [{name: p, upstreams: [UP_A], ejection: {consecutive_failures: 1, duration: 1m}}]
 `, map[string]string{"UP_A": upstreamURL})
+			return addr, sink
 		}, chat("m", "")},
 	}
 	for _, tt := range tests {

@@ -442,7 +442,7 @@ func TestServeHelpText(t *testing.T) {
 	})
 	t.Run("admin endpoints", func(t *testing.T) {
 		h := flagHelp("admin-listen")
-		paths := []string{"/metrics", "/health", "/engine/metrics"}
+		paths := []string{"/metrics", "/health", "/ready", "/engine/metrics"}
 		for p := range web.Routes(exporters.NewRing(exporters.RingOptions{})) {
 			if strings.HasSuffix(p, ".js") || strings.HasSuffix(p, ".css") {
 				continue // the page's own files

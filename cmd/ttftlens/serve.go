@@ -39,7 +39,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":8080", "address for clients")
-	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for the admin endpoints: /metrics, /health, /debug/requests, the requests page (/ and /ui), and /engine/metrics with the embedded engine")
+	fs.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9464", "address for the admin endpoints: /metrics, /health (liveness), /ready (readiness, with the upstreams out of rotation and why), /debug/requests, the requests page (/ and /ui), and /engine/metrics with the embedded engine")
 	fs.StringVar(&f.cfg.Upstream, "upstream", "", "base URL of the model server, e.g. http://127.0.0.1:8000 (empty, without --config: the embedded reference engine); not with --config")
 	fs.StringVar(&f.cfg.Engine, "engine", proxy.EngineAuto, "engine behind the upstreams, for reading its timing: "+strings.Join(engineKinds(), ", ")+" (auto: identify each upstream from /v1/models)")
 	fs.StringVar(&f.configPath, "config", "", "gateway config file (YAML): keys, quotas, routes, pools; SIGHUP reloads it, and so does a change of its content (--config-watch) (see gateway/example.yaml)")
@@ -176,6 +176,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	for path, h := range web.Routes(ring) {
 		adminRoutes[path] = h
 	}
+	adminRoutes["/ready"] = p.Ready
 	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, adminRoutes), Name: "ttftlens-admin"}
 	errc := make(chan error, 2)
 	go func() { errc <- p.Serve(ln) }()
