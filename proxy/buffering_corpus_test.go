@@ -1,3 +1,5 @@
+//go:build linux && (amd64 || arm64)
+
 package proxy_test
 
 import (
@@ -12,6 +14,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,14 +164,17 @@ func corpusCases(c *corpus) []corpusCase {
 
 		corpusCase{name: "reference engine, buffered fault, 24 tokens", held: true, setup: viaProxy(c.refEngine, ref24, 1, "X-Ttftlens-Fault", "buffered")},
 		corpusCase{name: "reference engine, buffered fault, 96 tokens", held: true, setup: viaProxy(c.refEngine, ref96, 1, "X-Ttftlens-Fault", "buffered")},
-		corpusCase{name: "middlebox releasing 4 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(4<<10)), "", 1)},
-		corpusCase{name: "middlebox releasing 16 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(16<<10)), "", 1)},
-		corpusCase{name: "middlebox releasing 64 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(64<<10)), "", 1)},
-		corpusCase{name: "middlebox releasing at the end", held: true, setup: viaProxy(middlebox(c.refEngine, releaseAtEnd), ref24, 1)},
-		corpusCase{name: "gzip middlebox flushing when its buffer fills, 24 tokens", held: true, setup: viaProxy(middlebox(c.refEngine, releaseGzip), ref24, 1)},
+		corpusCase{name: "middlebox releasing 4 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(4<<10), 0), "", 1)},
+		corpusCase{name: "middlebox releasing 16 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(16<<10), 0), "", 1)},
+		corpusCase{name: "middlebox releasing 64 KiB pieces", held: true, setup: viaProxy(middlebox(long, releasePieces(64<<10), 0), "", 1)},
+		corpusCase{name: "middlebox releasing 4 KiB pieces in 1448-byte segments", held: true, setup: viaProxy(middlebox(long, releasePieces(4<<10), 1448), "", 1)},
+		corpusCase{name: "middlebox releasing 64 KiB pieces in 1448-byte segments", held: true, setup: viaProxy(middlebox(long, releasePieces(64<<10), 1448), "", 1)},
+		corpusCase{name: "middlebox releasing at the end", held: true, setup: viaProxy(middlebox(c.refEngine, releaseAtEnd, 0), ref24, 1)},
+		corpusCase{name: "middlebox releasing at the end in 1448-byte segments", held: true, setup: viaProxy(middlebox(c.refEngine, releaseAtEnd, 1448), ref24, 1)},
+		corpusCase{name: "gzip middlebox flushing when its buffer fills, 24 tokens", held: true, setup: viaProxy(middlebox(c.refEngine, releaseGzip, 0), ref24, 1)},
 		// Long enough for the compressed stream to fill the buffer several
 		// times before the end.
-		corpusCase{name: "gzip middlebox flushing when its buffer fills, 3000 events", held: true, setup: viaProxy(middlebox(scriptedEngine{events: 3000}.start, releaseGzip), "", 1)},
+		corpusCase{name: "gzip middlebox flushing when its buffer fills, 3000 events", held: true, setup: viaProxy(middlebox(scriptedEngine{events: 3000}.start, releaseGzip, 0), "", 1)},
 	)
 }
 
@@ -383,7 +389,11 @@ func postStream(addr, body string, hdr ...string) error {
 
 // serve runs h on a loopback port until the test ends.
 func serve(t *testing.T, h http.HandlerFunc) string {
-	ln := listen(t)
+	return serveOn(t, listen(t), h)
+}
+
+// serveOn runs h on ln until the test ends.
+func serveOn(t *testing.T, ln net.Listener, h http.HandlerFunc) string {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
@@ -439,13 +449,31 @@ var vocabulary = strings.Fields("the a of stream token engine proxy buffer first
 
 // middlebox returns an upstream start: target's upstream behind a reverse
 // proxy that sends the response headers at once and the body as release
-// writes it.
-func middlebox(target startFunc, release releaser) startFunc {
+// writes it, in segments of at most mss bytes (0: the loopback's 64 KiB;
+// 1448: an Ethernet link's, across which a piece arrives split).
+func middlebox(target startFunc, release releaser, mss int) startFunc {
 	return func(t *testing.T) string {
 		up := target(t)
 		client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 		t.Cleanup(client.CloseIdleConnections)
-		return serve(t, func(w http.ResponseWriter, r *http.Request) {
+		ln := listen(t)
+		if mss > 0 {
+			lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+				var err error
+				if cerr := rc.Control(func(fd uintptr) {
+					err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, mss)
+				}); cerr != nil {
+					return cerr
+				}
+				return err
+			}}
+			ln.Close()
+			var err error
+			if ln, err = lc.Listen(context.Background(), "tcp", "127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return serveOn(t, ln, func(w http.ResponseWriter, r *http.Request) {
 			out, err := http.NewRequestWithContext(r.Context(), r.Method, up+r.URL.RequestURI(), r.Body)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadGateway)
