@@ -119,13 +119,13 @@ type corpus struct {
 }
 
 // refEngine returns the URL of the shared reference engine, faults allowed.
-func (c *corpus) refEngine(*testing.T) string {
+func (c *corpus) refEngine(t *testing.T) string {
 	if c.ref == "" {
 		srv, err := engine.New(engine.Config{AllowFaults: true})
 		if err != nil {
-			c.t.Fatal(err)
+			t.Fatal(err)
 		}
-		ln := listen(c.t)
+		ln := listen(t)
 		go func() { _ = srv.Serve(ln) }()
 		c.t.Cleanup(func() { srv.Close() })
 		c.ref = "http://" + ln.Addr().String()
@@ -238,7 +238,7 @@ func (c *corpus) demoScenario(sc lab.Scenario, injected bool) func(t *testing.T)
 		if injected && sc.Fault != "" {
 			load.Header = http.Header{"X-Ttftlens-Fault": {sc.Fault}}
 		}
-		return c.labRuns(lab.StackConfig{Engine: ecfg}, load, injected && sc.Downstream)
+		return c.labRuns(t, lab.StackConfig{Engine: ecfg}, load, injected && sc.Downstream)
 	}
 }
 
@@ -251,14 +251,14 @@ func (c *corpus) demoEnd(ec lab.EndCase) func(t *testing.T) func(t *testing.T) [
 		if ec.Fault != "" {
 			load.Header = http.Header{"X-Ttftlens-Fault": {ec.Fault}}
 		}
-		return c.labRuns(lab.StackConfig{Proxy: ec.Proxy}, load, false)
+		return c.labRuns(t, lab.StackConfig{Proxy: ec.Proxy}, load, false)
 	}
 }
 
 // labRuns returns runs of load through a lab stack with cfg's engine
 // (behind the buffering proxy when downstream). Stacks without proxy
 // settings are shared by engine configuration.
-func (c *corpus) labRuns(cfg lab.StackConfig, load bench.Config, downstream bool) func(t *testing.T) []streamFacts {
+func (c *corpus) labRuns(t *testing.T, cfg lab.StackConfig, load bench.Config, downstream bool) func(t *testing.T) []streamFacts {
 	key := fmt.Sprintf("%+v downstream=%v", cfg.Engine, downstream)
 	if run, ok := c.stacks[key]; ok && cfg.Proxy == nil {
 		return func(t *testing.T) []streamFacts { return run(t, load) }
@@ -267,14 +267,14 @@ func (c *corpus) labRuns(cfg lab.StackConfig, load bench.Config, downstream bool
 	cfg.Sink = sink
 	st, err := lab.Start(cfg)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	c.t.Cleanup(func() { st.Close() })
 	url := st.URL
 	if downstream {
 		bp, err := lab.StartBufferingProxy(st.URL)
 		if err != nil {
-			c.t.Fatal(err)
+			t.Fatal(err)
 		}
 		c.t.Cleanup(func() { bp.Close() })
 		url = bp.URL
