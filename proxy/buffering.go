@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
-	"time"
+	"net"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
@@ -15,23 +16,32 @@ import (
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// Thresholds for telling a stream that was held back upstream from one that
-// arrived as it was generated. A decoder writes each event as it
-// is sampled, so the proxy reads each in a read of its own, however fast
-// the engine; events that were held back arrive together, many in one read.
-// (Timing thresholds cannot tell the two apart: a small model on a CPU
-// decodes in well under a millisecond per token.)
+// Telling a stream that was held back upstream from one that arrived as it
+// was generated. An engine writes each event as it produces it, or a few
+// together when it lags a step or coalesces tokens, and a middlebox that
+// passes the stream through (nginx, with proxy_buffering on too) forwards
+// what each of its reads got: one to three content events per TCP segment.
+// A middlebox that holds the stream releases kilobytes at a time (dozens of
+// events per segment on one host; across a link, a segment's worth, about
+// six of an OpenAI-shaped stream's events) or everything at the end. So the
+// rule counts the pieces the response came in (stages.Stream.Arrivals)
+// against its content events. The pieces are the segments the kernel
+// received, not what the proxy's reads returned: a proxy short of CPU, or
+// blocked on a slow client, reads many segments at once, which says nothing
+// about the upstream. No duration is involved: a small model on a CPU
+// decodes as fast as a held-back stream is released.
 const (
 	// burstMinEvents: fewer content events say nothing about their arrival.
 	burstMinEvents = 8
-	// burstShare: a stream is a burst when at least this share of its
-	// content events arrived in one read with the one before.
-	burstShare = 0.9
-	// clientMasksArrival: blocked this long writing to the client between
-	// two content events, the proxy did not read the upstream meanwhile,
-	// so their arriving together says nothing about the upstream. (A
-	// client that keeps up takes an event in microseconds.)
-	clientMasksArrival = time.Millisecond
+	// burstEventsPerPiece: a stream is a burst when its content events
+	// came at least this many per piece on average. Engines and pass-through
+	// middleboxes send one to three per piece; a 4 KiB piece holds about
+	// sixteen of an OpenAI-shaped stream's events, and a segment of an
+	// Ethernet link (1448 bytes), across which a piece arrives split, six.
+	burstEventsPerPiece = 4
+	// framingPieces: the pieces of a response that need carry no content,
+	// its headers and its end.
+	framingPieces = 2
 )
 
 // shapeBuffering reads the signs of buffering in a response's headers.
@@ -52,10 +62,11 @@ func shapeBuffering(h *fasthttp.ResponseHeader, streaming bool) record.Buffering
 
 // arrivalBuffering reads the signs of buffering in how content arrived.
 func arrivalBuffering(s *stages.Stream) record.Buffering {
-	if s.ContentEvents < burstMinEvents {
+	if s.ContentEvents < burstMinEvents || s.Arrivals == 0 {
 		return 0
 	}
-	if float64(s.Together) < burstShare*float64(s.ContentEvents-1) {
+	pieces := max(s.Arrivals-framingPieces, 1)
+	if s.ContentEvents < burstEventsPerPiece*pieces {
 		return 0
 	}
 	b := record.BufferedBurst
@@ -65,6 +76,86 @@ func arrivalBuffering(s *stages.Stream) record.Buffering {
 		b |= record.BufferedLateFirst
 	}
 	return b
+}
+
+// countingConn is a dialed upstream connection that counts the pieces each
+// response arrives in, from the first write of its request (the counts
+// start over there) to its end: the data segments the kernel received
+// where it counts them, and reads that began an arrival. A read that fills
+// the caller's buffer left more waiting in the socket, so the read after
+// it is part of the same arrival. Only the goroutine using the connection
+// reads or touches the fields.
+type countingConn struct {
+	net.Conn
+	kernel   segmentCounter
+	reads    uint64 // reads that began an arrival
+	lastFull bool   // the last read filled its buffer
+	// writing: a request is being written (no byte read since its first
+	// write); the counts when it began.
+	writing       bool
+	readsAtWrite  uint64
+	segsAtWrite   uint32
+	kernelCounted bool
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if !c.writing {
+		c.writing = true
+		c.readsAtWrite = c.reads
+		c.segsAtWrite, c.kernelCounted = c.kernel.segmentsIn(c.Conn)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.writing = false
+		if !c.lastFull {
+			c.reads++
+		}
+		c.lastFull = n == len(p)
+	}
+	return n, err
+}
+
+// arrivals returns the pieces the response has come in so far (see
+// stages.Stream.Arrivals).
+func (c *countingConn) arrivals() int {
+	if c.kernelCounted {
+		if segs, ok := c.kernel.segmentsIn(c.Conn); ok {
+			return int(segs - c.segsAtWrite) // wraps around with the kernel's counter
+		}
+	}
+	return int(c.reads - c.readsAtWrite)
+}
+
+// countedConn returns the counting connection of a dialed upstream
+// connection (under TLS, the socket beneath it), or nil.
+func countedConn(conn net.Conn) *countingConn {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	c, _ := conn.(*countingConn)
+	return c
+}
+
+// readCount returns how many arrivals the connection's reads have seen;
+// ok is false when the connection is not counted.
+func (b *upstreamBody) readCount() (n uint64, ok bool) {
+	if b.counted == nil {
+		return 0, false
+	}
+	return b.counted.reads, true
+}
+
+// arrivals returns the pieces the response has come in so far; 0 when the
+// connection is not counted.
+func (b *upstreamBody) arrivals() int {
+	if b.counted == nil {
+		return 0
+	}
+	return b.counted.arrivals()
 }
 
 var errUnsupportedEncoding = errors.New("upstream event stream has an unsupported Content-Encoding")

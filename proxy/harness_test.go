@@ -70,7 +70,7 @@ func (s *captureSink) Emit(r *record.Record) {
 	}
 	g.Stream = stages.Stream{Events: r.Stream.Events, ContentEvents: r.Stream.ContentEvents,
 		Stalls: r.Stream.Stalls, Blocked: r.Stream.Blocked, MaxResidency: r.Stream.MaxResidency,
-		Together: r.Stream.Together, FirstTogether: r.Stream.FirstTogether}
+		Arrivals: r.Stream.Arrivals, FirstTogether: r.Stream.FirstTogether}
 	checkIdentity(s.t, &g)
 	s.recs <- g
 }

@@ -49,11 +49,9 @@ type relay struct {
 	handedOut  bool          // the last Read returned bytes
 	lastReturn time.Duration // when the last Read returned
 	readErr    error         // the error Read returned, if any
-	// contentReads and contentBlocked are the upstream read count and the
-	// time blocked on the client when the last content event was parsed:
-	// both unchanged at the next one means both came in one upstream read.
-	contentReads   uint64
-	contentBlocked time.Duration
+	// firstReads is the upstream read count when the first content event
+	// was parsed: unchanged at the second, both came in one read.
+	firstReads uint64
 	// reasoningUsage: the upstream's usage counted the reasoning tokens,
 	// so reasoning events are no longer counted.
 	reasoningUsage bool
@@ -310,16 +308,12 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 	}
 	r.lastContent.Store(int64(now))
 	st := &rec.Stream
-	if reads, ok := r.body.readCount(); ok {
-		// Events that piled up while we were blocked on a slow client
-		// were not held back upstream: they do not count.
-		if st.ContentEvents > 0 && reads == r.contentReads && st.Blocked-r.contentBlocked < clientMasksArrival {
-			st.Together++
-			if st.ContentEvents == 1 {
-				st.FirstTogether = true
-			}
+	if reads, ok := r.body.readCount(); ok && st.ContentEvents < 2 {
+		if st.ContentEvents == 0 {
+			r.firstReads = reads
+		} else {
+			st.FirstTogether = reads == r.firstReads
 		}
-		r.contentReads, r.contentBlocked = reads, st.Blocked
 	}
 	rec.Timeline.Mark(stages.FirstToken)
 	rec.Timeline.MarkAt(stages.LastToken, now)
@@ -470,6 +464,7 @@ func (r *relay) closeUpstream(discard bool) bool {
 	if !r.body.open {
 		return false
 	}
+	r.fin.rec.Stream.Arrivals = r.body.arrivals()
 	r.body.close(discard || r.fin.facts.Read != endreason.ReadClean)
 	return true
 }

@@ -68,7 +68,7 @@ func TestSlowClientIsTransport(t *testing.T) {
 	// Events that piled up upstream while the proxy was blocked on the
 	// client arrive together, but were not held back there.
 	if r.Buffering != 0 {
-		t.Errorf("buffering %v: the slow client was taken for upstream buffering (together %d of %d)", r.Buffering.Kinds(), r.Stream.Together, r.Stream.ContentEvents)
+		t.Errorf("buffering %v: the slow client was taken for upstream buffering (%d content events in %d arrivals)", r.Buffering.Kinds(), r.Stream.ContentEvents, r.Stream.Arrivals)
 	}
 	if r.Stream.Blocked < 100*time.Millisecond {
 		t.Errorf("blocked on the client %v, want the slow reads to show (>= 100ms)", r.Stream.Blocked)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -261,42 +260,6 @@ func headersTooLarge(err error) bool {
 	return errors.As(err, &small)
 }
 
-// countingConn counts arrivals: reads that returned bytes after a read that
-// had room to spare, so the relay can tell events that arrived together
-// (held back upstream and released at once) from events that each needed a
-// read of their own. A read that fills the caller's buffer (the exchange's
-// read buffer) left more waiting in the socket, so the read after it is
-// part of the same arrival. Only the goroutine using the connection
-// reads or touches the fields.
-type countingConn struct {
-	net.Conn
-	reads    uint64
-	lastFull bool // the last read filled its buffer
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if !c.lastFull {
-			c.reads++
-		}
-		c.lastFull = n == len(p)
-	}
-	return n, err
-}
-
-// readCounter returns the read count of a dialed upstream connection (under
-// TLS, of the socket beneath it), or nil.
-func readCounter(conn net.Conn) *uint64 {
-	if t, ok := conn.(*tls.Conn); ok {
-		conn = t.NetConn()
-	}
-	if c, ok := conn.(*countingConn); ok {
-		return &c.reads
-	}
-	return nil
-}
-
 // upstreamBody is a streamed upstream response body. Read and close run on
 // the request's goroutine only; a concurrent abort closes the connection,
 // which makes a blocked Read return. It mirrors fasthttp's clientStreamBody.
@@ -308,13 +271,13 @@ type upstreamBody struct {
 	resp    *fasthttp.Response
 	ab      *control
 	r       io.Reader
-	reads   *uint64 // the connection's read count; nil when not counted
+	counted *countingConn // the connection, when it counts arrivals
 	eof     bool
 	open    bool
 }
 
 func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, br *bufio.Reader, resp *fasthttp.Response, ab *control) {
-	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), reads: readCounter(conn), open: true}
+	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), counted: countedConn(conn), open: true}
 	if b.r == nil {
 		b.eof = true
 	}
@@ -330,15 +293,6 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		b.eof = true
 	}
 	return n, err
-}
-
-// readCount returns how many reads of the connection returned bytes so far;
-// ok is false when the connection is not counted.
-func (b *upstreamBody) readCount() (n uint64, ok bool) {
-	if b.reads == nil {
-		return 0, false
-	}
-	return *b.reads, true
 }
 
 // close releases the body. The connection goes back to the pool only when

@@ -67,7 +67,7 @@ func TestHTTPSUpstream(t *testing.T) {
 				t.Fatalf("record %s/%s (%s), %d content events", r.Reason, r.Detail, r.Error, r.Stream.ContentEvents)
 			}
 			if r.Buffering != tt.want {
-				t.Errorf("buffering %v, want %v (together %d)", r.Buffering.Kinds(), tt.want.Kinds(), r.Stream.Together)
+				t.Errorf("buffering %v, want %v (%d arrivals)", r.Buffering.Kinds(), tt.want.Kinds(), r.Stream.Arrivals)
 			}
 		})
 	}

@@ -25,12 +25,13 @@ type Stream struct {
 	// MaxResidency is the longest time an event spent inside the proxy,
 	// parsed to flushed.
 	MaxResidency time.Duration
-	// Together counts content events that arrived in the same upstream
-	// read as the content event before them: held back and released at
-	// once, not generated one by one; FirstTogether says the
-	// second did, so the first token was held back with the ones after it.
-	// Set by the relay.
-	Together      int
+	// Arrivals is how many pieces the upstream response came in, from the
+	// request's write to the response's end: TCP segments carrying data
+	// that the kernel received where it counts them (Linux), else socket
+	// reads that returned bytes; 0 when not counted. FirstTogether says the
+	// first two content events came in one socket read. Set by the relay;
+	// the proxy's buffering rule reads them.
+	Arrivals      int
 	FirstTogether bool
 
 	gaps    []time.Duration

@@ -145,6 +145,7 @@ func TestStreamMaxGapsCap(t *testing.T) {
 func TestStreamResetRelease(t *testing.T) {
 	fill := func(s *Stream, n int) {
 		s.Events, s.Blocked, s.MaxResidency = 3, time.Second, time.Millisecond
+		s.Arrivals, s.FirstTogether = 7, true
 		for i := range n {
 			s.Content(time.Duration(i)*ms, ms/2)
 		}
@@ -180,7 +181,7 @@ func TestStreamResetRelease(t *testing.T) {
 			} else {
 				s.Reset()
 			}
-			if s.Events != 0 || s.ContentEvents != 0 || s.Stalls != 0 || s.Blocked != 0 || s.MaxResidency != 0 {
+			if s.Events != 0 || s.ContentEvents != 0 || s.Stalls != 0 || s.Blocked != 0 || s.MaxResidency != 0 || s.Arrivals != 0 || s.FirstTogether {
 				t.Errorf("counters survived: %+v", s)
 			}
 			if got := s.Gaps(); got != (Gaps{}) {
