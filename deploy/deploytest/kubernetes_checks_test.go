@@ -114,7 +114,10 @@ func (m *manifests) problems() []error {
 		}
 	}
 	// selects checks a selector of another object picks at least one pod
-	// here, and that those pods declare the ports it names.
+	// here, and that those pods declare the ports it names. A port name
+	// must be a regular container's: Services resolve a native sidecar's
+	// port names only from Kubernetes 1.32, and some network plugins never
+	// do for NetworkPolicies, so a sidecar's ports go by number.
 	selects := func(what string, sel *metav1.LabelSelector, ports []intstr.IntOrString) {
 		deps, err := m.selected(sel)
 		if err != nil {
@@ -125,9 +128,14 @@ func (m *manifests) problems() []error {
 			add("%s: selector %v selects no pod", what, metav1.FormatLabelSelector(sel))
 		}
 		for _, d := range deps {
+			spec := &d.Spec.Template.Spec
 			for _, p := range ports {
-				if !podHasPort(&d.Spec.Template.Spec, p) {
+				regular := slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return hasPort(&c, p) })
+				switch {
+				case !podHasPort(spec, p):
 					add("%s: port %s is on no container of Deployment %s", what, p.String(), d.Name)
+				case p.Type == intstr.String && !regular:
+					add("%s: port name %s is an init container's in Deployment %s: give its number", what, p.String(), d.Name)
 				}
 			}
 		}

@@ -449,6 +449,7 @@ var brokenReferences = []struct {
 		n := int64(30)
 		m.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &n
 	}, "terminationGracePeriodSeconds 30s < preStop 5s + --shutdown-grace 1m0s"},
+	{"native sidecar's port by name", "sidecar", func(m *manifests) { m.services[0].Spec.Ports[0].TargetPort = intstr.FromString("http") }, "port name http is an init container's"},
 	{"engine drains longer than the proxy's grace", "sidecar", func(m *manifests) {
 		_, c := m.container("llama-8b", "vllm")
 		setArg(c, "shutdown-timeout", "120")
