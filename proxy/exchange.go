@@ -64,7 +64,6 @@ type exchange struct {
 type clientSide struct {
 	conn      net.Conn   // the client's connection
 	watch     *connWatch // the client connection's disconnect registration
-	gone      func()     // this request's callback on it
 	breakdown bool       // it asked for its own breakdown
 	usage     bool       // it asked for the usage chunk
 	bodyHeld  int        // bytes of the body memory budget its body holds
@@ -555,10 +554,13 @@ func (x *exchange) watchClient(conn any) {
 	if !ok {
 		return // a connection the watcher cannot see (a wrapper hiding its socket)
 	}
+	// The callback lives outside the exchange: the watcher may still call
+	// one it loaded after the request ended and the exchange was reset;
+	// the generation makes that call a no-op.
 	gen := x.gen
-	x.client.gone = func() { x.ctl.abort(gen, errClientGone) }
+	gone := func() { x.ctl.abort(gen, errClientGone) }
 	x.client.watch = v.(*connWatch)
-	x.client.watch.arm(&x.client.gone)
+	x.client.watch.arm(&gone)
 }
 
 func connectFailed(err error) bool {
