@@ -5,19 +5,25 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 
 # The packages whose benchmarks BENCHMARKS.md reports.
-BENCH_PKGS := ./proxy ./proxy/signals ./sse ./gateway ./exporters ./engine ./engine/model ./bench
+BENCH_PKGS := ./proxy ./proxy/engines ./sse ./gateway ./exporters ./engine ./engine/model ./bench
 BENCHFLAGS ?=
 
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test bench lint fuzz
+.PHONY: test bench corpus lint fuzz
 
 test:
 	./scripts/test.sh
 
 bench:
 	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
+
+# The buffering corpus's confusion matrix (BENCHMARKS.md): every case ten
+# times, with -race and without.
+corpus:
+	go test -race -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
+	go test -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
 # GOVULNDB=file:///path for a local copy).

@@ -42,8 +42,9 @@ go test -count=1 -run 'Allocs$' ./...
 # they measure. They are the proof (bench/lab: how a slow first token's time
 # splits) and the proxy's tests of time spent outside it.
 measured='TestSlowClientIsTransport'
-# The buffering corpus (proxy) runs every demo scenario ten times: on its
-# own, with -race and without (a faster proxy and engine make other bursts).
+# The buffering corpus (proxy) runs every case three times here, on its own,
+# with -race and without (a faster proxy and engine make other bursts); its
+# ten-run confusion matrix in BENCHMARKS.md is `make corpus`.
 corpus='TestBufferingCorpus'
 echo "== go test -race"
 go test -race -count=1 -timeout 10m -skip "^($measured|$corpus)\$" $(go list ./... | grep -v '/bench/lab$')
@@ -51,5 +52,5 @@ echo "== go test -race: tests that measure time, alone"
 go test -race -count=1 -timeout 5m -run "^($measured)\$" ./proxy
 go test -race -count=1 -timeout 5m ./bench/lab
 echo "== the buffering corpus, with -race and without"
-go test -race -count=1 -timeout 20m -run "^$corpus\$" ./proxy
-go test -count=1 -timeout 10m -run "^$corpus\$" ./proxy
+go test -race -count=1 -timeout 10m -run "^$corpus\$" ./proxy -args -buffering.runs=3
+go test -count=1 -timeout 5m -run "^$corpus\$" ./proxy -args -buffering.runs=3
