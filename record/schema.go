@@ -24,6 +24,7 @@ const (
 	FieldStream
 	FieldStatus
 	FieldUpstream
+	FieldUpstreamConn
 	FieldKey
 	FieldEndReason
 	FieldEndDetail
@@ -69,6 +70,7 @@ var fieldNames = [NumFields]string{
 	FieldStream:                   "stream",
 	FieldStatus:                   "status",
 	FieldUpstream:                 "upstream",
+	FieldUpstreamConn:             "upstream_conn",
 	FieldKey:                      "key",
 	FieldEndReason:                "end_reason",
 	FieldEndDetail:                "end_detail",
