@@ -277,7 +277,9 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 		x.req.SetBodyRaw(send)
 	}
 	x.relay.dropUsage = drop
-	return up.roundTrip(&x.req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	var err error
+	x.fin.rec.UpstreamConn, err = up.roundTrip(&x.req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	return err
 }
 
 // respond reads the upstream response headers and relays the response: as
