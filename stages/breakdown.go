@@ -15,8 +15,8 @@ const (
 	Preparation               // engine recv + tokenize + media
 	Prefill                   // engine prefill
 	FirstDecode               // engine first decode + emit
-	Unattributed              // (FirstToken - Admitted) minus the engine's parts and the proxy's upstream send
-	Transport                 // the proxy's upstream send (UpstreamSent - Admitted) + (FirstTokenFlushed - FirstToken)
+	Unattributed              // (FirstTokenArrived - Admitted) minus the engine's parts and the proxy's upstream send
+	Transport                 // the proxy's upstream send (UpstreamSent - Admitted) + (FirstTokenFlushed - FirstTokenArrived)
 	NumStages
 )
 
@@ -39,7 +39,8 @@ type Breakdown struct {
 	// OK reports that a first token reached the client, so the stages exist.
 	OK bool
 	// Unsplit reports that the engine reported nothing: the upstream window
-	// (Admitted to FirstToken) past the proxy's send is all in Unattributed.
+	// (Admitted to FirstTokenArrived) past the proxy's send is all in
+	// Unattributed.
 	Unsplit bool
 	// Inconsistent reports that engine durations did not fit the window the
 	// proxy observed and were clamped (raw values stay in the Timeline).
@@ -73,14 +74,20 @@ func (t *Timeline) Breakdown() Breakdown {
 	}
 	gatewayDone, routed, admitted := seq(GatewayDone), seq(Routed), seq(Admitted)
 	firstToken := seq(FirstToken)
+	// The upstream window ends when the first token's bytes arrived; from
+	// there on the proxy was parsing and handing out what it already had.
+	arrived := firstToken
+	if a, ok := t.At(FirstTokenArrived); ok {
+		arrived = min(max(a, admitted), firstToken)
+	}
 	b.Stages[Gateway] = gatewayDone
 	b.Stages[Route] = routed - gatewayDone
 	b.Stages[Queue] = admitted - routed
-	b.Stages[Transport] = b.TTFT - firstToken
+	b.Stages[Transport] = b.TTFT - arrived
 
 	// Engine parts are carved out of the upstream window in order; a part that
 	// does not fit is clamped and the breakdown flagged.
-	window := firstToken - admitted
+	window := arrived - admitted
 	b.Unsplit = !t.EngineReported()
 	take := func(d EngineDur) time.Duration {
 		v, ok := t.Engine(d)

@@ -18,6 +18,7 @@ const (
 	UpstreamSent                  // request written to the upstream connection
 	UpstreamHeaders               // upstream status line and headers read
 	FirstEvent                    // first SSE event parsed
+	FirstTokenArrived             // the upstream read that brought the first content event returned
 	FirstToken                    // first event carrying generated content parsed
 	FirstTokenFlushed             // that event handed to the client socket
 	LastToken                     // last content event parsed
@@ -27,7 +28,7 @@ const (
 
 var markNames = [NumMarks]string{
 	"received", "gateway_done", "routed", "admitted", "upstream_connected", "upstream_sent", "upstream_headers",
-	"first_event", "first_token", "first_token_flushed", "last_token", "done",
+	"first_event", "first_token_arrived", "first_token", "first_token_flushed", "last_token", "done",
 }
 
 func (m Mark) String() string {

@@ -162,7 +162,7 @@ func TestEngine(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	want := []string{"received", "gateway_done", "routed", "admitted", "upstream_connected", "upstream_sent", "upstream_headers",
-		"first_event", "first_token", "first_token_flushed", "last_token", "done"}
+		"first_event", "first_token_arrived", "first_token", "first_token_flushed", "last_token", "done"}
 	if int(NumMarks) != len(want) {
 		t.Fatalf("NumMarks = %d, want %d", NumMarks, len(want))
 	}
@@ -269,6 +269,19 @@ func TestBreakdownTable(t *testing.T) {
 		{"connected, not sent: the connect counts", with(full, UpstreamSent, gone), nil,
 			Breakdown{OK: true, Unsplit: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
 				Unattributed: 89*ms + 600*time.Microsecond, Transport: 2*ms + 400*time.Microsecond}}},
+		{"the first token arrived before it was parsed: the parsing is transport", with(full, FirstTokenArrived, 99*ms), nil,
+			Breakdown{OK: true, Unsplit: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
+				Unattributed: 88 * ms, Transport: 4 * ms}}},
+		{"the first token arrived with the first event", with(with(full, FirstEvent, 99*ms), FirstTokenArrived, 99*ms),
+			map[EngineDur]time.Duration{EnginePrefill: 80 * ms},
+			Breakdown{OK: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
+				Prefill: 80 * ms, Unattributed: 8 * ms, Transport: 4 * ms}}},
+		{"arrival before admitted is taken as admitted", with(full, FirstTokenArrived, 5*ms), nil,
+			Breakdown{OK: true, Unsplit: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
+				Transport: 92 * ms}}},
+		{"arrival after the first token is taken as the first token", with(full, FirstTokenArrived, 101*ms), nil,
+			Breakdown{OK: true, Unsplit: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
+				Unattributed: 89 * ms, Transport: 3 * ms}}},
 		{"sent before admitted: no send", with(full, UpstreamSent, 9*ms), nil,
 			Breakdown{OK: true, Unsplit: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
 				Unattributed: 90 * ms, Transport: 2 * ms}}},
@@ -537,14 +550,20 @@ func TestBreakdownProperty(t *testing.T) {
 				nOOO++
 			}
 			gd, ro, ad, ft := v[0], v[1], v[2], v[3]
+			// The window ends when the first token arrived, when that is
+			// known (within admitted and first token).
+			arr := ft
+			if set[FirstTokenArrived] {
+				arr = min(max(off[FirstTokenArrived], ad), ft)
+			}
 			// The proxy's send, from admitted to the send (or the latest
 			// mark before it), gets what the engine's parts leave of the
 			// window.
 			send := max(eff(UpstreamSent)-ad, 0)
-			if bd.Stages[Gateway] != gd || bd.Stages[Route] != ro-gd || bd.Stages[Transport] < ttft-ft {
-				fail("proxy stages: want gateway %v route %v transport >= %v", gd, ro-gd, ttft-ft)
+			if bd.Stages[Gateway] != gd || bd.Stages[Route] != ro-gd || bd.Stages[Transport] < ttft-arr {
+				fail("proxy stages: want gateway %v route %v transport >= %v", gd, ro-gd, ttft-arr)
 			}
-			gotSend := bd.Stages[Transport] - (ttft - ft)
+			gotSend := bd.Stages[Transport] - (ttft - arr)
 			if gotSend > send {
 				fail("transport holds a send of %v, more than the proxy's %v", gotSend, send)
 			}
@@ -552,7 +571,7 @@ func TestBreakdownProperty(t *testing.T) {
 			// Oracle for Inconsistent: an engine part is negative, the
 			// reported parts do not fit the upstream window together, or sync
 			// is negative or larger than the prefill it is part of.
-			window := ft - ad
+			window := arr - ad
 			var parts time.Duration
 			neg := false
 			for _, d := range []EngineDur{EngineQueue, EngineTokenize, EngineMedia, EnginePrefill, EngineFirstDecode, EngineRecv, EngineEmit} {
@@ -599,7 +618,7 @@ func TestBreakdownProperty(t *testing.T) {
 				Prefill:      get(EnginePrefill),
 				FirstDecode:  get(EngineFirstDecode) + get(EngineEmit),
 				Unattributed: window - parts - send,
-				Transport:    ttft - ft + send,
+				Transport:    ttft - arr + send,
 			}
 			if bd.Stages != want {
 				fail("consistent report: stages differ from the formula, want %v", want)
