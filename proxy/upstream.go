@@ -178,6 +178,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 	tl.MarkAt(stages.UpstreamConnected, tl.Now()) // a retry's connection replaces the stale one
 	conn := cc.Conn()
+	if c := counted(conn); c != nil {
+		c.clock(tl)
+	}
 	used = record.ConnNew
 	if !cc.LastUseTime().IsZero() {
 		used = record.ConnReused
@@ -272,12 +275,16 @@ func headersTooLarge(err error) bool {
 // (held back upstream and released at once) from events that each needed a
 // read of their own. A read that fills the caller's buffer (the exchange's
 // read buffer) left more waiting in the socket, so the read after it is
-// part of the same arrival. Only the goroutine using the connection
-// reads or touches the fields.
+// part of the same arrival. It also keeps when the last read that returned
+// bytes did, on the clock of the request using it. Only the goroutine using
+// the connection reads or touches the fields.
 type countingConn struct {
 	net.Conn
 	reads    uint64
 	lastFull bool // the last read filled its buffer
+
+	tl     *stages.Timeline // the request using the connection
+	readAt time.Duration    // offset of the last read with bytes; < 0 before one
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
@@ -287,20 +294,27 @@ func (c *countingConn) Read(p []byte) (int, error) {
 			c.reads++
 		}
 		c.lastFull = n == len(p)
+		if c.tl != nil {
+			c.readAt = c.tl.Now()
+		}
 	}
 	return n, err
 }
 
-// readCounter returns the read count of a dialed upstream connection (under
-// TLS, of the socket beneath it), or nil.
-func readCounter(conn net.Conn) *uint64 {
+// clock times the connection's reads on tl, a request's clock, from now
+// on; nil stops.
+func (c *countingConn) clock(tl *stages.Timeline) {
+	c.tl, c.readAt = tl, -1
+}
+
+// counted returns the countingConn of a dialed upstream connection (under
+// TLS, the socket beneath it), or nil.
+func counted(conn net.Conn) *countingConn {
 	if t, ok := conn.(*tls.Conn); ok {
 		conn = t.NetConn()
 	}
-	if c, ok := conn.(*countingConn); ok {
-		return &c.reads
-	}
-	return nil
+	c, _ := conn.(*countingConn)
+	return c
 }
 
 // upstreamBody is a streamed upstream response body. Read and close run on
@@ -314,13 +328,13 @@ type upstreamBody struct {
 	resp    *fasthttp.Response
 	ab      *control
 	r       io.Reader
-	reads   *uint64 // the connection's read count; nil when not counted
+	counted *countingConn // the connection's reads; nil when not counted
 	eof     bool
 	open    bool
 }
 
 func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, br *bufio.Reader, resp *fasthttp.Response, ab *control) {
-	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), reads: readCounter(conn), open: true}
+	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), counted: counted(conn), open: true}
 	if b.r == nil {
 		b.eof = true
 	}
@@ -341,10 +355,20 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // readCount returns how many reads of the connection returned bytes so far;
 // ok is false when the connection is not counted.
 func (b *upstreamBody) readCount() (n uint64, ok bool) {
-	if b.reads == nil {
+	if b.counted == nil {
 		return 0, false
 	}
-	return *b.reads, true
+	return b.counted.reads, true
+}
+
+// lastRead returns when the connection's last read that returned bytes
+// did, on the request's clock: an event the relay has just parsed arrived
+// in that read, or in one before it.
+func (b *upstreamBody) lastRead() (time.Duration, bool) {
+	if b.counted == nil || b.counted.readAt < 0 {
+		return 0, false
+	}
+	return b.counted.readAt, true
 }
 
 // close releases the body. The connection goes back to the pool only when
@@ -356,6 +380,9 @@ func (b *upstreamBody) close(discard bool) {
 	}
 	b.open = false
 	b.ab.detach()
+	if b.counted != nil {
+		b.counted.clock(nil) // the connection may serve another request
+	}
 	reuse := b.eof && !discard && !b.resp.ConnectionClose()
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again

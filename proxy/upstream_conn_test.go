@@ -10,9 +10,11 @@ import (
 
 // TestUpstreamConnAndSendMarks: each record says which connection carried
 // the request upstream; the proxy's marks of the hop come in order
-// (admitted, upstream_connected, upstream_sent, upstream_headers); and with
-// an upstream that reports nothing, the proxy's send (admitted to
-// upstream_sent) is in transport, not in unattributed.
+// (admitted, upstream_connected, upstream_sent, then upstream_headers and
+// first_token_arrived, both before first_token); and with an upstream that
+// reports nothing, the proxy's own time (admitted to upstream_sent, and
+// first_token_arrived to first_token_flushed) is in transport, not in
+// unattributed.
 func TestUpstreamConnAndSendMarks(t *testing.T) {
 	const closing = "last on this connection"
 	up := startUpstream(t, func(c *upConn) {
@@ -42,21 +44,24 @@ func TestUpstreamConnAndSendMarks(t *testing.T) {
 				t.Errorf("upstream_conn %q, want %q", r.UpstreamConn, tt.want)
 			}
 			tl := &r.Timeline
-			prev := stages.Admitted
-			for _, m := range []stages.Mark{stages.Admitted, stages.UpstreamConnected, stages.UpstreamSent, stages.UpstreamHeaders, stages.FirstToken} {
-				at, ok := tl.At(m)
-				before, _ := tl.At(prev)
-				if !ok || at < before {
-					t.Errorf("%s at %v (set %v), before %s at %v", m, at, ok, prev, before)
+			for _, order := range [][]stages.Mark{
+				{stages.Admitted, stages.UpstreamConnected, stages.UpstreamSent, stages.UpstreamHeaders, stages.FirstToken},
+				{stages.UpstreamSent, stages.FirstTokenArrived, stages.FirstToken},
+			} {
+				for i, m := range order[1:] {
+					at, ok := tl.At(m)
+					before, _ := tl.At(order[i])
+					if !ok || at < before {
+						t.Errorf("%s at %v (set %v), before %s at %v", m, at, ok, order[i], before)
+					}
 				}
-				prev = m
 			}
 			admitted, _ := tl.At(stages.Admitted)
 			sent, _ := tl.At(stages.UpstreamSent)
-			first, _ := tl.At(stages.FirstToken)
+			arrived, _ := tl.At(stages.FirstTokenArrived)
 			flushed, _ := tl.At(stages.FirstTokenFlushed)
-			if want := (sent - admitted) + (flushed - first); !r.bd.Unsplit || r.bd.Stages[stages.Transport] != want {
-				t.Errorf("transport %v (unsplit %v), want the send %v plus the flush %v", r.bd.Stages[stages.Transport], r.bd.Unsplit, sent-admitted, flushed-first)
+			if want := (sent - admitted) + (flushed - arrived); !r.bd.Unsplit || r.bd.Stages[stages.Transport] != want {
+				t.Errorf("transport %v (unsplit %v), want the send %v plus arrival to flush %v", r.bd.Stages[stages.Transport], r.bd.Unsplit, sent-admitted, flushed-arrived)
 			}
 		})
 	}
