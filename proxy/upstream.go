@@ -144,10 +144,12 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // roundTrip sends req on a pooled connection and reads the response headers;
 // the body is left to stream from body. It marks UpstreamConnected on tl
 // when it has a connection and UpstreamSent when the request is written,
-// and returns the connection it used (none when it could not connect). A reused keep-alive connection that fails before any
-// response byte, right after the send (isStale), was closed by the engine
-// while idle (its keep-alive timeout, a restart): the engine never saw the
-// request, so it is sent once more, on a connection dialed for it.
+// times the connection's reads on tl, and returns the connection it used
+// (none when it could not connect). A reused keep-alive connection that
+// fails before any response byte, right after the send (isStale), was
+// closed by the engine while idle (its keep-alive timeout, a restart): the
+// engine never saw the request, so it is sent once more, on a connection
+// dialed for it.
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
