@@ -83,7 +83,7 @@ func newExchange(p *Proxy) *exchange {
 // firstTokenParsed marks when the first content event arrived (the
 // upstream read that brought it), and moves the deadlines on.
 func (x *exchange) firstTokenParsed(now time.Duration) {
-	if at, ok := x.relay.body.lastRead(); ok {
+	if at, ok := x.relay.body.arrival(); ok {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
 	x.firstTokenSeen(now)

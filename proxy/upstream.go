@@ -304,7 +304,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 }
 
 // clock times the connection's reads on tl, a request's clock, from now
-// on; nil stops.
+// on; nil stops (the relay asks for the first token's arrival only).
 func (c *countingConn) clock(tl *stages.Timeline) {
 	c.tl, c.readAt = tl, -1
 }
@@ -363,14 +363,17 @@ func (b *upstreamBody) readCount() (n uint64, ok bool) {
 	return b.counted.reads, true
 }
 
-// lastRead returns when the connection's last read that returned bytes
-// did, on the request's clock: an event the relay has just parsed arrived
-// in that read, or in one before it.
-func (b *upstreamBody) lastRead() (time.Duration, bool) {
-	if b.counted == nil || b.counted.readAt < 0 {
+// arrival returns when the connection's last read that returned bytes
+// did, on the request's clock (an event the relay has just parsed arrived
+// in that read, or in one before it), and stops timing the reads: the
+// first token's arrival is the one asked for.
+func (b *upstreamBody) arrival() (time.Duration, bool) {
+	if b.counted == nil || b.counted.tl == nil || b.counted.readAt < 0 {
 		return 0, false
 	}
-	return b.counted.readAt, true
+	at := b.counted.readAt
+	b.counted.clock(nil)
+	return at, true
 }
 
 // close releases the body. The connection goes back to the pool only when
