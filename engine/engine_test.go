@@ -48,7 +48,7 @@ func TestStreamShapeChat(t *testing.T) {
 		t.Fatalf("item 1 = %+v, want the server-timing comment", items[1])
 	}
 	st := parseServerTiming(t, strings.TrimPrefix(items[1].data, "server-timing "))
-	for _, name := range []string{"queue", "tokenize", "media", "prefill", "sync", "decode1"} {
+	for _, name := range []string{"queue", "tokenize", "media", "prefill", "sync", "decode1", "recv", "emit"} {
 		if _, ok := st[name]; !ok {
 			t.Errorf("server-timing lacks %s: %s", name, items[1].data)
 		}
@@ -58,7 +58,7 @@ func TestStreamShapeChat(t *testing.T) {
 	if c.Choices[0].Delta == nil || c.Choices[0].Delta.Content == nil || c.Choices[0].Delta.Role != nil {
 		t.Fatalf("first content chunk = %s", first.data)
 	}
-	sum := st["queue"] + st["tokenize"] + st["media"] + st["prefill"] + st["decode1"]
+	sum := st["recv"] + st["queue"] + st["tokenize"] + st["media"] + st["prefill"] + st["decode1"] + st["emit"]
 	if sum > first.at {
 		t.Errorf("server-timing parts %v add up to more than the client's TTFT %v", sum, first.at)
 	}
@@ -157,7 +157,7 @@ func TestNonStreamTrailer(t *testing.T) {
 			t.Fatalf("%s: no Server-Timing trailer", path)
 		}
 		timing := parseServerTiming(t, st)
-		if len(timing) != 6 {
+		if _, emit := timing["emit"]; len(timing) != 7 || emit { // emit is a stream's
 			t.Errorf("%s: trailer %q", path, st)
 		}
 		var out struct {

@@ -176,8 +176,17 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("headers at %v, Server-Timing %q", r.headerAt, st)
 			}
 			timing := parseServerTiming(t, st)
-			if timing["queue"] < 150*time.Millisecond || len(timing) != 6 {
+			if timing["queue"] < 150*time.Millisecond || len(timing) != 8 {
 				t.Errorf("Server-Timing %q", st)
+			}
+			var comment string
+			for _, it := range r.items {
+				if it.comment && strings.HasPrefix(it.data, "server-timing ") {
+					comment = strings.TrimPrefix(it.data, "server-timing ")
+				}
+			}
+			if comment != st {
+				t.Errorf("the comment says %q, the header %q: want the same values", comment, st)
 			}
 		}},
 	}

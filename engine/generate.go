@@ -28,7 +28,7 @@ type gen struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	hr      *http.Request
-	arrived time.Time
+	arrived time.Time // the request's first bytes read (arrivedAt)
 	truth   Truth
 	f       Faults
 	a       *apiRequest
@@ -42,8 +42,11 @@ type gen struct {
 	roleSent    bool
 	commentSent bool
 	contentSent bool
+	timing      string // the Server-Timing value sent with the first token
 	hold        []byte // buffered fault: every event held until the end
-	buf         []byte
+	buf         []byte // an event's data
+	out         []byte // the bytes of a write
+	queued      []byte // what goes out first with the next write
 	writeErr    error
 	st          schedTruth
 	haveST      bool
@@ -81,7 +84,7 @@ func requestID(in string) string {
 }
 
 func (s *Server) generate(w http.ResponseWriter, hr *http.Request, chat bool) {
-	g := &gen{s: s, w: w, hr: hr, rc: http.NewResponseController(w), arrived: time.Now(), created: time.Now().Unix(), f: noFaults()}
+	g := &gen{s: s, w: w, hr: hr, rc: http.NewResponseController(w), arrived: arrivedAt(hr), created: time.Now().Unix(), f: noFaults()}
 	id := requestID(hr.Header.Get("X-Request-Id"))
 	w.Header().Set("X-Request-Id", id)
 	g.truth = Truth{RequestID: id, Traceparent: hr.Header.Get("traceparent"), Received: g.arrived, Endpoint: "completions"}
@@ -142,19 +145,19 @@ func (g *gen) run(chat bool) {
 	}
 	ctx := g.hr.Context()
 
-	// Media stage.
+	// Media stage, then the tokenizer stage, back to back.
 	mstart := time.Now()
-	if err := g.fetchMedia(ctx); err != nil {
-		g.truth.Media = time.Since(mstart)
+	g.truth.Recv = mstart.Sub(g.arrived)
+	err = g.fetchMedia(ctx)
+	tstart := time.Now()
+	g.truth.Media = tstart.Sub(mstart)
+	if err != nil {
 		g.stageErr(err)
 		return
 	}
-	g.truth.Media = time.Since(mstart)
-
-	// Tokenizer stage.
-	tstart := time.Now()
 	prompt, err := g.tokenize(ctx)
-	g.truth.Tokenize = time.Since(tstart)
+	tend := time.Now()
+	g.truth.Tokenize = tend.Sub(tstart)
 	if err != nil {
 		g.stageErr(err)
 		return
@@ -194,7 +197,6 @@ func (g *gen) run(chat bool) {
 	}
 	req.rng = rand.New(rand.NewPCG(seed, 0x7474_666c_656e73))
 	req.faults = g.f
-	req.arrived = g.arrived
 	g.req = req
 	g.prev = prompt[len(prompt)-1]
 
@@ -213,6 +215,7 @@ func (g *gen) run(chat bool) {
 		s.sched.poke()
 	}()
 	req.submitted = time.Now()
+	g.truth.Recv += req.submitted.Sub(tend) // the checks and the request built after the stages
 	req.notBefore = req.submitted.Add(g.f.QueueDelay)
 	s.sched.submit(req)
 
@@ -363,7 +366,10 @@ func (g *gen) consume(ctx context.Context) {
 
 		if scheduled && !g.prefillSent && g.a.stream && !g.f.HoldHeaders {
 			g.prefillSent = true
-			g.write(phasePrefill)
+			g.queued = append(g.queued, phasePrefill...) // with the first token when it is here too
+			if len(toks) == 0 {
+				g.write(nil)
+			}
 		}
 		for _, t := range toks {
 			g.n++
@@ -379,6 +385,9 @@ func (g *gen) consume(ctx context.Context) {
 			if g.lost() || g.afterToken(ctx) {
 				return
 			}
+		}
+		if len(g.queued) > 0 {
+			g.write(nil) // the first token's text is held back (a stop string may start)
 		}
 		if fin {
 			switch reason {
@@ -469,7 +478,6 @@ func (g *gen) emitPending(final bool) {
 		g.text.WriteString(piece)
 		return
 	}
-	g.begin()
 	g.buf = g.appendChunkStart(g.buf[:0])
 	if g.a.chat {
 		g.buf = append(g.buf, `"delta":{"content":`...)
@@ -480,7 +488,8 @@ func (g *gen) emitPending(final bool) {
 		g.buf = appendJSONString(g.buf, piece)
 		g.buf = append(g.buf, `,"logprobs":null,"finish_reason":null}]}`...)
 	}
-	g.event(g.buf)
+	g.out = sse.AppendEvent(g.begin(g.out[:0]), nil, g.buf)
+	g.write(g.out)
 	if !g.contentSent {
 		g.contentSent = true
 		if !g.f.Buffered {
@@ -555,27 +564,33 @@ func (g *gen) appendUsage(b []byte) []byte {
 	return append(b, "}}"...)
 }
 
-// begin sends what precedes the first content event of a stream: the
-// role-only chunk (chat) and the Server-Timing comment.
-func (g *gen) begin() {
+// begin appends to b what precedes the first content event of a stream:
+// the role-only chunk (chat) and the Server-Timing comment. The caller
+// writes them with that event, in one write: the comment is rendered last,
+// so that emit runs up to that write.
+func (g *gen) begin(b []byte) []byte {
 	if !g.a.stream {
-		return
+		return b
 	}
 	if g.a.chat && !g.roleSent {
 		g.roleSent = true
-		b := g.appendChunkStart(nil)
-		b = append(b, `"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`...)
-		g.event(b)
+		role := g.appendChunkStart(nil)
+		role = append(role, `"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`...)
+		b = sse.AppendEvent(b, nil, role)
 	}
 	if !g.commentSent && g.haveST {
 		g.commentSent = true
-		g.write(sse.AppendComment(nil, []byte("server-timing "+g.serverTiming())))
+		g.truth.Emit = time.Since(g.st.FirstTokenAt)
+		g.timing = g.serverTiming(true)
+		b = sse.AppendComment(b, []byte("server-timing "+g.timing))
 	}
+	return b
 }
 
 // serverTiming renders the Server-Timing value (PROTOCOL.md). Before the
-// first token only the handler's own stages are known.
-func (g *gen) serverTiming() string {
+// first token only the handler's own stages are known; emit only with the
+// first token of a stream.
+func (g *gen) serverTiming(emit bool) string {
 	var b []byte
 	m := func(name string, d time.Duration) {
 		if len(b) > 0 {
@@ -594,6 +609,10 @@ func (g *gen) serverTiming() string {
 		m("prefill", g.st.Prefill)
 		m("sync", g.st.Sync)
 		m("decode1", g.st.FirstDecode)
+	}
+	m("recv", g.truth.Recv)
+	if emit {
+		m("emit", g.truth.Emit)
 	}
 	return string(b)
 }
@@ -619,16 +638,25 @@ func (g *gen) sendHeaders() {
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	if g.haveST {
-		// Only in the hold_headers case are all values known by now.
-		h.Set("Server-Timing", g.serverTiming())
+	switch {
+	case g.timing != "":
+		// hold_headers: the headers go out with the first token, and the
+		// values with them are the comment's.
+		h.Set("Server-Timing", g.timing)
+	case g.haveST:
+		h.Set("Server-Timing", g.serverTiming(false))
 	}
 	g.truth.Status = http.StatusOK
 	g.w.WriteHeader(http.StatusOK)
 }
 
-// write sends b on the stream and flushes it, or holds it (buffered fault).
+// write sends what was queued and b on the stream, in one write, and
+// flushes it, or holds it (buffered fault).
 func (g *gen) write(b []byte) {
+	if len(g.queued) > 0 {
+		b = append(g.queued, b...)
+		g.queued = nil
+	}
 	if g.f.Buffered {
 		g.hold = append(g.hold, b...)
 		return
@@ -674,7 +702,6 @@ func (g *gen) finish(reason string) {
 		g.writeNonStream(reason)
 		return
 	}
-	g.begin()
 	b := g.appendChunkStart(nil)
 	if g.a.chat {
 		b = append(b, `"delta":{},"logprobs":null,"finish_reason":`...)
@@ -683,7 +710,7 @@ func (g *gen) finish(reason string) {
 	}
 	b = appendJSONString(b, reason)
 	b = append(b, `,"stop_reason":null}]}`...)
-	g.event(b)
+	g.write(sse.AppendEvent(g.begin(g.out[:0]), nil, b))
 	if g.a.includeUsage {
 		b = append(g.appendChunkHead(b[:0]), `,"choices":[],`...)
 		b = g.appendUsage(b)
@@ -735,7 +762,7 @@ func (g *gen) writeNonStreamBody(b []byte) {
 		g.writeErr = err
 	}
 	g.truth.TTFT = time.Since(g.arrived)
-	h.Set("Server-Timing", g.serverTiming())
+	h.Set("Server-Timing", g.serverTiming(false))
 }
 
 // errorEnd ends the request with an error: an error event on a stream whose
@@ -778,6 +805,9 @@ func (g *gen) reset() {
 	if err != nil {
 		// Not hijackable (HTTP/2): abort the stream instead.
 		panic(http.ErrAbortHandler)
+	}
+	if ac, ok := conn.(*arrivalConn); ok {
+		conn = ac.Conn
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
@@ -843,6 +873,8 @@ func (g *gen) finalize() {
 			slog.Duration("prefill", t.Prefill),
 			slog.Duration("sync", t.Sync),
 			slog.Duration("decode1", t.FirstDecode),
+			slog.Duration("recv", t.Recv),
+			slog.Duration("emit", t.Emit),
 			slog.Duration("ttft", t.TTFT),
 			slog.Duration("e2e", t.E2E),
 		)

@@ -38,7 +38,6 @@ type request struct {
 	ignoreEOS   bool
 	rng         *rand.Rand
 	faults      Faults
-	arrived     time.Time // handler entry
 	submitted   time.Time // arrival at the scheduler
 	notBefore   time.Time // queue_delay fault: not admitted before this
 
@@ -92,8 +91,8 @@ func newRequest() *request {
 	return &request{notify: make(chan struct{}, 1)}
 }
 
-// emit hands a token (tok >= 0) and/or a finish reason to the handler. It
-// never blocks.
+// emit hands a token (tok >= 0) and/or a finish reason to the handler, to
+// be woken by signal (or the scheduler's waker). It never blocks.
 func (r *request) emit(tok int, finish, errMsg string, met *metrics) {
 	r.mu.Lock()
 	if tok >= 0 {
@@ -114,17 +113,18 @@ func (r *request) emit(tok int, finish, errMsg string, met *metrics) {
 		r.truth.Generated = r.generated
 	}
 	r.mu.Unlock()
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
 }
 
-// markScheduled tells the handler the request's prefill is starting.
+// markScheduled tells the handler the request's prefill is starting, to be
+// woken by signal (or the scheduler's waker).
 func (r *request) markScheduled() {
 	r.mu.Lock()
 	r.scheduled = true
 	r.mu.Unlock()
+}
+
+// signal wakes r's handler. It never blocks.
+func (r *request) signal() {
 	select {
 	case r.notify <- struct{}{}:
 	default:
@@ -158,14 +158,20 @@ type scheduler struct {
 	batch      []*request
 	stragRank  int
 	stragDelay time.Duration
+	waker      *waker // wakes the handlers the scheduler has news for
 
 	// Observable from other goroutines.
 	kvFree atomic.Int64
 	steps  atomic.Int64
 }
 
-func newScheduler(m *model.Model, pool *model.BlockPool, cfg *Config, eos int, serverFaults Faults, met *metrics) *scheduler {
+func newScheduler(m *model.Model, pool *model.BlockPool, cfg *Config, eos int, serverFaults Faults, met *metrics) (*scheduler, error) {
+	k, err := newWaker()
+	if err != nil {
+		return nil, err
+	}
 	s := &scheduler{
+		waker:          k,
 		m:              m,
 		pool:           pool,
 		maxRunning:     cfg.MaxRunning,
@@ -181,7 +187,7 @@ func newScheduler(m *model.Model, pool *model.BlockPool, cfg *Config, eos int, s
 		stragRank:      -1,
 	}
 	s.kvFree.Store(int64(pool.Free()))
-	return s
+	return s, nil
 }
 
 // submit queues r for scheduling. It never blocks. After close, r ends at
@@ -191,6 +197,7 @@ func (s *scheduler) submit(r *request) {
 	if s.closed {
 		s.mu.Unlock()
 		r.emit(-1, finishError, "engine shutting down", s.met)
+		r.signal()
 		return
 	}
 	s.incoming = append(s.incoming, r)
@@ -216,6 +223,13 @@ func (s *scheduler) close() {
 
 func (s *scheduler) run() {
 	defer close(s.done)
+	var wakes sync.WaitGroup
+	wakes.Go(s.waker.run)
+	defer func() {
+		s.waker.close()
+		wakes.Wait()
+		_ = s.waker.r.Close()
+	}()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -236,7 +250,9 @@ func (s *scheduler) run() {
 			return
 		default:
 		}
-		if s.step() {
+		stepped := s.step()
+		s.waker.flush()
+		if stepped {
 			continue
 		}
 		// Nothing could run: sleep until a submit, a cancel, or the
@@ -290,6 +306,7 @@ func (s *scheduler) sweep() {
 				r.kv = nil
 			}
 			r.emit(-1, finishAbort, "", s.met)
+			s.waker.add(r)
 			return true
 		})
 	}
@@ -317,6 +334,7 @@ func (s *scheduler) shutdown() {
 			r.kv = nil
 		}
 		r.emit(-1, finishError, "engine shutting down", s.met)
+		r.signal()
 	}
 	s.met.running.Sub(float64(len(s.running)))
 	s.met.waiting.Sub(float64(len(s.waiting)))
@@ -357,8 +375,10 @@ func (s *scheduler) step() bool {
 	for _, r := range s.batch {
 		if !r.started {
 			r.markScheduled()
+			s.waker.add(r)
 		}
 	}
+	s.waker.flush() // the handlers say the prefill began while it runs
 
 	t0 := time.Now()
 	st := s.m.Step(s.entries)
@@ -431,6 +451,7 @@ func (s *scheduler) admitWaiting(now time.Time, budget int) {
 				s.waiting = slices.Delete(s.waiting, i, i+1)
 				s.met.waiting.Dec()
 				r.emit(-1, finishError, "prompt does not fit in the KV cache", s.met)
+				s.waker.add(r)
 				continue
 			}
 			return
@@ -523,6 +544,7 @@ func (s *scheduler) sampleNext(r *request) {
 	}
 	if finish == "" {
 		r.emit(tok, "", "", s.met)
+		s.waker.add(r)
 		return
 	}
 	if tok == s.eos && !r.ignoreEOS {
@@ -534,6 +556,7 @@ func (s *scheduler) sampleNext(r *request) {
 	s.running = slices.Delete(s.running, j, j+1)
 	s.met.running.Dec()
 	r.emit(tok, finish, "", s.met)
+	s.waker.add(r)
 }
 
 // setStraggler applies the straggler fault of the server or of any request

@@ -98,7 +98,10 @@ func New(cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.met = newMetrics(cfg.ModelName, s.kvUsage)
-	s.sched = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met)
+	if s.sched, err = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("start the scheduler: %w", err)
+	}
 	s.toks = newTokenizerPool(tok, cfg.TokenizerWorkers)
 	s.wg.Go(s.sched.run)
 
@@ -135,6 +138,9 @@ func (s *Server) Config() Config { return s.cfg }
 // OpenAI-shaped 404.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ac := requestConn(r); ac != nil {
+			defer ac.rearm(r)
+		}
 		h, pattern := s.mux.Handler(r)
 		if pattern == "" {
 			writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})
@@ -146,7 +152,7 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves the API on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, ConnContext: withArrivalConn}
 	s.mu.Lock()
 	select {
 	case <-s.closing:
@@ -157,7 +163,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.srvs = append(s.srvs, srv)
 	s.mu.Unlock()
-	err := srv.Serve(ln)
+	err := srv.Serve(arrivalListener{ln})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

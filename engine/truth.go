@@ -15,7 +15,9 @@ type Truth struct {
 	Stream      bool
 	Faults      string // effective faults, header syntax
 	Status      int    // HTTP status sent (0: the connection was reset before headers)
-	Received    time.Time
+	// Received is when the request's first bytes were read (under Serve;
+	// otherwise when its handler was entered).
+	Received time.Time
 
 	// The Server-Timing values (see PROTOCOL.md).
 	Queue       time.Duration // arrival at the scheduler → first scheduled
@@ -24,6 +26,8 @@ type Truth struct {
 	Prefill     time.Duration // first scheduled → last prompt token computed
 	Sync        time.Duration // rank barrier waits during the prefill steps (inside Prefill)
 	FirstDecode time.Duration // last prompt token computed → first token sampled
+	Recv        time.Duration // Received → media stage, and tokenizer stage → scheduler: reading, decoding, checking
+	Emit        time.Duration // first token sampled → the timing comment rendered (streams)
 
 	// Measured by the handler.
 	FirstTokenSampled time.Duration // Received → first generated token sampled

@@ -38,6 +38,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldStream:       listed,
 	record.FieldStatus:       listed,
 	record.FieldUpstream:     listed,
+	record.FieldUpstreamConn: detailed,
 	record.FieldKey:          detailed,
 	record.FieldEndReason:    listed,
 	record.FieldEndDetail:    listed,
@@ -143,6 +144,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			e.Int(name, r.Status)
 		case record.FieldUpstream:
 			e.Str(name, r.Upstream)
+		case record.FieldUpstreamConn:
+			if r.UpstreamConn != record.ConnNone {
+				e.Str(name, r.UpstreamConn.String())
+			}
 		case record.FieldKey:
 			if r.Key != "" {
 				e.Str(name, r.Key)

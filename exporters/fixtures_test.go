@@ -78,11 +78,14 @@ func stream(r *record.Record, first time.Duration, n int, mean time.Duration, se
 	return at
 }
 
-// proxyMarks sets the marks up to upstream headers.
+// proxyMarks sets the marks up to upstream headers, on a reused
+// connection.
 func proxyMarks(r *record.Record) {
 	r.Timeline.MarkAt(stages.GatewayDone, 41234)
 	r.Timeline.MarkAt(stages.Routed, 55501)
 	r.Timeline.MarkAt(stages.Admitted, 70499)
+	r.Timeline.MarkAt(stages.UpstreamConnected, 95*us)
+	r.UpstreamConn = record.ConnReused
 	r.Timeline.MarkAt(stages.UpstreamSent, 120*us)
 	r.Timeline.MarkAt(stages.UpstreamHeaders, 2*ms)
 }
@@ -103,6 +106,8 @@ var fixtures = []fixture{
 		r.Timeline.SetEngine(stages.EnginePrefill, 30*ms)
 		r.Timeline.SetEngine(stages.EngineSync, 2*ms)
 		r.Timeline.SetEngine(stages.EngineFirstDecode, 6*ms)
+		r.Timeline.SetEngine(stages.EngineRecv, 80*us)
+		r.Timeline.SetEngine(stages.EngineEmit, 150*us)
 		r.EngineSource = "server-timing"
 		r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
 		r.TokensOut, r.TokensIn, r.UsageReported = 200, 512, true

@@ -343,6 +343,9 @@ func requestAttrs(a []attribute.KeyValue, s *Summary) []attribute.KeyValue {
 	if s.Upstream != "" {
 		a = append(a, attribute.String("server.address", s.Upstream))
 	}
+	if s.UpstreamConn != record.ConnNone {
+		a = append(a, attribute.String(attrPrefix+"upstream_conn", s.UpstreamConn.String()))
+	}
 	a = append(a,
 		attribute.String("http.request.method", s.Method),
 		attribute.String("url.path", s.Path),

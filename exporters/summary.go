@@ -23,6 +23,7 @@ type Summary struct {
 	TraceFlags byte
 
 	Method, Path, Model, Upstream, Key string
+	UpstreamConn                       record.UpstreamConn
 	Streaming                          bool
 	Status                             int
 
@@ -64,7 +65,7 @@ type Summary struct {
 func (s *Summary) Fill(r *record.Record) {
 	*s = Summary{
 		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID, ParentID: r.ParentID, TraceFlags: r.TraceFlags,
-		Method: r.Method, Path: r.Path, Model: r.Model, Upstream: r.Upstream, Key: r.Key,
+		Method: r.Method, Path: r.Path, Model: r.Model, Upstream: r.Upstream, Key: r.Key, UpstreamConn: r.UpstreamConn,
 		Streaming: r.Streaming, Status: r.Status,
 		Reason: r.Reason, Detail: r.Detail, Phase: r.Phase, Error: r.Error,
 		Timeline:  r.Timeline,
@@ -101,7 +102,7 @@ func (s *Summary) Fill(r *record.Record) {
 func (s *Summary) restore(r *record.Record) {
 	*r = record.Record{
 		RequestID: s.RequestID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.ParentID, TraceFlags: s.TraceFlags,
-		Method: s.Method, Path: s.Path, Model: s.Model, Upstream: s.Upstream, Key: s.Key,
+		Method: s.Method, Path: s.Path, Model: s.Model, Upstream: s.Upstream, Key: s.Key, UpstreamConn: s.UpstreamConn,
 		Streaming: s.Streaming, Status: s.Status,
 		Reason: s.Reason, Detail: s.Detail, Phase: s.Phase, Error: s.Error,
 		Timeline: s.Timeline,

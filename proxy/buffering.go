@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
@@ -96,6 +97,9 @@ type countingConn struct {
 	readsAtWrite  uint64
 	segsAtWrite   uint32
 	kernelCounted bool
+
+	tl     *stages.Timeline // the request timing the reads (clock); nil: none
+	readAt time.Duration    // offset of the last read with bytes; < 0 before one
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
@@ -115,8 +119,17 @@ func (c *countingConn) Read(p []byte) (int, error) {
 			c.reads++
 		}
 		c.lastFull = n == len(p)
+		if c.tl != nil {
+			c.readAt = c.tl.Now()
+		}
 	}
 	return n, err
+}
+
+// clock times the connection's reads on tl, a request's clock, from now
+// on; nil stops (the relay asks for the first token's arrival only).
+func (c *countingConn) clock(tl *stages.Timeline) {
+	c.tl, c.readAt = tl, -1
 }
 
 // arrivals returns the pieces the response has come in so far (see

@@ -9,12 +9,13 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
 // startEngine runs the reference engine on loopback, taking faults from
 // requests: the proxy decides whether they reach it.
-func startEngine(t *testing.T, cfg engine.Config) (*engine.Server, string) {
+func startEngine(t testing.TB, cfg engine.Config) (*engine.Server, string) {
 	t.Helper()
 	cfg.AllowFaults = true
 	srv, err := engine.New(cfg)
@@ -89,11 +90,19 @@ func TestWithReferenceEngine(t *testing.T) {
 			}{
 				{stages.EngineQueue, truth.Queue}, {stages.EngineTokenize, truth.Tokenize}, {stages.EngineMedia, truth.Media},
 				{stages.EnginePrefill, truth.Prefill}, {stages.EngineSync, truth.Sync}, {stages.EngineFirstDecode, truth.FirstDecode},
+				{stages.EngineRecv, truth.Recv},
 			} {
 				got, ok := r.Timeline.Engine(c.d)
 				if diff := (got - c.want).Abs(); !ok || diff > time.Microsecond {
 					t.Errorf("engine %s: record %v, engine truth %v", c.d, got, c.want)
 				}
+			}
+			// emit is reported on a stream, with its first token.
+			if got, ok := r.Timeline.Engine(stages.EngineEmit); ok != tt.stream || (got-truth.Emit).Abs() > time.Microsecond {
+				t.Errorf("engine emit: record %v (reported %v), engine truth %v", got, ok, truth.Emit)
+			}
+			if r.UpstreamConn == record.ConnNone {
+				t.Error("no upstream_conn")
 			}
 			if r.bd.Inconsistent {
 				t.Errorf("engine report flagged inconsistent: %+v", r.bd)

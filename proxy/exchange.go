@@ -73,10 +73,19 @@ func newExchange(p *Proxy) *exchange {
 	x := &exchange{p: p}
 	x.fin.log = &p.log
 	x.relay = newRelay(relayWiring{cfg: &p.cfg, fin: &x.fin, ctl: &x.ctl, sig: &x.sig,
-		onFirstToken: x.firstTokenSeen, onClose: x.closed})
+		onFirstToken: x.firstTokenParsed, onClose: x.closed})
 	x.peekReq = func(name string) []byte { return x.req.Header.Peek(name) }
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	return x
+}
+
+// firstTokenParsed marks when the first content event arrived (the
+// upstream read that brought it), and moves the deadlines on.
+func (x *exchange) firstTokenParsed(now time.Duration) {
+	if at, ok := x.relay.body.arrival(); ok {
+		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
+	}
+	x.firstTokenSeen(now)
 }
 
 // reset readies a finished exchange for the pool.
@@ -274,7 +283,9 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 		x.req.SetBodyRaw(send)
 	}
 	x.relay.dropUsage = drop
-	return up.roundTrip(&x.req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	var err error
+	x.fin.rec.UpstreamConn, err = up.roundTrip(&x.req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	return err
 }
 
 // respond reads the upstream response headers and relays the response: as

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -140,28 +141,31 @@ func (e *exchangeError) Error() string {
 func (e *exchangeError) Unwrap() error { return e.err }
 
 // roundTrip sends req on a pooled connection and reads the response headers;
-// the body is left to stream from body. It marks UpstreamSent on tl when the
-// request is written. A reused keep-alive connection that fails before any
-// response byte, right after the send (isStale), was closed by the engine
-// while idle (its keep-alive timeout, a restart): the engine never saw the
-// request, so it is sent once more, on a connection dialed for it.
+// the body is left to stream from body. It marks UpstreamConnected on tl
+// when it has a connection and UpstreamSent when the request is written,
+// times the connection's reads on tl, and returns the connection it used
+// (none when it could not connect). A reused keep-alive connection that
+// fails before any response byte, right after the send (isStale), was
+// closed by the engine while idle (its keep-alive timeout, a restart): the
+// engine never saw the request, so it is sent once more, on a connection
+// dialed for it.
 //
 // This is fasthttp's own transport reduced to the streaming case, plus
 // attach/detach so the exchange can be aborted while waiting for headers,
 // which fasthttp's default transport cannot do: its Do returns only
 // once the headers are read, and offers no way to close the connection
 // meanwhile.
-func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) error {
-	reused, err := u.tryRoundTrip(req, resp, ab, tl, body, false)
-	if err != nil && reused && isStale(err) && ab.aborted() == nil {
-		_, err = u.tryRoundTrip(req, resp, ab, tl, body, true)
+func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (record.UpstreamConn, error) {
+	conn, err := u.tryRoundTrip(req, resp, ab, tl, body, false)
+	if err != nil && conn == record.ConnReused && isStale(err) && ab.aborted() == nil {
+		conn, err = u.tryRoundTrip(req, resp, ab, tl, body, true)
 	}
-	return err
+	return conn, err
 }
 
 // tryRoundTrip is one attempt of roundTrip, on a pooled connection or, with
 // fresh, on a newly dialed one.
-func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (reused bool, err error) {
+func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (used record.UpstreamConn, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
 	// The pool hands out its idle connections before it dials: those are
@@ -171,18 +175,25 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 		cc, err = hc.AcquireConn(0, false)
 	}
 	if err != nil {
-		return false, &exchangeError{connect: true, err: err}
+		return record.ConnNone, &exchangeError{connect: true, err: err}
 	}
+	tl.MarkAt(stages.UpstreamConnected, tl.Now()) // a retry's connection replaces the stale one
 	conn := cc.Conn()
-	reused = !cc.LastUseTime().IsZero()
+	if c := countedConn(conn); c != nil {
+		c.clock(tl)
+	}
+	used = record.ConnNew
+	if !cc.LastUseTime().IsZero() {
+		used = record.ConnReused
+	}
 	if !ab.attach(conn) {
 		hc.CloseConn(cc)
-		return reused, &exchangeError{err: errAbortedBeforeSend}
+		return used, &exchangeError{err: errAbortedBeforeSend}
 	}
-	fail := func(sent bool, err error) (bool, error) {
+	fail := func(sent bool, err error) (record.UpstreamConn, error) {
 		ab.detach()
 		hc.CloseConn(cc)
-		return reused, &exchangeError{sent: sent, err: err}
+		return used, &exchangeError{sent: sent, err: err}
 	}
 	if hc.WriteTimeout > 0 {
 		if err := conn.SetWriteDeadline(time.Now().Add(hc.WriteTimeout)); err != nil {
@@ -209,9 +220,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	br := hc.AcquireReader(conn)
 	if err := resp.ReadLimitBody(br, 0); err != nil {
 		hc.ReleaseReader(br)
-		reused, err := fail(true, err)
+		used, err := fail(true, err)
 		err.(*exchangeError).waited = tl.Now() - sentAt
-		return reused, err
+		return used, err
 	}
 	// fasthttp's pooled-connection type is unexported: keep it in a closure.
 	release := func(reuse bool) {
@@ -222,7 +233,7 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 		}
 	}
 	body.start(hc, release, conn, br, resp, ab)
-	return reused, nil
+	return used, nil
 }
 
 // isClosedBeforeResponse reports an upstream that closed the connection
@@ -295,6 +306,19 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// arrival returns when the connection's last read that returned bytes
+// did, on the request's clock (an event the relay has just parsed arrived
+// in that read, or in one before it), and stops timing the reads: the
+// first token's arrival is the one asked for.
+func (b *upstreamBody) arrival() (time.Duration, bool) {
+	if b.counted == nil || b.counted.tl == nil || b.counted.readAt < 0 {
+		return 0, false
+	}
+	at := b.counted.readAt
+	b.counted.clock(nil)
+	return at, true
+}
+
 // close releases the body. The connection goes back to the pool only when
 // the body was read to its end and nothing went wrong; otherwise it is closed,
 // which is also how the upstream learns to stop generating.
@@ -304,6 +328,9 @@ func (b *upstreamBody) close(discard bool) {
 	}
 	b.open = false
 	b.ab.detach()
+	if b.counted != nil {
+		b.counted.clock(nil) // the connection may serve another request
+	}
 	reuse := b.eof && !discard && !b.resp.ConnectionClose()
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again

@@ -48,6 +48,9 @@ type Record struct {
 	// Status is the HTTP status sent to the client (0 when none could be sent).
 	Status int
 
+	// UpstreamConn is the connection that carried the request upstream.
+	UpstreamConn UpstreamConn
+
 	Reason endreason.Reason
 	Detail endreason.Detail
 	Phase  endreason.Phase // for ClientCancel only
@@ -94,6 +97,28 @@ type Record struct {
 	// delivered, when it left; the proxy reads nothing after closing).
 	CancelToClose     time.Duration
 	TokensAfterCancel int
+}
+
+// UpstreamConn says which connection carried a request to its upstream.
+type UpstreamConn uint8
+
+// The connections.
+const (
+	ConnNone   UpstreamConn = iota // none was made
+	ConnNew                        // dialed for the request (with its TLS handshake)
+	ConnReused                     // an idle keep-alive connection from the pool
+)
+
+// String is the connection's name in logs and spans: "new", "reused", or
+// "" for none.
+func (c UpstreamConn) String() string {
+	switch c {
+	case ConnNew:
+		return "new"
+	case ConnReused:
+		return "reused"
+	}
+	return ""
 }
 
 // Buffering is a set of signs that a response was buffered upstream of the

@@ -24,6 +24,7 @@ const (
 	FieldStream
 	FieldStatus
 	FieldUpstream
+	FieldUpstreamConn
 	FieldKey
 	FieldEndReason
 	FieldEndDetail
@@ -71,6 +72,7 @@ var fieldNames = [NumFields]string{
 	FieldStream:                   "stream",
 	FieldStatus:                   "status",
 	FieldUpstream:                 "upstream",
+	FieldUpstreamConn:             "upstream_conn",
 	FieldKey:                      "key",
 	FieldEndReason:                "end_reason",
 	FieldEndDetail:                "end_detail",

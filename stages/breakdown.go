@@ -12,11 +12,11 @@ const (
 	Gateway      Stage = iota // GatewayDone - Received
 	Route                     // Routed - GatewayDone
 	Queue                     // (Admitted - Routed) + engine queue
-	Preparation               // engine tokenize + engine media
+	Preparation               // engine recv + tokenize + media
 	Prefill                   // engine prefill
-	FirstDecode               // engine first decode
-	Unattributed              // (FirstToken - Admitted) minus the engine-reported parts
-	Transport                 // FirstTokenFlushed - FirstToken
+	FirstDecode               // engine first decode + emit
+	Unattributed              // (FirstTokenArrived - Admitted) minus the engine's parts and the proxy's upstream send
+	Transport                 // the proxy's upstream send (UpstreamSent - Admitted) + (FirstTokenFlushed - FirstTokenArrived)
 	NumStages
 )
 
@@ -38,8 +38,9 @@ type Breakdown struct {
 	TTFT time.Duration
 	// OK reports that a first token reached the client, so the stages exist.
 	OK bool
-	// Unsplit reports that the engine reported nothing: the whole upstream
-	// window (Admitted to FirstToken) is in Unattributed.
+	// Unsplit reports that the engine reported nothing: the upstream window
+	// (Admitted to FirstTokenArrived) past the proxy's send is all in
+	// Unattributed.
 	Unsplit bool
 	// Inconsistent reports that engine durations did not fit the window the
 	// proxy observed and were clamped (raw values stay in the Timeline).
@@ -73,14 +74,20 @@ func (t *Timeline) Breakdown() Breakdown {
 	}
 	gatewayDone, routed, admitted := seq(GatewayDone), seq(Routed), seq(Admitted)
 	firstToken := seq(FirstToken)
+	// The upstream window ends when the first token's bytes arrived; from
+	// there on the proxy was parsing and handing out what it already had.
+	arrived := firstToken
+	if a, ok := t.At(FirstTokenArrived); ok {
+		arrived = min(max(a, admitted), firstToken)
+	}
 	b.Stages[Gateway] = gatewayDone
 	b.Stages[Route] = routed - gatewayDone
 	b.Stages[Queue] = admitted - routed
-	b.Stages[Transport] = b.TTFT - firstToken
+	b.Stages[Transport] = b.TTFT - arrived
 
 	// Engine parts are carved out of the upstream window in order; a part that
 	// does not fit is clamped and the breakdown flagged.
-	window := firstToken - admitted
+	window := arrived - admitted
 	b.Unsplit = !t.EngineReported()
 	take := func(d EngineDur) time.Duration {
 		v, ok := t.Engine(d)
@@ -103,7 +110,15 @@ func (t *Timeline) Breakdown() Breakdown {
 	b.Stages[Preparation] += take(EngineMedia)
 	b.Stages[Prefill] = take(EnginePrefill)
 	b.Stages[FirstDecode] = take(EngineFirstDecode)
-	b.Stages[Unattributed] = window
+	b.Stages[Preparation] += take(EngineRecv)
+	b.Stages[FirstDecode] += take(EngineEmit)
+
+	// The proxy's own side of the hop (connecting, writing the request)
+	// comes from what the engine's parts leave: its mark is taken when the
+	// write returns, which may be after the engine already had the request.
+	send := min(max(t.at(UpstreamSent)-admitted, 0), window)
+	b.Stages[Transport] += send
+	b.Stages[Unattributed] = window - send
 	if s, ok := t.Engine(EngineSync); ok && (s < 0 || s > b.Stages[Prefill]) {
 		b.Inconsistent = true
 	}

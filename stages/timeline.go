@@ -14,9 +14,11 @@ const (
 	GatewayDone                   // auth, quota and parameter validation passed
 	Routed                        // upstream chosen
 	Admitted                      // left our own admission queue
+	UpstreamConnected             // a connection to the upstream is ready: a pooled one taken, or a new one dialed (with its TLS handshake)
 	UpstreamSent                  // request written to the upstream connection
 	UpstreamHeaders               // upstream status line and headers read
 	FirstEvent                    // first SSE event parsed
+	FirstTokenArrived             // the upstream read that brought the first content event returned
 	FirstToken                    // first event carrying generated content parsed
 	FirstTokenFlushed             // that event handed to the client socket
 	FirstAnswer                   // the first event carrying answer (not reasoning only) handed to the client socket
@@ -26,8 +28,8 @@ const (
 )
 
 var markNames = [NumMarks]string{
-	"received", "gateway_done", "routed", "admitted", "upstream_sent", "upstream_headers",
-	"first_event", "first_token", "first_token_flushed", "first_answer", "last_token", "done",
+	"received", "gateway_done", "routed", "admitted", "upstream_connected", "upstream_sent", "upstream_headers",
+	"first_event", "first_token_arrived", "first_token", "first_token_flushed", "first_answer", "last_token", "done",
 }
 
 func (m Mark) String() string {
@@ -41,7 +43,9 @@ func (m Mark) String() string {
 type EngineDur uint8
 
 // The engine durations, as engines report them (proxy/engines reads
-// them). Sync is part of Prefill, not added to it.
+// them). Sync is part of Prefill, not added to it. Recv and Emit are the
+// engine's own handling around its stages: reading, decoding and
+// validating the request, and handing its first token to the response.
 const (
 	EngineQueue EngineDur = iota
 	EngineTokenize
@@ -49,10 +53,12 @@ const (
 	EnginePrefill
 	EngineSync
 	EngineFirstDecode
+	EngineRecv
+	EngineEmit
 	NumEngineDurs
 )
 
-var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode"}
+var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit"}
 
 func (d EngineDur) String() string {
 	if d < NumEngineDurs {

@@ -59,7 +59,7 @@ func ParsePhase(v []byte) endreason.Phase {
 // ReferenceReader reads the ttftlens reference engine (engine/PROTOCOL.md):
 // OpenAI-compatible events, and its durations in a W3C Server-Timing
 // response header or HTTP trailer (queue, tokenize, media, prefill, sync,
-// decode1; milliseconds). The in-band SSE comment ": server-timing …" is
+// decode1, recv, emit; milliseconds). The in-band SSE comment ": server-timing …" is
 // not data: the relay reads it with ParseServerTiming.
 type ReferenceReader struct {
 	p fastjson.Parser

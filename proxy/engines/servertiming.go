@@ -24,6 +24,8 @@ var serverTimingNames = [...]struct {
 	{"prefill", stages.EnginePrefill},
 	{"sync", stages.EngineSync},
 	{"decode1", stages.EngineFirstDecode},
+	{"recv", stages.EngineRecv},
+	{"emit", stages.EngineEmit},
 }
 
 // ParseServerTiming reads a W3C Server-Timing value
