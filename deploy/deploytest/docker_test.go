@@ -62,8 +62,9 @@ func readDockerfile(t *testing.T, path string) dockerfile {
 // TestDockerfile checks the image recipe without a Docker engine (none runs
 // on the project's machines): its build command, run here as written, makes
 // a static binary (the distroless/static base has no libc); its ENTRYPOINT
-// and CMD are flags ttftlens accepts; and every EXPOSEd port is one the
-// default command listens on for other hosts, not only on loopback.
+// and CMD are flags ttftlens accepts; every EXPOSEd port is one the
+// default command listens on for other hosts, not only on loopback; and
+// that binary builds into deploy/docker/Containerfile.scratch's image.
 func TestDockerfile(t *testing.T) {
 	d := readDockerfile(t, "../docker/Dockerfile")
 	bin := filepath.Join(t.TempDir(), "ttftlens")
@@ -104,6 +105,9 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("EXPOSE %s: the default command listens on %s only, unreachable from outside the container", port, net.JoinHostPort(host, port))
 		}
 	}
+
+	// The same binary in the image FROM scratch, built by podman.
+	t.Run("Containerfile.scratch", func(t *testing.T) { checkScratchImage(t, bin, d) })
 }
 
 var flagDefault = regexp.MustCompile(`(?m)^\s+-(listen|admin-listen) string\n.*\(default "([^"]*)"\)`)

@@ -1,0 +1,109 @@
+{{/* The chart's name, at most 63 characters (a DNS label). */}}
+{{- define "ttftlens.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The objects' name: the release name, with the chart's name unless it already holds it. */}}
+{{- define "ttftlens.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that select the pods: the Deployment's selector, the Service's, the PDB's, the spread's, the NetworkPolicy's. */}}
+{{- define "ttftlens.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ttftlens.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Every object's labels. */}}
+{{- define "ttftlens.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "ttftlens.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The ttftlens container, in both modes: the gateway's only container, or the engine's sidecar. */}}
+{{- define "ttftlens.container" -}}
+{{- $t := .Values.ttftlens -}}
+- name: ttftlens
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if and (eq .Values.mode "sidecar") .Values.sidecar.native }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    - serve
+    - --listen=:{{ $t.httpPort }}
+    - --admin-listen=:{{ $t.adminPort }}
+    {{- if eq .Values.mode "gateway" }}
+    - --config=/etc/ttftlens/gateway.yaml
+    {{- else }}
+    - --upstream=http://127.0.0.1:{{ .Values.sidecar.engine.port }}
+    {{- end }}
+    - --engine={{ $t.engine }}
+    - --scrape-engine-metrics={{ $t.scrapeEngineMetrics }}
+    - --first-token-timeout={{ $t.firstTokenTimeout }}
+    - --shutdown-grace={{ .Values.shutdown.graceSeconds }}s
+    - --log-level={{ $t.logLevel }}
+    {{- with $t.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $t.env }}
+  env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $t.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    - {name: http, containerPort: {{ $t.httpPort }}}
+    - {name: admin, containerPort: {{ $t.adminPort }}}
+  # Listening: the admin listener answers once serve has started.
+  startupProbe:
+    httpGet: {path: /health, port: admin}
+    periodSeconds: 1
+    failureThreshold: 30
+  # Ready: the proxy's own /health, on the clients' port.
+  readinessProbe:
+    httpGet: {path: /health, port: http}
+    periodSeconds: 5
+  # Alive: the proxy only, never the upstream (a slow engine must not
+  # restart the proxy in front of it).
+  livenessProbe:
+    httpGet: {path: /health, port: admin}
+    periodSeconds: 10
+    failureThreshold: 3
+  {{- /* A native sidecar is stopped after the engine: the engine's preStop does the waiting. */}}
+  {{- if and .Values.shutdown.preStopSleepSeconds (not (and (eq .Values.mode "sidecar") .Values.sidecar.native)) }}
+  lifecycle:
+    preStop:
+      sleep: {seconds: {{ .Values.shutdown.preStopSleepSeconds }}}
+  {{- end }}
+  {{- if eq .Values.mode "gateway" }}
+  resources:
+    {{- toYaml .Values.gateway.resources | nindent 4 }}
+  volumeMounts:
+    - {name: config, mountPath: /etc/ttftlens, readOnly: true}
+  {{- else }}
+  resources:
+    {{- toYaml $t.resources | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $t.securityContext | nindent 4 }}
+{{- end }}
+
+{{/* The pod's termination grace: preStop, then the shutdown grace, then a margin. */}}
+{{- define "ttftlens.terminationGracePeriodSeconds" -}}
+{{- add .Values.shutdown.preStopSleepSeconds .Values.shutdown.graceSeconds .Values.shutdown.marginSeconds }}
+{{- end }}
