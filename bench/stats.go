@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ttftlens/ttftlens/stages"
 )
 
 // Percentile returns the nearest-rank percentile q (0 < q <= 1) of sorted
@@ -52,6 +54,12 @@ type Breakdown struct {
 	// sync, ...) over the requests that reported it, for naming what
 	// inside a stage moved.
 	MedianEngine map[string]time.Duration
+	// MedianWindow is the median of the upstream window as the proxy's own
+	// clock measured it: from routing to the first token, which is the
+	// proxy TTFT less gateway, route and transport. The engine's reported
+	// parts and unattributed split this window, so its growth is the
+	// proxy-side check on what the engine says.
+	MedianWindow time.Duration
 	// Buffered counts requests whose record carries a buffering sign.
 	Buffered int
 }
@@ -244,6 +252,11 @@ func breakdown(joined []*Result) *Breakdown {
 		col[i] = rows[i].ProxyTTFT
 	}
 	b.MedianProxyTTFT = Percentile(sortedCopy(col), .5)
+	for i := range rows {
+		p := &rows[i].Parts
+		col[i] = rows[i].ProxyTTFT - p[stages.Gateway] - p[stages.Route] - p[stages.Transport]
+	}
+	b.MedianWindow = Percentile(sortedCopy(col), .5)
 	for k, v := range engine {
 		b.MedianEngine[k] = Percentile(sortedCopy(v), .5)
 	}
