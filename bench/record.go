@@ -57,6 +57,9 @@ type Record struct {
 	Engine       map[string]time.Duration
 	EngineReport string
 	Unsplit      bool
+	// Inconsistent: the engine's durations did not fit the upstream window
+	// the proxy timed on its own clock (engine_report_inconsistent).
+	Inconsistent bool
 	TokensOut    int
 	// Buffering lists buffering signs when the record carries them
 	// ("burst", "late_first_token", ...).
@@ -131,6 +134,7 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldE2E, &j.e2e},
 		{record.FieldStages, &j.stages},
 		{record.FieldUpstreamUnsplit, &r.Unsplit},
+		{record.FieldEngineReportInconsistent, &r.Inconsistent},
 		{record.FieldEngine, &j.engine},
 		{record.FieldEngineReport, &r.EngineReport},
 		{record.FieldTokensOut, &r.TokensOut},

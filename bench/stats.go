@@ -55,10 +55,10 @@ type Breakdown struct {
 	// inside a stage moved.
 	MedianEngine map[string]time.Duration
 	// MedianWindow is the median of the upstream window as the proxy's own
-	// clock measured it: from routing to the first token, which is the
-	// proxy TTFT less gateway, route and transport. The engine's reported
-	// parts and unattributed split this window, so its growth is the
-	// proxy-side check on what the engine says.
+	// clock measured it: from routing to the first token handed to the
+	// client, which is the proxy TTFT less gateway and route. The engine's
+	// reported parts, unattributed and transport split this window, so its
+	// growth is the proxy-side check on what the engine says.
 	MedianWindow time.Duration
 	// Buffered counts requests whose record carries a buffering sign.
 	Buffered int
@@ -254,7 +254,7 @@ func breakdown(joined []*Result) *Breakdown {
 	b.MedianProxyTTFT = Percentile(sortedCopy(col), .5)
 	for i := range rows {
 		p := &rows[i].Parts
-		col[i] = rows[i].ProxyTTFT - p[stages.Gateway] - p[stages.Route] - p[stages.Transport]
+		col[i] = rows[i].ProxyTTFT - p[stages.Gateway] - p[stages.Route]
 	}
 	b.MedianWindow = Percentile(sortedCopy(col), .5)
 	for k, v := range engine {

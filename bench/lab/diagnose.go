@@ -62,7 +62,7 @@ func (d *Diagnosis) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "; the other parts' medians moved by %s ms", signed(d.Added-d.Deltas[d.Dominant]))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  the proxy's own clock: the upstream window (routing to first token) moved %s ms\n", signed(d.WindowDelta))
+	fmt.Fprintf(w, "  the proxy's own clock: the upstream window (routing to the first token handed out) moved %s ms\n", signed(d.WindowDelta))
 	fmt.Fprintf(w, "  unattributed: %.1f%% of the injected TTFT", 100*d.Unattributed)
 	if s.Unsplit {
 		fmt.Fprint(w, " (expected here: the engine could not report this time)")

@@ -39,11 +39,10 @@ func TestMain(m *testing.M) {
 //     unattributed),
 //  4. the proxy's own clock agreeing, so that the proof does not rest on
 //     the engine's word alone: the upstream window the proxy timed (routing
-//     to first token) carries at least 80% of the added time for a cause
-//     upstream of it and at most 10% for one downstream; it grew by at
-//     least the injected delay where that is a fixed time; and the stage
-//     the engine reported grew by the window's growth, within
-//     windowTolerance.
+//     to the first token handed out) carries at least 80% of the added
+//     time for a cause upstream of it and at most 10% for one downstream,
+//     and on every injected request the engine's reported parts fit inside
+//     the window the proxy timed for it (no engine_report_inconsistent).
 //
 // Where the stage is one the engine splits (preparation: tokenize or
 // media; prefill: sync), the engine's own duration must carry at least
@@ -56,14 +55,6 @@ func TestProofCauses(t *testing.T) {
 			}
 		})
 	}
-}
-
-// windowTolerance is how far the growth of an engine-reported stage may
-// stray from the growth of the proxy-clocked window: 10% of the window's
-// growth, and never less than 3 ms (medians of separate columns on a
-// shared machine).
-func windowTolerance(window time.Duration) time.Duration {
-	return max(window/10, 3*time.Millisecond)
 }
 
 // proveCause runs a scenario and returns the assertions it failed.
@@ -127,14 +118,8 @@ func proxyClockAgrees(sc Scenario, d *Diagnosis) []string {
 	if float64(w) < 0.8*float64(d.Added) {
 		fail("the proxy's upstream window grew %v of the added %v, want >= 80%%", w, d.Added)
 	}
-	if sc.MinWindowGrowth > 0 && float64(w) < 0.9*float64(sc.MinWindowGrowth) {
-		fail("the proxy's upstream window grew %v, want at least the injected %v (90%%)", w, sc.MinWindowGrowth)
-	}
-	if !sc.Unsplit {
-		stage := d.Deltas[sc.Expect]
-		if diff := stage - w; diff > windowTolerance(w) || -diff > windowTolerance(w) {
-			fail("the engine-reported %s grew %v, the proxy's window %v: apart by more than %v", sc.Expect, stage, w, windowTolerance(w))
-		}
+	if d.Inconsistent > 0 {
+		fail("%d of %d injected records have an engine report that does not fit the proxy's window", d.Inconsistent, d.Joined)
 	}
 	return fails
 }
