@@ -33,6 +33,15 @@ if ! command -v podman >/dev/null; then
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 		-o DPkg::Lock::Timeout=300 podman
 fi
+# deploy/: kubectl renders the kustomizations (kubectl kustomize, offline).
+# The machine image has it; elsewhere take the packaged one (Debian's
+# kubernetes-client is older: its kustomize may refuse newer fields).
+if ! command -v kubectl >/dev/null; then
+	echo "== installing kubectl"
+	apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		-o DPkg::Lock::Timeout=300 kubectl || DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends -o DPkg::Lock::Timeout=300 kubernetes-client; }
+fi
 echo "== promtool: deploy/prometheus"
 promtool check rules deploy/prometheus/recording.yml deploy/prometheus/alerts.yml
 promtool check config deploy/prometheus/prometheus.yml
