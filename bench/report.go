@@ -21,6 +21,17 @@ type LogStats struct {
 	// logs mixed in); Malformed lines that are not JSON or are broken
 	// records. Both are skipped.
 	Other, Malformed int
+	// Logs is the number of logs read (ReadLog reads one; Add sums them).
+	Logs int
+}
+
+// Add counts o's lines in s: the stats of several logs read as one.
+func (s *LogStats) Add(o LogStats) {
+	s.Lines += o.Lines
+	s.Records += o.Records
+	s.Other += o.Other
+	s.Malformed += o.Malformed
+	s.Logs += o.Logs
 }
 
 // maxLogLine bounds one log line.
@@ -30,7 +41,7 @@ const maxLogLine = 4 << 20
 // "ttftlens serve" writes them to stdout). Lines that are not request
 // records are skipped and counted; only a read error is returned.
 func ReadLog(r io.Reader) ([]Record, LogStats, error) {
-	var st LogStats
+	st := LogStats{Logs: 1}
 	var out []Record
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLogLine)
@@ -215,6 +226,9 @@ func shares(recs []Record) [stages.NumStages]float64 {
 // requests.
 func WriteReport(w io.Writer, recs []Record, st LogStats) {
 	fmt.Fprint(w, plural(st.Records, "request record", "request records"))
+	if st.Logs > 1 {
+		fmt.Fprintf(w, " from %d logs", st.Logs)
+	}
 	if st.Other+st.Malformed > 0 {
 		fmt.Fprintf(w, " (skipped %s and %d malformed)", plural(st.Other, "other log line", "other log lines"), st.Malformed)
 	}

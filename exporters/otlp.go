@@ -34,8 +34,9 @@ func OTLPEnabled(getenv func(string) string) bool {
 // exporter's endpoint, headers, timeout and compression come from the
 // standard OTEL_EXPORTER_OTLP_* and OTEL_EXPORTER_OTLP_TRACES_* variables,
 // batching from OTEL_BSP_*, the resource from OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES (all read by the SDK), and the sampler from
-// OTEL_TRACES_SAMPLER (default: every request).
+// OTEL_RESOURCE_ATTRIBUTES (all read by the SDK) over our defaults (see
+// otlpResource), and the sampler from OTEL_TRACES_SAMPLER (default: every
+// request).
 type OTLPOptions struct {
 	// QueueSize bounds the records waiting to become spans (default 2048).
 	// A record that does not fit is dropped and counted.
@@ -83,6 +84,27 @@ type OTLPSink struct {
 	exp    *countingExporter
 }
 
+// otlpResource is the resource every span of this process carries:
+// service.name "ttftlens", service.version when known, and
+// service.instance.id, a random UUID (version 4) per process, as the
+// OpenTelemetry semantic conventions recommend when a service has no
+// inherent unique id, so that replicas' spans never collide. The
+// environment (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) overrides any
+// of them.
+func otlpResource(ctx context.Context, version string) (*resource.Resource, error) {
+	attrs := []attribute.KeyValue{attribute.String("service.name", "ttftlens")}
+	if version != "" {
+		attrs = append(attrs, attribute.String("service.version", version))
+	}
+	// Later options win: WithService's generic service.name gives way to
+	// ours, and ours to the environment's.
+	res, err := resource.New(ctx, resource.WithService(), resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil && res == nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // NewOTLPSink builds the exporter and the tracer provider and starts the
 // converting goroutine; call Close to stop it.
 func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
@@ -97,13 +119,8 @@ func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
 		}
 		exp = e
 	}
-	attrs := []attribute.KeyValue{attribute.String("service.name", "ttftlens")}
-	if opts.ServiceVersion != "" {
-		attrs = append(attrs, attribute.String("service.version", opts.ServiceVersion))
-	}
-	// Later options win: the environment overrides the default name.
-	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil && res == nil {
+	res, err := otlpResource(ctx, opts.ServiceVersion)
+	if err != nil {
 		return nil, err
 	}
 	counting := &countingExporter{SpanExporter: exp}

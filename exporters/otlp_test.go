@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,7 +212,7 @@ func TestOTLPSpans(t *testing.T) {
 	if got := col.headers.Get("X-Tenant"); got != "acme" {
 		t.Errorf("OTEL_EXPORTER_OTLP_HEADERS not applied: x-tenant %q", got)
 	}
-	if col.resource["service.name"] != "ttftlens-under-test" || col.resource["service.version"] != "v-test" {
+	if col.resource["service.name"] != "ttftlens-under-test" || col.resource["service.version"] != "v-test" || !isUUIDv4(col.resource["service.instance.id"]) {
 		t.Errorf("resource %v", col.resource)
 	}
 	for _, tt := range tests {
@@ -356,6 +357,80 @@ func findSpan(spans []*tracepb.Span, id []byte) *tracepb.Span {
 		}
 	}
 	return nil
+}
+
+// isUUIDv4 reports whether s is an RFC 4122 version 4 UUID in its text form.
+func isUUIDv4(s string) bool {
+	if len(s) != 36 || s[14] != '4' || !strings.ContainsRune("89ab", rune(s[19])) {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestOTLPResourceInstance holds every process's spans apart: each
+// resource gets its own service.instance.id unless the environment names
+// one, and the environment's other attributes still win over ours.
+func TestOTLPResourceInstance(t *testing.T) {
+	tests := []struct {
+		name      string
+		attrs     string // OTEL_RESOURCE_ATTRIBUTES
+		service   string // OTEL_SERVICE_NAME
+		wantID    string // "" = a fresh UUID v4 per resource
+		wantName  string
+		wantOther map[string]string
+	}{
+		{name: "generated", wantName: "ttftlens"},
+		{name: "from the environment", attrs: "service.instance.id=pod-a,k8s.pod.name=pod-a", wantID: "pod-a", wantName: "ttftlens",
+			wantOther: map[string]string{"k8s.pod.name": "pod-a"}},
+		{name: "other attributes keep the generated id", attrs: "deployment.environment.name=prod", service: "gw", wantName: "gw",
+			wantOther: map[string]string{"deployment.environment.name": "prod"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", tt.attrs)
+			t.Setenv("OTEL_SERVICE_NAME", tt.service)
+			var ids []string
+			for range 2 {
+				res, err := otlpResource(context.Background(), "v1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]string{}
+				for _, kv := range res.Attributes() {
+					got[string(kv.Key)] = kv.Value.Emit()
+				}
+				if got["service.name"] != tt.wantName || got["service.version"] != "v1" {
+					t.Errorf("service %q version %q, want %q v1", got["service.name"], got["service.version"], tt.wantName)
+				}
+				for k, v := range tt.wantOther {
+					if got[k] != v {
+						t.Errorf("%s = %q, want %q", k, got[k], v)
+					}
+				}
+				ids = append(ids, got["service.instance.id"])
+			}
+			switch {
+			case tt.wantID != "":
+				if ids[0] != tt.wantID || ids[1] != tt.wantID {
+					t.Errorf("service.instance.id %q, want %q", ids, tt.wantID)
+				}
+			case !isUUIDv4(ids[0]) || !isUUIDv4(ids[1]) || ids[0] == ids[1]:
+				t.Errorf("service.instance.id %q, want two distinct UUIDs v4", ids)
+			}
+		})
+	}
 }
 
 func getenvFrom(m map[string]string) func(string) string {

@@ -367,7 +367,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "-c"}, "ttftlens bench: flag needs an argument: -c", "run 'ttftlens bench -h' for the flags"},
 		{[]string{"bench", "http://x"}, `ttftlens bench: unexpected argument "http://x"`, "run 'ttftlens bench -h' for the flags"},
 		{[]string{"report"}, "ttftlens report: no log file given", "run 'ttftlens report -h' for its usage"},
-		{[]string{"report", "a", "b"}, "ttftlens report: 2 arguments: give one log file", "run 'ttftlens report -h' for its usage"},
+		{[]string{"report", "-", "a", "-"}, "ttftlens report: - (stdin) given more than once", "run 'ttftlens report -h' for its usage"},
 		{[]string{"report", "--x"}, "ttftlens report: flag provided but not defined: -x", "run 'ttftlens report -h' for its usage"},
 		{[]string{"demo"}, "ttftlens demo: no scenario given", "run 'ttftlens demo -h' for its usage"},
 		{[]string{"demo", "queue", "extra"}, `ttftlens demo: 2 arguments ["queue" "extra"]: give one scenario`, "run 'ttftlens demo -h' for its usage"},
@@ -521,17 +521,26 @@ func TestCheckListen(t *testing.T) {
 	}
 }
 
-// TestReportCommand runs "ttftlens report" on a file and on stdin.
+// TestReportCommand runs "ttftlens report" on a file, on stdin, and on
+// several replicas' logs at once.
 func TestReportCommand(t *testing.T) {
 	line := `{"msg":"request","request_id":"a","path":"/v1/chat/completions","model":"m","end_reason":"length","end_detail":"finish_length","ttft_ms":3,"e2e_ms":9,"stages_ms":{"prefill":2,"queue":1}}`
-	file := filepath.Join(t.TempDir(), "log.jsonl")
-	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// Another replica's log: a failure on the same route and model, and a
+	// request of another model.
+	other := `{"msg":"request","request_id":"b","path":"/v1/chat/completions","model":"m","end_reason":"worker_failure","end_detail":"upstream_5xx","e2e_ms":4}` + "\n" +
+		`{"msg":"request","request_id":"c","path":"/v1/chat/completions","model":"n","end_reason":"length","end_detail":"finish_length","ttft_ms":5,"e2e_ms":7,"stages_ms":{"prefill":5}}` + "\n" +
+		`{"level":"info","message":"ttftlens serving"}`
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	empty := filepath.Join(t.TempDir(), "empty.jsonl")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := write("log.jsonl", line+"\n")
+	file2 := write("log2.jsonl", other+"\n")
+	empty := write("empty.jsonl", "")
 	tests := []struct {
 		name   string
 		stdin  string
@@ -544,6 +553,15 @@ func TestReportCommand(t *testing.T) {
 		{"stdin", line + "\n" + line, []string{"-"}, 0, []string{"2 request records\n", "model m: 2 requests"}, nil},
 		{"missing file", "", []string{"/nope.jsonl"}, 2, nil, []string{"ttftlens: open /nope.jsonl"}},
 		{"no records", "", []string{empty}, 2, nil, []string{"no request records"}},
+		{"two logs", "", []string{file, file2}, 0, []string{
+			"3 request records from 2 logs (skipped 1 other log line and 0 malformed)\n",
+			"model m: 2 requests, 1 with a first token", "model n: 1 request, 1 with a first token",
+			"    length          finish_length  1  50.0%\n", "    worker_failure  upstream_5xx   1  50.0%\n",
+		}, nil},
+		{"a log and stdin", line, []string{file, "-", empty}, 0, []string{"2 request records from 3 logs\n", "model m: 2 requests, 2 with a first token"}, nil},
+		{"no records in any log", "", []string{empty, empty}, 2, nil, []string{"no request records in " + empty + ", " + empty + " (0 lines read)"}},
+		{"one missing among logs", "", []string{file, "/nope.jsonl", file2}, 2, []string{"!request"}, []string{"ttftlens: open /nope.jsonl"}},
+		{"a directory among logs", "", []string{file, dir}, 2, []string{"!request"}, []string{"ttftlens: report: reading " + dir + ": read " + dir + ": is a directory"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,11 +45,13 @@ var zeroUnderLoad = map[string]string{
 	"ttftlens_queue_depth":                      "this stack's pass-through gateway has no admission queue (max_in_flight unset)",
 }
 
-// TestDashboardAndRulesOnPrometheus runs the reference engine and ttftlens
-// in-process, lets a real Prometheus scrape both every second while a load
-// with several end reasons runs, then evaluates every query of
-// deploy/grafana/ttftlens.json (each must parse and return data) and checks
-// that every rule of deploy/prometheus evaluates without error.
+// TestDashboardAndRulesOnPrometheus runs the reference engine and two
+// replicas of ttftlens in front of it in-process, lets a real Prometheus
+// scrape all three every second while a load with several end reasons runs
+// through both replicas, then evaluates every query of
+// deploy/grafana/ttftlens.json (each must parse and return data, and
+// aggregate across the replicas) and checks that every rule of
+// deploy/prometheus evaluates without error and aggregates across them too.
 func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -57,21 +59,25 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 	}
 	start := time.Now()
 
-	engineAddr, proxyAddr, adminAddr := startStack(t)
-	prom := startPrometheus(t, promBin, adminAddr, engineAddr, nil)
-	t.Logf("engine %s, proxy %s, admin %s, prometheus %s (up after %v)", engineAddr, proxyAddr, adminAddr, prom.base, time.Since(start).Round(time.Millisecond))
+	engineAddr, proxyAddrs, adminAddrs := startReplicas(t)
+	prom := startPrometheus(t, promBin, adminAddrs, engineAddr, nil)
+	t.Logf("engine %s, proxies %v, admins %v, prometheus %s (up after %v)", engineAddr, proxyAddrs, adminAddrs, prom.base, time.Since(start).Round(time.Millisecond))
 
 	// Prometheus hands new targets to its scrapers about 5 s after it
-	// starts: wait for the first scrape of both, so the load is seen whole.
-	prom.waitFor(t, `count(up == 1)`, 2, 20*time.Second)
+	// starts: wait for the first scrape of all, so the load is seen whole.
+	prom.waitFor(t, `count(up == 1)`, float64(1+len(adminAddrs)), 20*time.Second)
 	loadStart := time.Now()
-	sent := driveLoad(t, proxyAddr)
+	sent := driveLoad(t, proxyAddrs)
 	loadEnd := time.Now()
 	t.Logf("load: %d requests in %v", sent, loadEnd.Sub(loadStart).Round(time.Millisecond))
 
-	// Wait until Prometheus has scraped every record the proxy emitted.
+	// Wait until Prometheus has scraped every record the proxies emitted.
 	prom.waitFor(t, `sum(ttftlens_requests_total{job="ttftlens"})`, float64(sent), 15*time.Second)
 	evalAt := time.Now()
+	perReplica := `count(sum by (instance) (ttftlens_requests_total{job="ttftlens"}) > 0)`
+	if s, err := prom.query(perReplica, evalAt); err != nil || len(s) != 1 || len(s[0].values()) != 1 || s[0].values()[0] != float64(len(adminAddrs)) {
+		t.Fatalf("%s = %v (%v), want %d: every replica must have served part of the load", perReplica, s, err, len(adminAddrs))
+	}
 	// Every request of the load named the configured model and reached the
 	// one upstream, so requests_total counts them all on that pair.
 	pair := fmt.Sprintf(`sum(ttftlens_requests_total{job="ttftlens", model=%q, upstream=%q})`, modelName, upstreamName)
@@ -107,43 +113,64 @@ func TestDashboardAndRulesOnPrometheus(t *testing.T) {
 				continue
 			}
 			checkTarget(t, prom, tg, expr, loadStart, evalAt)
+			checkAcrossReplicas(t, prom, tg.String(), expr, adminAddrs, evalAt)
 			checked++
 		}
 	}
 	t.Logf("%d panel queries evaluated", checked)
 
-	checkRules(t, prom)
+	groups := checkRules(t, prom)
+	checkRulesAcrossReplicas(t, prom, groups, adminAddrs, evalAt)
 	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
 }
 
 // ---- the system under test
 
-// startStack runs bench/lab's stack (the reference engine and the proxy)
-// with the proxy's metrics wired as cmd/ttftlens/serve.go wires them, served
-// by the admin listener. It returns the three listeners' host:port.
-func startStack(t *testing.T) (engineAddr, proxyAddr, adminAddr string) {
+// replicas is how many proxies the dashboard's test runs in front of one
+// engine.
+const replicas = 2
+
+// startReplicas runs bench/lab's stack (the reference engine and a proxy)
+// and more proxies in front of the same engine, as replicas of a gateway
+// behind one Service: each with its metrics wired as cmd/ttftlens/serve.go
+// wires them, served by its own admin listener, and each scraping the
+// engine's metrics. It returns the engine's host:port and the proxies' and
+// admin listeners'. (A later stack's own engine is idle: nothing sends to it
+// and Prometheus does not scrape it.)
+func startReplicas(t *testing.T) (engineAddr string, proxyAddrs, adminAddrs []string) {
 	t.Helper()
-	reg := exporters.NewRegistry()
-	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{
-		Models: []string{modelName}, Upstreams: []string{upstreamName}, Version: "deploytest"})
-	sinks := exporters.NewFanout(exporters.Named{Name: "metrics", Sink: metrics})
-	sinks.Track(metrics)
-	s, err := lab.Start(lab.StackConfig{
-		Engine: engine.Config{ModelName: modelName},
-		Proxy: func(c *proxy.Config) {
-			c.UpstreamName = upstreamName
-			c.Tracker = metrics
-			c.ScrapeEngineMetrics, c.EngineWaste = time.Second, metrics
-		},
-		Sink:     sinks,
-		Registry: reg,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
 	host := func(u string) string { return strings.TrimPrefix(u, "http://") }
-	return host(s.EngineURL), host(s.URL), host(s.Admin)
+	var engineURL string
+	for range replicas {
+		reg := exporters.NewRegistry()
+		metrics := exporters.NewMetrics(reg, exporters.MetricOptions{
+			Models: []string{modelName}, Upstreams: []string{upstreamName}, Version: "deploytest"})
+		sinks := exporters.NewFanout(exporters.Named{Name: "metrics", Sink: metrics})
+		sinks.Track(metrics)
+		s, err := lab.Start(lab.StackConfig{
+			Engine: engine.Config{ModelName: modelName},
+			Proxy: func(c *proxy.Config) {
+				if engineURL != "" {
+					c.Upstream = engineURL
+				}
+				c.UpstreamName = upstreamName
+				c.Tracker = metrics
+				c.ScrapeEngineMetrics, c.EngineWaste = time.Second, metrics
+			},
+			Sink:     sinks,
+			Registry: reg,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		if engineURL == "" {
+			engineURL = s.EngineURL
+		}
+		proxyAddrs = append(proxyAddrs, host(s.URL))
+		adminAddrs = append(adminAddrs, host(s.Admin))
+	}
+	return host(engineURL), proxyAddrs, adminAddrs
 }
 
 // ---- Prometheus
@@ -155,10 +182,10 @@ type prometheus struct {
 
 // startPrometheus runs the prometheus binary with its own config, data
 // directory and loopback port (never the Debian service's), scraping the
-// admin listener and the engine every second, with deploy/prometheus's rule
+// admin listeners (job ttftlens) and the engine every second, with deploy/prometheus's rule
 // files evaluated every second; rewrite, when set, edits the test's copy
 // of the rule files further.
-func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string, rewrite func([]byte) []byte) *prometheus {
+func startPrometheus(t *testing.T, bin string, adminAddrs []string, engineAddr string, rewrite func([]byte) []byte) *prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	var ruleFiles []string
@@ -179,6 +206,10 @@ func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string, rewrite fu
 		}
 		ruleFiles = append(ruleFiles, path)
 	}
+	admins, err := json.Marshal(adminAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -186,10 +217,10 @@ func startPrometheus(t *testing.T, bin, adminAddr, engineAddr string, rewrite fu
 rule_files: [%q, %q]
 scrape_configs:
   - job_name: ttftlens
-    static_configs: [{targets: [%q]}]
+    static_configs: [{targets: %s}]
   - job_name: engine
     static_configs: [{targets: [%q]}]
-`, ruleFiles[0], ruleFiles[1], adminAddr, engineAddr)
+`, ruleFiles[0], ruleFiles[1], admins, engineAddr)
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -432,9 +463,9 @@ func loadPlan() []request {
 	return plan
 }
 
-// driveLoad sends the plan, interleaved, spread over about ten seconds, and
-// returns how many requests it sent.
-func driveLoad(t *testing.T, addr string) int {
+// driveLoad sends the plan, interleaved, spread over about ten seconds, in
+// turn to each of addrs, and returns how many requests it sent.
+func driveLoad(t *testing.T, addrs []string) int {
 	t.Helper()
 	plan := loadPlan()
 	// Interleave deterministically so every kind runs across the window.
@@ -454,7 +485,7 @@ func driveLoad(t *testing.T, addr string) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := send(t.Context(), client, addr, r); err != nil {
+			if err := send(t.Context(), client, addrs[i%len(addrs)], r); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Sprintf("#%d %s: %v", i, r.name, err))
 				mu.Unlock()
@@ -713,23 +744,28 @@ func checkTarget(t *testing.T, p *prometheus, tg target, expr string, from, at t
 
 // ---- the rules
 
+// rule and ruleGroup are what /api/v1/rules says of the rules loaded.
+type rule struct {
+	Name       string `json:"name"`
+	Query      string `json:"query"`
+	Health     string `json:"health"`
+	LastError  string `json:"lastError"`
+	Type       string `json:"type"`
+	Evaluation string `json:"lastEvaluation"`
+}
+
+type ruleGroup struct {
+	Name  string `json:"name"`
+	File  string `json:"file"`
+	Rules []rule `json:"rules"`
+}
+
 // checkRules waits until every rule group has been evaluated, then checks
-// that no rule failed and that every recording rule produced series.
-func checkRules(t *testing.T, p *prometheus) {
+// that no rule failed and that every recording rule produced series. It
+// returns the groups.
+func checkRules(t *testing.T, p *prometheus) []ruleGroup {
 	t.Helper()
-	type rule struct {
-		Name       string `json:"name"`
-		Query      string `json:"query"`
-		Health     string `json:"health"`
-		LastError  string `json:"lastError"`
-		Type       string `json:"type"`
-		Evaluation string `json:"lastEvaluation"`
-	}
-	var groups []struct {
-		Name  string `json:"name"`
-		File  string `json:"file"`
-		Rules []rule `json:"rules"`
-	}
+	var groups []ruleGroup
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		data, err := p.get("/api/v1/rules", url.Values{})
@@ -791,4 +827,5 @@ func checkRules(t *testing.T, p *prometheus) {
 		t.Errorf("stage shares of the mean TTFT add up to %v, want 1", v)
 	}
 	t.Logf("%d rules in %d groups evaluated", n, len(groups))
+	return groups
 }

@@ -41,7 +41,7 @@ func TestTokensAfterCancelAlert(t *testing.T) {
 		t.Fatalf("the prometheus binary is not on PATH: run ./scripts/test.sh, which installs Debian's prometheus package when it is missing (or apt-get install prometheus)")
 	}
 	st := startWasteStack(t)
-	prom := startPrometheus(t, promBin, st.admin, st.engineAddr, alertsWithoutFor)
+	prom := startPrometheus(t, promBin, []string{st.admin}, st.engineAddr, alertsWithoutFor)
 
 	// A stream read to its end, once Prometheus scrapes the proxy (it sees
 	// the tokens delivered grow), starts the proxy's scrape of the engine.
