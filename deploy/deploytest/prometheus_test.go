@@ -446,8 +446,9 @@ func loadPlan() []request {
 	}
 	add(20, request{name: "plain", body: chat(12, "")})
 	// Long generations keep the engine's running batch non-empty across
-	// scrapes.
-	add(3, request{name: "long", body: chat(100, `"ignore_eos":true,`)})
+	// scrapes: each step holding one sleeps 1 ms per layer, so 200 tokens
+	// take over a second, whatever the machine's speed.
+	add(3, request{name: "long", fault: "straggler=0:1ms", body: chat(200, `"ignore_eos":true,`)})
 	add(3, request{name: "queue", fault: "queue_delay=1200ms", body: chat(6, "")})
 	add(2, request{name: "slow tokenizer", fault: "slow_tokenizer=150ms", body: chat(6, "")})
 	add(3, request{name: "503", fault: "http_error=503", body: chat(6, "")})
