@@ -313,6 +313,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		Logger:                       fasthttpLogger{log},
 		ConnState:                    p.connState,
 	}
+	gw.Watch(p.scrapeLeastLoad)
 	return p, nil
 }
 
@@ -427,12 +428,8 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*upstream); !loaded {
-		if iv := p.cfg.ScrapeEngineMetrics; iv > 0 {
-			p.background.Add(1)
-			go func() {
-				defer p.background.Done()
-				c.load.scrapeLoad(p.stopCtx, u.URL, c.Name, iv, p.cfg.EngineWaste)
-			}()
+		if p.cfg.ScrapeEngineMetrics > 0 {
+			p.startScrape(c, u.URL)
 		}
 		switch p.cfg.Engine {
 		case EngineAuto:
