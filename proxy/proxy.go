@@ -102,6 +102,8 @@ type Config struct {
 	// that interval and annotates every record with the engine's waiting
 	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
 	// gauge names): a queue seen where it cannot be measured per request.
+	// The upstreams of least_load pools are polled even without it, at
+	// DefaultLeastLoadScrape; with it, at its interval.
 	ScrapeEngineMetrics time.Duration
 	// EngineWaste, when set, receives what each scraped engine counts of
 	// its work for clients that had left (with ScrapeEngineMetrics).
