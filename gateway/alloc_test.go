@@ -27,3 +27,27 @@ func TestGatewayStepAllocs(t *testing.T) {
 		t.Fatalf("gateway step: %v allocs, want 0", n)
 	}
 }
+
+// TestPickLeastLoadAllocs: a least_load pick, loads known and a request
+// on the chosen upstream, allocates nothing.
+func TestPickLeastLoadAllocs(t *testing.T) {
+	_, s, r := leastLoadPool(t, Options{}, "http://a:1", "http://b:1", "http://c:1")
+	for i, u := range r.Pool.Upstreams {
+		u.SetEngineLoad(EngineLoad{Waiting: int64(i), Running: 2, KVCacheUsage: 0.5}, u.ScrapeMark())
+	}
+	pick := func() {
+		u, rej := s.Pick(r, nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		release, rej := u.Acquire(nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		release()
+	}
+	pick()
+	if n := testing.AllocsPerRun(1000, pick); n != 0 {
+		t.Fatalf("least_load pick: %v allocs, want 0", n)
+	}
+}

@@ -112,6 +112,9 @@ type PoolConfig struct {
 	// Upstreams are base URLs (http or https, no path). An upstream
 	// belongs to one pool only, so its in-flight limit means one thing.
 	Upstreams []string `yaml:"upstreams"`
+	// Policy is how a request's upstream is chosen among those in
+	// rotation: PolicyLeastRequest (the default) or PolicyLeastLoad.
+	Policy string `yaml:"policy"`
 	// MaxInFlight is the most requests one upstream gets at once (0:
 	// unlimited, no admission queue).
 	MaxInFlight int `yaml:"max_in_flight"`
@@ -154,6 +157,17 @@ const (
 	AuthKeys        = "keys"
 	AuthPassthrough = "passthrough"
 	AuthNone        = "none"
+)
+
+// The routing policies (PoolConfig.Policy); ties go round robin in both.
+const (
+	// PolicyLeastRequest picks the upstream with the fewest requests this
+	// replica has queued for or in flight on it.
+	PolicyLeastRequest = "least_request"
+	// PolicyLeastLoad picks the upstream whose engine reports the least
+	// load on its own /metrics (scraped by the proxy), blended with this
+	// replica's requests the engine has not yet reported (route.go).
+	PolicyLeastLoad = "least_load"
 )
 
 // The defaults Normalize fills in.
@@ -200,6 +214,9 @@ func (c *Config) Normalize() {
 	}
 	for i := range c.Pools {
 		p := &c.Pools[i]
+		if p.Policy == "" {
+			p.Policy = PolicyLeastRequest
+		}
 		if p.MaxInFlight > 0 {
 			if p.QueueSize == 0 {
 				p.QueueSize = DefaultQueueSize
@@ -325,6 +342,11 @@ func (v *validator) checkPools() map[string]int {
 		p := fmt.Sprintf("pools[%d]", i)
 		v.uniqueName(pools, "pools", "pool", pl.Name, i)
 		v.checkUpstreams(p, pl.Upstreams, addrs)
+		switch pl.Policy {
+		case "", PolicyLeastRequest, PolicyLeastLoad:
+		default:
+			v.add(p+".policy", "must be %s or %s, not %q", PolicyLeastRequest, PolicyLeastLoad, pl.Policy)
+		}
 		v.checkQueue(p, pl)
 		v.checkHealth(p+".health", &pl.Health)
 		nonNegative(v, p+".ejection.duration", pl.Ejection.Duration)

@@ -71,6 +71,9 @@ func TestExampleConfig(t *testing.T) {
 		b.Ejection.Duration != DefaultEjectionDuration || b.Health.Interval != 0 {
 		t.Errorf("gpu-b defaults: %+v", b)
 	}
+	if c.Pools[0].Policy != PolicyLeastLoad || b.Policy != PolicyLeastRequest {
+		t.Errorf("policies %q and %q, want least_load as written and the default", c.Pools[0].Policy, b.Policy)
+	}
 	if c.Routes[1].MaxN != 1 {
 		t.Errorf("max_n default: %d", c.Routes[1].MaxN)
 	}

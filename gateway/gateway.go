@@ -67,6 +67,7 @@ type Gateway struct {
 	running bool
 	ups     map[string]*Upstream // by base URL as written
 	buckets map[string]*bucket   // by key name
+	watches []func(*Snapshot)
 }
 
 // Snapshot is one configuration in effect: everything a request needs from
@@ -157,7 +158,21 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if g.running {
 		g.startCheckers(s)
 	}
+	for _, f := range g.watches {
+		f(s)
+	}
 	return nil
+}
+
+// Watch calls f with the snapshot in effect now, and then with each one a
+// Reload puts in effect, before Reload returns (the proxy starts scraping
+// the engines of least_load pools this way). f runs under the reload lock:
+// it must not call Reload, Start, Stop or Watch.
+func (g *Gateway) Watch(f func(*Snapshot)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.watches = append(g.watches, f)
+	f(g.cur.Load())
 }
 
 // Start begins the active health checks. Stop ends them.
@@ -246,7 +261,7 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 	pools := make(map[string]*Pool, len(cfg.Pools))
 	for i := range cfg.Pools {
 		pc := &cfg.Pools[i]
-		p := &Pool{Name: pc.Name, health: pc.Health}
+		p := &Pool{Name: pc.Name, Policy: pc.Policy, health: pc.Health, g: g}
 		for _, raw := range pc.Upstreams {
 			uu, err := parseUpstreamURL(raw)
 			if err != nil {

@@ -73,9 +73,15 @@ type Pool struct {
 	Name string
 	// Upstreams in configured order.
 	Upstreams []*Upstream
-	rr        atomic.Uint32
-	health    HealthConfig
-	checker   *checker
+	// Policy is how Pick chooses: PolicyLeastRequest or PolicyLeastLoad.
+	Policy  string
+	rr      atomic.Uint32
+	health  HealthConfig
+	checker *checker
+	g       *Gateway
+	// loadUnknown: least_load's last Pick fell back to least_request
+	// because an upstream's engine load was unknown (logged on each change).
+	loadUnknown atomic.Bool
 }
 
 // Upstream is one model server: its admission queue, its load and its
@@ -100,6 +106,8 @@ type Upstream struct {
 	releaseFn    func() // u.release, bound once so Acquire does not allocate
 	g            *Gateway
 	hlog         healthLog // what was last logged of its availability
+
+	engine atomic.Pointer[engineReport] // the engine's load as last scraped; nil: unknown
 }
 
 func newUpstream(g *Gateway, u upstreamURL) *Upstream {
@@ -132,19 +140,42 @@ func (u *Upstream) available(now int64) bool {
 	return true
 }
 
-// Pick chooses the upstream for a request on route r: the available one
-// (healthy, not ejected) with the fewest outstanding requests (queued + in
-// flight), ties going round robin. except, when not nil, is skipped: the
-// upstream that just failed, for the proxy's one retry after a failed
-// connect (the upstream saw nothing, so another may have it). With no
-// available upstream it returns a 503 Rejection (worker_failure /
-// no_healthy_upstream); on a retry that means "no other upstream", and the
-// proxy should answer with the first failure instead.
+// Pick chooses the upstream for a request on route r among the available
+// ones (healthy, not ejected) by the pool's policy, ties going round robin:
+// least_request, the fewest outstanding requests (queued + in flight);
+// least_load, the least load its engine reports (leastLoad), or
+// least_request while an upstream's engine load is unknown (no scrape yet,
+// or the last one failed; logged when it starts and ends). except, when not
+// nil, is skipped: the upstream that just failed, for the proxy's one retry
+// after a failed connect (the upstream saw nothing, so another may have
+// it). With no available upstream it returns a 503 Rejection
+// (worker_failure / no_healthy_upstream); on a retry that means "no other
+// upstream", and the proxy should answer with the first failure instead.
 func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
-	ups := r.Pool.Upstreams
-	n := uint32(len(ups))
-	start := r.Pool.rr.Add(1)
+	p := r.Pool
+	start := p.rr.Add(1)
 	now := s.g.now()
+	var best *Upstream
+	if p.Policy == PolicyLeastLoad {
+		var unknown *Upstream
+		best, unknown = p.leastLoad(start, except, now)
+		p.noteLoadUnknown(unknown)
+	}
+	if best == nil {
+		best = p.leastRequest(start, except, now)
+	}
+	if best == nil {
+		return nil, noHealthy(p, except, now)
+	}
+	return best, nil
+}
+
+// leastRequest is the available upstream with the fewest outstanding
+// requests, the first in rotation order from start on a tie; nil when none
+// is available.
+func (p *Pool) leastRequest(start uint32, except *Upstream, now int64) *Upstream {
+	ups := p.Upstreams
+	n := uint32(len(ups))
 	var best *Upstream
 	var bestLoad int64
 	for i := range n {
@@ -156,10 +187,47 @@ func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
 			best, bestLoad = u, load
 		}
 	}
-	if best == nil {
-		return nil, noHealthy(r.Pool, except, now)
+	return best
+}
+
+// leastLoad is the available upstream with the least engine load
+// (loadKey), the first in rotation order from start on a tie. It returns
+// no choice and the first available upstream whose load is unknown when
+// there is one: loads cannot be compared with an unknown one.
+func (p *Pool) leastLoad(start uint32, except *Upstream, now int64) (best, unknown *Upstream) {
+	ups := p.Upstreams
+	n := uint32(len(ups))
+	var bestKey loadKey
+	for i := range n {
+		u := ups[(start+i)%n]
+		if u == except || !u.available(now) {
+			continue
+		}
+		k, known := u.loadKey()
+		if !known {
+			return nil, u
+		}
+		if best == nil || k.less(bestKey) {
+			best, bestKey = u, k
+		}
 	}
 	return best, nil
+}
+
+// noteLoadUnknown logs when least_load starts falling back because of
+// unknown (nil: when it stops). Only a change logs, so Pick allocates
+// nothing in a steady state.
+func (p *Pool) noteLoadUnknown(unknown *Upstream) {
+	fallback := unknown != nil
+	if p.loadUnknown.Load() == fallback || !p.loadUnknown.CompareAndSwap(!fallback, fallback) {
+		return
+	}
+	if fallback {
+		p.g.log.Warn().Str("pool", p.Name).Str("upstream", unknown.Name).
+			Msg("least_load: the engine's load is unknown (not scraped yet, or the scrape fails); picking by outstanding requests")
+	} else {
+		p.g.log.Info().Str("pool", p.Name).Msg("least_load: every engine's load is known again")
+	}
 }
 
 func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {

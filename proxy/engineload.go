@@ -7,15 +7,32 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // Engine load from the engine's own /metrics, for engines that say nothing
-// per request: each record gets the engine's waiting and running counts as
-// last scraped before the request was routed (Config.ScrapeEngineMetrics).
-// A queue can then be seen where it cannot be measured. The same scrape
-// reads what the engine counts of its work for clients that had left,
-// handed to Config.EngineWaste.
+// per request, and for least_load routing: each scrape hands the engine's
+// waiting and running counts and KV-cache usage to the gateway's upstream
+// (Upstream.SetEngineLoad), whose Pick compares them and whose load each
+// record carries as it was when the request was routed. A queue can then
+// be seen where it cannot be measured. Upstreams are scraped when
+// Config.ScrapeEngineMetrics is set (at that interval, each from its first
+// request), and those of least_load pools always, from the moment the
+// configuration that names them is in effect (at ScrapeEngineMetrics, or
+// DefaultLeastLoadScrape when it is not set). The same scrape reads what
+// the engine counts of its work for clients that had left, handed to
+// Config.EngineWaste.
+
+// DefaultLeastLoadScrape is how often the engines of least_load pools are
+// scraped without --scrape-engine-metrics: a queue that builds in a
+// fraction of a second shows within one, and a scrape over a kept-alive
+// connection costs the engine about a millisecond. Between scrapes Pick
+// counts this replica's own requests (gateway.Upstream.loadKey).
+const DefaultLeastLoadScrape = 100 * time.Millisecond
+
+// scrapeTimeout is the least time a scrape may take.
+const scrapeTimeout = time.Second
 
 // EngineWaste receives, at every scrape of an upstream's /metrics, what
 // its engine counts of its work for clients that had left: the tokens it
@@ -25,38 +42,94 @@ type EngineWaste interface {
 	EngineWaste(upstream string, tokensAfterClientLeft, abortedRequests int64)
 }
 
-// engineLoad is an upstream's last scraped load; negative until known.
+// engineLoad is an upstream's scraping: started once.
 type engineLoad struct {
-	waiting, running atomic.Int64
+	started atomic.Bool
 }
 
-func (l *engineLoad) init() {
-	l.waiting.Store(-1)
-	l.running.Store(-1)
+// scrapeLeastLoad starts scraping the engines of s's least_load pools:
+// Watch calls it with every configuration put in effect, so their loads
+// are known before their first request.
+func (p *Proxy) scrapeLeastLoad(s *gateway.Snapshot) {
+	if p.stopCtx.Err() != nil {
+		return // shut down
+	}
+	for _, pool := range s.Pools() {
+		if pool.Policy != gateway.PolicyLeastLoad {
+			continue
+		}
+		for _, u := range pool.Upstreams {
+			if c, err := p.client(u); err == nil {
+				p.startScrape(c, u.URL)
+			}
+		}
+	}
 }
 
-// scrapeLoad polls baseURL/metrics every interval until ctx ends, giving
-// waste (when set) the engine's counts under the upstream's name.
-func (l *engineLoad) scrapeLoad(ctx context.Context, baseURL, name string, interval time.Duration, waste EngineWaste) {
-	client := &http.Client{Timeout: interval, Transport: &http.Transport{DisableKeepAlives: true}}
+// startScrape starts scraping c's engine at baseURL unless it runs already.
+func (p *Proxy) startScrape(c *upstream, baseURL string) {
+	if !c.load.started.CompareAndSwap(false, true) {
+		return
+	}
+	interval := p.cfg.ScrapeEngineMetrics
+	if interval <= 0 {
+		interval = DefaultLeastLoadScrape
+	}
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		p.scrapeLoad(c, baseURL, interval)
+	}()
+}
+
+// scrapeLoad polls baseURL/metrics every interval until the proxy stops.
+// Each scrape goes to the gateway upstream the configuration in effect has
+// for baseURL (a reload may have replaced it); a failed one, or one with no
+// load gauge, makes its load unknown.
+func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) {
+	transport := &http.Transport{MaxIdleConnsPerHost: 1}
+	defer transport.CloseIdleConnections()
+	// A busy engine may answer its /metrics slowly: a late answer is
+	// still the freshest there is.
+	client := &http.Client{Timeout: max(interval, scrapeTimeout), Transport: transport}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if em, ok := scrapeOnce(ctx, client, baseURL+"/metrics"); ok {
-			if em.Load {
-				l.waiting.Store(em.Waiting)
-				l.running.Store(em.Running)
-			}
-			if waste != nil {
-				waste.EngineWaste(name, em.TokensAfterClientLeft, em.AbortedRequests)
-			}
+		u := p.currentUpstream(baseURL)
+		var mark int64
+		if u != nil {
+			mark = u.ScrapeMark()
+		}
+		em, ok := scrapeOnce(p.stopCtx, client, baseURL+"/metrics")
+		switch {
+		case u == nil:
+		case ok && em.Load:
+			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage}, mark)
+		default:
+			u.ClearEngineLoad()
+		}
+		if ok && p.cfg.EngineWaste != nil {
+			p.cfg.EngineWaste.EngineWaste(c.Name, em.TokensAfterClientLeft, em.AbortedRequests)
 		}
 		select {
-		case <-ctx.Done():
+		case <-p.stopCtx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// currentUpstream is the gateway upstream at baseURL in the configuration
+// in effect; nil when a reload dropped it.
+func (p *Proxy) currentUpstream(baseURL string) *gateway.Upstream {
+	for _, pool := range p.gw.Snapshot().Pools() {
+		for _, u := range pool.Upstreams {
+			if u.URL == baseURL {
+				return u
+			}
+		}
+	}
+	return nil
 }
 
 // scrapeOnce reads the engine's /metrics; ok is false when it could not.
@@ -73,5 +146,7 @@ func scrapeOnce(ctx context.Context, client *http.Client, url string) (em engine
 	if resp.StatusCode != http.StatusOK {
 		return em, false
 	}
-	return engines.ParseMetrics(io.LimitReader(resp.Body, 4<<20)), true
+	em = engines.ParseMetrics(io.LimitReader(resp.Body, 4<<20))
+	_, _ = io.Copy(io.Discard, resp.Body) // read to the end, so the connection is kept
+	return em, true
 }

@@ -28,9 +28,8 @@ func TestEngineLoadOnRecords(t *testing.T) {
 	defer conn.Close()
 	readUntil(t, br, `"content"`)
 	// ...and a scrape has seen it.
-	var up *upstream
-	p.clients.Range(func(_, v any) bool { up = v.(*upstream); return false })
-	waitFor(t, func() bool { return up.load.running.Load() >= 1 })
+	up := p.Gateway().Snapshot().Pools()[0].Upstreams[0]
+	waitFor(t, func() bool { l, _ := up.EngineLoad(); return l.Running >= 1 })
 
 	// The next request is routed now and waits in the engine's queue until
 	// the long one's client leaves.
@@ -39,7 +38,7 @@ func TestEngineLoadOnRecords(t *testing.T) {
 		defer close(done)
 		post(t, addr, short)
 	}()
-	waitFor(t, func() bool { return up.load.waiting.Load() >= 1 })
+	waitFor(t, func() bool { l, _ := up.EngineLoad(); return l.Waiting >= 1 })
 	conn.Close()
 	<-done
 	var r gotRecord

@@ -254,8 +254,8 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 		return nil, false
 	}
 	x.lease.up, rec.Upstream = up, client.Name
-	if w, r := client.load.waiting.Load(), client.load.running.Load(); w >= 0 && r >= 0 {
-		rec.EngineLoad, rec.EngineWaiting, rec.EngineRunning = true, w, r
+	if l, known := up.EngineLoad(); known {
+		rec.EngineLoad, rec.EngineWaiting, rec.EngineRunning = true, l.Waiting, l.Running
 	}
 	rec.Timeline.Mark(stages.Routed)
 	release, rej := up.Acquire(x.ctl.aborts())

@@ -340,7 +340,7 @@ func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *
 
 // serveProxy serves p on a loopback port (over TLS when tlsCfg is set)
 // until the test ends, and returns the address.
-func serveProxy(t *testing.T, p *Proxy, tlsCfg *tls.Config) string {
+func serveProxy(t testing.TB, p *Proxy, tlsCfg *tls.Config) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -102,6 +102,8 @@ type Config struct {
 	// that interval and annotates every record with the engine's waiting
 	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
 	// gauge names): a queue seen where it cannot be measured per request.
+	// The upstreams of least_load pools are polled even without it, at
+	// DefaultLeastLoadScrape; with it, at its interval.
 	ScrapeEngineMetrics time.Duration
 	// EngineWaste, when set, receives what each scraped engine counts of
 	// its work for clients that had left (with ScrapeEngineMetrics).
@@ -313,6 +315,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		Logger:                       fasthttpLogger{log},
 		ConnState:                    p.connState,
 	}
+	gw.Watch(p.scrapeLeastLoad)
 	return p, nil
 }
 
@@ -427,12 +430,8 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*upstream); !loaded {
-		if iv := p.cfg.ScrapeEngineMetrics; iv > 0 {
-			p.background.Add(1)
-			go func() {
-				defer p.background.Done()
-				c.load.scrapeLoad(p.stopCtx, u.URL, c.Name, iv, p.cfg.EngineWaste)
-			}()
+		if p.cfg.ScrapeEngineMetrics > 0 {
+			p.startScrape(c, u.URL)
 		}
 		switch p.cfg.Engine {
 		case EngineAuto:

@@ -26,7 +26,7 @@ type upstream struct {
 	Addr string
 	hc   *fasthttp.HostClient
 	kind engineKind // the engine behind it, for its signal reader
-	load engineLoad // its waiting and running counts, when scraped
+	load engineLoad // the scraping of its engine's /metrics
 }
 
 // An upstream response's status line and headers are parsed whole in the
@@ -104,7 +104,6 @@ func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 			DisablePathNormalizing:        true,
 		},
 	}
-	up.load.init()
 	return up, nil
 }
 

@@ -15,6 +15,9 @@ type EngineMetrics struct {
 	// batch; Load is false when no known gauge had a usable value.
 	Waiting, Running int64
 	Load             bool
+	// KVCacheUsage is the fraction of its KV cache in use, 0 to 1; -1
+	// when it does not report it.
+	KVCacheUsage float64
 	// TokensAfterClientLeft counts the tokens it generated for requests
 	// whose client had left, AbortedRequests the requests it aborted (a
 	// client that left, mostly): cumulative counts, -1 when it does not
@@ -36,6 +39,19 @@ var loadSeries = []struct {
 	{"tgi_batch_current_size", false},
 	{"llamacpp:requests_deferred", true},
 	{"llamacpp:requests_processing", false},
+}
+
+// kvUsageSeries are the gauges in which engines report the fraction of
+// their KV cache in use (1 is full), the first one present counting:
+// vLLM's (vllm/v1/metrics/loggers.py; the gpu_ name is the one it
+// deprecated for it), SGLang's token usage (its scheduler's used tokens
+// over the KV pool's size) and llama.cpp's (servers before it was dropped
+// from /metrics). TGI exports none.
+var kvUsageSeries = []string{
+	"vllm:kv_cache_usage_perc",
+	"vllm:gpu_cache_usage_perc",
+	"sglang:token_usage",
+	"llamacpp:kv_cache_usage_ratio",
 }
 
 // counterSeries is a counter an engine exports, restricted to the samples
@@ -87,9 +103,32 @@ func ParseMetrics(r io.Reader) EngineMetrics {
 			em.Load = true
 		}
 	}
+	em.KVCacheUsage = kvUsage(families)
 	em.TokensAfterClientLeft = firstCounter(families, tokensAfterLeftSeries)
 	em.AbortedRequests = firstCounter(families, abortedSeries)
 	return em
+}
+
+// kvUsage is the first of kvUsageSeries with a usable sample: the largest
+// over its label sets (the fullest cache of an engine running several
+// engine cores), at most 1; -1 when none is reported.
+func kvUsage(families map[string]*dto.MetricFamily) float64 {
+	for _, name := range kvUsageSeries {
+		mf := families[name]
+		if mf == nil {
+			continue
+		}
+		usage := -1.0
+		for _, m := range mf.GetMetric() {
+			if v, usable := countValue(m, false); usable {
+				usage = max(usage, min(v, 1))
+			}
+		}
+		if usage >= 0 {
+			return usage
+		}
+	}
+	return -1
 }
 
 // firstCounter is the sum of the first of series present with a usable

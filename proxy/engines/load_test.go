@@ -34,6 +34,33 @@ func TestParseMetricsLoad(t *testing.T) {
 	}
 }
 
+// TestParseKVCacheUsage reads each engine's KV-cache usage gauge: a
+// fraction, the largest over label sets, the newer vLLM name first.
+func TestParseKVCacheUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want float64
+	}{
+		{"vLLM, per engine core", "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.25\nvllm:kv_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.5\n", 0.5},
+		{"vLLM before the rename", "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.125\n", 0.125},
+		{"vLLM exporting both names: the new one", "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.3\n", 0.3},
+		{"SGLang", "# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"m\"} 0.75\n", 0.75},
+		{"llama.cpp", "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.0625\n", 0.0625},
+		{"TGI has none", "tgi_queue_size 1\ntgi_batch_current_max_tokens 4096\n", -1},
+		{"over 1 is full", "sglang:token_usage 1.02\n", 1},
+		{"NaN and negative are no usage", "vllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc -0.5\n", -1},
+		{"a counter is no gauge", "# TYPE sglang:token_usage counter\nsglang:token_usage 0.5\n", -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ParseMetrics(strings.NewReader(tt.text)).KVCacheUsage; got != tt.want {
+				t.Errorf("KV-cache usage %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestParseWaste reads the engines' counts of their work for clients that
 // had left, each from the engine's own series.
 func TestParseWaste(t *testing.T) {
@@ -71,10 +98,11 @@ func TestParseWaste(t *testing.T) {
 func FuzzParseMetrics(f *testing.F) {
 	f.Add("vllm:num_requests_waiting{model_name=\"a\"} 3\n")
 	f.Add("tgi_queue_size 1e308\ntgi_batch_current_size -1\n")
+	f.Add("sglang:token_usage 0.5\nllamacpp:kv_cache_usage_ratio 7\n")
 	f.Add("vllm:request_success_total{finished_reason=\"abort\"} 1e300\nttftlens_engine_tokens_after_client_left_total 5\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		em := ParseMetrics(strings.NewReader(text))
-		if em.Waiting < 0 || em.Running < 0 || em.TokensAfterClientLeft < -1 || em.AbortedRequests < -1 {
+		if em.Waiting < 0 || em.Running < 0 || em.TokensAfterClientLeft < -1 || em.AbortedRequests < -1 || em.KVCacheUsage < -1 || em.KVCacheUsage > 1 {
 			t.Fatalf("negative count %+v", em)
 		}
 	})
