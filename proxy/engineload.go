@@ -51,9 +51,6 @@ type engineLoad struct {
 // Watch calls it with every configuration put in effect, so their loads
 // are known before their first request.
 func (p *Proxy) scrapeLeastLoad(s *gateway.Snapshot) {
-	if p.stopCtx.Err() != nil {
-		return // shut down
-	}
 	for _, pool := range s.Pools() {
 		if pool.Policy != gateway.PolicyLeastLoad {
 			continue
@@ -75,11 +72,7 @@ func (p *Proxy) startScrape(c *upstream, baseURL string) {
 	if interval <= 0 {
 		interval = DefaultLeastLoadScrape
 	}
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		p.scrapeLoad(c, baseURL, interval)
-	}()
+	p.goBackground(func() { p.scrapeLoad(c, baseURL, interval) })
 }
 
 // scrapeLoad polls baseURL/metrics every interval until the proxy stops.

@@ -260,6 +260,7 @@ type Proxy struct {
 	watcher    *watcher
 	conns      sync.Map // client net.Conn → *connWatch, from accept to close
 	pool       sync.Pool
+	bgMu       sync.Mutex     // orders goBackground against Shutdown's stop
 	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
 	stop       context.CancelFunc
 	stopCtx    context.Context
@@ -330,6 +331,21 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return p.server.Serve(ln)
 }
 
+// goBackground runs f in a goroutine Shutdown waits for; once the proxy
+// stopped it runs nothing (f must return when stopCtx ends).
+func (p *Proxy) goBackground(f func()) {
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	if p.stopCtx.Err() != nil {
+		return
+	}
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		f()
+	}()
+}
+
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
 // and stops the watcher. Requests still in flight when ctx ends are cut
 // (end reason deadline, detail shutdown), so each still ends in its
@@ -344,7 +360,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			err = nil // the last ones ended as the grace ran out
 		}
 	}
+	p.bgMu.Lock()
 	p.stop()
+	p.bgMu.Unlock()
 	p.background.Wait()
 	p.watcher.close()
 	if p.ownGW {
@@ -435,11 +453,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 		}
 		switch p.cfg.Engine {
 		case EngineAuto:
-			p.background.Add(1)
-			go func() {
-				defer p.background.Done()
-				p.detectEngine(c, u.URL)
-			}()
+			p.goBackground(func() { p.detectEngine(c, u.URL) })
 		case "":
 		default:
 			c.kind.set(p.cfg.Engine)
