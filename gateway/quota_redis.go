@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -169,7 +170,17 @@ func newSharedKey(st *redisStore, c *RedisConfig, name string, q Quota) *sharedK
 	}
 }
 
+// redisLogger drops go-redis's own log lines (plain text on stderr, one per
+// failed dial): the gateway logs a failure of Redis once, as JSON, and
+// counts the rest.
+type redisLogger struct{}
+
+func (redisLogger) Printf(context.Context, string, ...any) {}
+
+var quietRedis sync.Once
+
 func newRedisStore(g *Gateway, c RedisConfig) (*redisStore, error) {
+	quietRedis.Do(func() { redis.SetLogger(redisLogger{}) })
 	opts := &redis.Options{
 		Addr:     c.Address,
 		Username: c.Username,
