@@ -60,10 +60,14 @@ const replicaQuota = 10 // requests per replicaInterval
 const replicaInterval = time.Hour
 
 func replicaConfig(backend, redisAddr, prefix, onFailure, upstream string) string {
+	timeout := "0s"
+	if backend == "redis" {
+		timeout = gateway.RedisTestTimeout.String() // no fallback while Redis is up, however loaded the machine
+	}
 	return fmt.Sprintf(`
 quota_backend:
   kind: %s
-  redis: {address: %q, key_prefix: %q, on_failure: %q}
+  redis: {address: %q, key_prefix: %q, on_failure: %q, timeout: %s}
 auth: keys
 keys:
   - name: shared
@@ -71,7 +75,7 @@ keys:
     quota: {interval: %s, requests: %d}
 routes: [{model: m, pool: p}]
 pools: [{name: p, upstreams: [%s]}]
-`, backend, redisAddr, prefix, onFailure, gateway.HashKey("sk-shared"), replicaInterval, replicaQuota, upstream)
+`, backend, redisAddr, prefix, onFailure, timeout, gateway.HashKey("sk-shared"), replicaInterval, replicaQuota, upstream)
 }
 
 // startReplica runs a real proxy with its own gateway from yaml.

@@ -123,9 +123,15 @@ func (r *RedisServer) do(bulk bool, args []string) (string, error) {
 }
 
 // RedisBackend is a redis quota backend on r with a key prefix of the
-// test's own.
+// test's own. Its timeout is long (a round trip under -race on a loaded
+// machine may pass the default): the tests that want Redis to time out
+// set their own.
 func (r *RedisServer) RedisBackend(onFailure string) QuotaBackend {
 	return QuotaBackend{Kind: QuotaRedis, Redis: RedisConfig{
 		Address: r.Addr, KeyPrefix: "test:" + strconv.Itoa(os.Getpid()) + ":" + r.t.Name() + ":", OnFailure: onFailure,
+		Timeout: RedisTestTimeout,
 	}}
 }
+
+// RedisTestTimeout is the redis backend's timeout in tests.
+const RedisTestTimeout = 2 * time.Second
