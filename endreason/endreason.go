@@ -110,6 +110,7 @@ const (
 	DetailMissingKey           Detail = "missing_api_key"        // gateway: no or non-Bearer Authorization
 	DetailInvalidKey           Detail = "invalid_api_key"        // gateway: a key that is not configured
 	DetailQuotaExceeded        Detail = "quota_exceeded"         // gateway: the key's requests or tokens per interval
+	DetailQuotaUnavailable     Detail = "quota_unavailable"      // gateway: the shared quota backend failed and on_failure is closed
 	DetailRequestBodyTooLarge  Detail = "request_body_too_large" // gateway: the client's request body over max_body_bytes
 	DetailUnknownModel         Detail = "unknown_model"          // gateway: no route for the model
 	DetailInvalidParam         Detail = "invalid_parameter"      // gateway: a parameter out of range or of the wrong type
@@ -142,6 +143,7 @@ var detailReasons = map[Detail]Reason{
 	DetailRequestBodyTooLarge:  InvalidRequest,
 	DetailUnknownModel:         InvalidRequest,
 	DetailInvalidParam:         InvalidRequest,
+	DetailQuotaUnavailable:     WorkerFailure,
 	DetailNoHealthy:            WorkerFailure,
 	DetailQueueFull:            WorkerFailure,
 	DetailQueueTimeout:         WorkerFailure,

@@ -324,7 +324,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailTruncatedBody: UpstreamDisconnect, DetailEOFWithoutDone: UpstreamDisconnect,
 		DetailReadFailed: UpstreamDisconnect, DetailClosedBeforeResp: UpstreamDisconnect,
 		DetailMalformedRequest: InvalidRequest, DetailProxyPanic: WorkerFailure,
-		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock,
+		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock, DetailQuotaUnavailable: WorkerFailure,
 		DetailRequestBodyTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
 		DetailNoHealthy: WorkerFailure, DetailQueueFull: WorkerFailure, DetailQueueTimeout: WorkerFailure,
 		DetailBodyMemoryFull: WorkerFailure, DetailBodyReadTimeout: ClientCancel,
@@ -368,7 +368,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailTTFTDeadline: true, DetailTotalDeadline: true, DetailIdleDeadline: true, DetailShutdown: true,
 		DetailMalformedRequest: true, DetailProxyPanic: true,
 		// The gateway's rejections.
-		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true,
+		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true, DetailQuotaUnavailable: true,
 		DetailRequestBodyTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
 		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true,
 		// The front door's.

@@ -25,25 +25,27 @@ const (
 
 // fieldForms says which forms carry each field.
 var fieldForms = [record.NumFields]form{
-	record.FieldTime:         listed,
-	record.FieldLevel:        framing,
-	record.FieldMsg:          framing,
-	record.FieldRequestID:    listed,
-	record.FieldTraceID:      detailed,
-	record.FieldSpanID:       detailed,
-	record.FieldParentSpanID: detailed,
-	record.FieldMethod:       listed,
-	record.FieldPath:         listed,
-	record.FieldModel:        listed,
-	record.FieldStream:       listed,
-	record.FieldStatus:       listed,
-	record.FieldUpstream:     listed,
-	record.FieldUpstreamConn: detailed,
-	record.FieldKey:          detailed,
-	record.FieldEndReason:    listed,
-	record.FieldEndDetail:    listed,
-	record.FieldPhase:        listed,
-	record.FieldError:        detailed,
+	record.FieldTime:          listed,
+	record.FieldLevel:         framing,
+	record.FieldMsg:           framing,
+	record.FieldRequestID:     listed,
+	record.FieldTraceID:       detailed,
+	record.FieldSpanID:        detailed,
+	record.FieldParentSpanID:  detailed,
+	record.FieldMethod:        listed,
+	record.FieldPath:          listed,
+	record.FieldModel:         listed,
+	record.FieldStream:        listed,
+	record.FieldStatus:        listed,
+	record.FieldUpstream:      listed,
+	record.FieldUpstreamConn:  detailed,
+	record.FieldKey:           detailed,
+	record.FieldQuota:         detailed,
+	record.FieldQuotaFallback: detailed,
+	record.FieldEndReason:     listed,
+	record.FieldEndDetail:     listed,
+	record.FieldPhase:         listed,
+	record.FieldError:         detailed,
 
 	record.FieldTTFT:                     listed,
 	record.FieldFirstAnswer:              detailed,
@@ -151,6 +153,15 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 		case record.FieldKey:
 			if r.Key != "" {
 				e.Str(name, r.Key)
+			}
+		case record.FieldQuota:
+			if r.QuotaChecked {
+				sc.b = appendDuration(sc.b[:0], r.QuotaTime)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldQuotaFallback:
+			if r.QuotaFallback {
+				e.Bool(name, true)
 			}
 		case record.FieldEndReason:
 			e.Str(name, r.Reason.String())

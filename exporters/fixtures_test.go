@@ -94,6 +94,7 @@ var fixtures = []fixture{
 	{"stop_engine_report", func(r *record.Record) {
 		base(r)
 		r.Key = "team-a"
+		r.QuotaChecked, r.QuotaTime = true, 18*us+345 // the quota check's share of the gateway stage
 		r.ParentID = record.SpanID{1, 2, 3, 4, 5, 6, 7, 8}
 		proxyMarks(r)
 		r.Timeline.MarkAt(stages.FirstEvent, 30*ms)
@@ -127,6 +128,8 @@ var fixtures = []fixture{
 		r.BytesOut = 5120
 		// The engine says nothing per request; its scraped load does.
 		r.EngineLoad, r.EngineWaiting, r.EngineRunning = true, 3, 8
+		// Redis did not answer: this replica's own buckets admitted it.
+		r.Key, r.QuotaChecked, r.QuotaTime, r.QuotaFallback = "team-b", true, 3*us, true
 	}},
 	{"engine_inconsistent", func(r *record.Record) {
 		base(r)

@@ -151,7 +151,7 @@ type counterRef struct{ prometheus.Counter }
 var (
 	beforeUpstreamDetails = []endreason.Detail{
 		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
-		endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
+		endreason.DetailQuotaUnavailable, endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
 		endreason.DetailInvalidParam, endreason.DetailNoHealthy, endreason.DetailBodyMemoryFull,
 		endreason.DetailBodyReadTimeout,
 	}
@@ -214,8 +214,8 @@ type Metrics struct {
 // connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx
 // without an upstream, missing_api_key with one) would be a series stuck at
 // zero. With 3 models and 2 upstreams (4 model values: the 3 and LabelOther)
-// that is 4×2×35 + 4×16 = 344 series, where the whole product of 45
-// pairs, 4 models and 4 upstream values would be 720. Upstream LabelOther (a name missing
+// that is 4×2×35 + 4×17 = 348 series, where the whole product of 46
+// pairs, 4 models and 4 upstream values would be 736. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.
 //

@@ -26,6 +26,9 @@ type Summary struct {
 	UpstreamConn                       record.UpstreamConn
 	Streaming                          bool
 	Status                             int
+	// The key's quota check (record.Record.QuotaChecked and the rest).
+	QuotaChecked, QuotaFallback bool
+	QuotaTime                   time.Duration
 
 	Reason endreason.Reason
 	Detail endreason.Detail
@@ -67,6 +70,7 @@ func (s *Summary) Fill(r *record.Record) {
 		RequestID: r.RequestID, TraceID: r.TraceID, SpanID: r.SpanID, ParentID: r.ParentID, TraceFlags: r.TraceFlags,
 		Method: r.Method, Path: r.Path, Model: r.Model, Upstream: r.Upstream, Key: r.Key, UpstreamConn: r.UpstreamConn,
 		Streaming: r.Streaming, Status: r.Status,
+		QuotaChecked: r.QuotaChecked, QuotaFallback: r.QuotaFallback, QuotaTime: r.QuotaTime,
 		Reason: r.Reason, Detail: r.Detail, Phase: r.Phase, Error: r.Error,
 		Timeline:  r.Timeline,
 		Breakdown: r.Timeline.Breakdown(),
@@ -104,6 +108,7 @@ func (s *Summary) restore(r *record.Record) {
 		RequestID: s.RequestID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.ParentID, TraceFlags: s.TraceFlags,
 		Method: s.Method, Path: s.Path, Model: s.Model, Upstream: s.Upstream, Key: s.Key, UpstreamConn: s.UpstreamConn,
 		Streaming: s.Streaming, Status: s.Status,
+		QuotaChecked: s.QuotaChecked, QuotaFallback: s.QuotaFallback, QuotaTime: s.QuotaTime,
 		Reason: s.Reason, Detail: s.Detail, Phase: s.Phase, Error: s.Error,
 		Timeline: s.Timeline,
 		Stream: stages.Stream{

@@ -17,6 +17,7 @@ func TestRestoreKeepsWhatFillCopied(t *testing.T) {
 	r := typical()
 	r.ParentID = record.SpanID{1}
 	r.Key, r.Error = "team-a", "upstream said no"
+	r.QuotaChecked, r.QuotaFallback, r.QuotaTime = true, true, 7*time.Microsecond
 	r.Reason, r.Detail, r.Phase = endreason.ClientCancel, endreason.DetailClientClosed, endreason.PhaseDecoding
 	r.TokensIn, r.UsageReported, r.ReasoningTokens = 12, true, 9
 	r.Stream.Stalls = 2

@@ -15,7 +15,8 @@ type Key struct {
 	// breakdown.
 	AllowBreakdown bool
 	hash           [32]byte
-	quota          *bucket // nil: unlimited
+	quota          *bucket    // nil: unlimited
+	shared         *sharedKey // its buckets on the redis backend; nil: local
 }
 
 // Authenticate checks a request's Authorization header value (the raw

@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,6 +27,8 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 8 MiB, the proxy's
 	// --max-body-bytes default; the proxy applies the smaller of the two).
 	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// QuotaBackend is where the keys' quota buckets live.
+	QuotaBackend QuotaBackend `yaml:"quota_backend"`
 	// KeyDefaults apply to every key that does not set its own.
 	KeyDefaults KeyDefaults `yaml:"key_defaults"`
 	// Keys are the API keys (auth: keys only).
@@ -77,6 +82,62 @@ type Quota struct {
 }
 
 func (q Quota) unlimited() bool { return q.Requests == 0 && q.Tokens == 0 }
+
+// QuotaBackend says where the quota buckets live (quota_redis.go): in this
+// process (local), or on a Redis server that every replica shares (redis),
+// where admission and settlement are atomic on the server.
+type QuotaBackend struct {
+	// Kind is "local" (the default: each replica's own buckets, so N
+	// replicas let a key spend N times its quota) or "redis".
+	Kind string `yaml:"kind"`
+	// Redis is the shared backend (kind redis only).
+	Redis RedisConfig `yaml:"redis"`
+}
+
+// RedisConfig is the Redis server of a redis quota backend and how
+// admissions use it. A reload may change KeyPrefix, Timeout and OnFailure;
+// the connection (address, credentials, database, TLS) takes a restart.
+type RedisConfig struct {
+	// Address is host:port.
+	Address string `yaml:"address"`
+	// Username for Redis ACLs ("": the default user).
+	Username string `yaml:"username"`
+	// Password is "env:VARNAME", read from the environment when the config
+	// is loaded ("": none). A plain password is not accepted.
+	Password string `yaml:"password"`
+	// DB is the database number (default 0).
+	DB int `yaml:"db"`
+	// TLS, when enabled, encrypts the connection.
+	TLS RedisTLS `yaml:"tls"`
+	// KeyPrefix starts the Redis key of every API key's buckets (default
+	// "ttftlens:quota:"); the key's name follows.
+	KeyPrefix string `yaml:"key_prefix"`
+	// Timeout bounds how long an admission waits for Redis (default 50ms).
+	Timeout time.Duration `yaml:"timeout"`
+	// OnFailure is what an admission does when Redis fails or times out:
+	// "open" (the default: this replica's own buckets decide, and the
+	// record says quota_fallback) or "closed" (503, end detail
+	// quota_unavailable).
+	OnFailure string `yaml:"on_failure"`
+}
+
+// conn is the part of c a reload may not change.
+func (c RedisConfig) conn() RedisConfig {
+	return RedisConfig{Address: c.Address, Username: c.Username, Password: c.Password, DB: c.DB, TLS: c.TLS}
+}
+
+// RedisTLS is the TLS of the connection to Redis.
+type RedisTLS struct {
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM bundle to verify the server with ("": the system's).
+	CAFile string `yaml:"ca_file"`
+	// ServerName is the name to verify ("": the address's host).
+	ServerName string `yaml:"server_name"`
+	// CertFile and KeyFile are a client certificate (mutual TLS), both or
+	// neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
 
 // RouteConfig sends a model to a pool and sets the model's limits.
 type RouteConfig struct {
@@ -152,6 +213,19 @@ type EjectionConfig struct {
 	Duration time.Duration `yaml:"duration"`
 }
 
+// The quota backends and their failure modes.
+const (
+	QuotaLocal      = "local"
+	QuotaRedis      = "redis"
+	QuotaFailOpen   = "open"
+	QuotaFailClosed = "closed"
+
+	DefaultQuotaKeyPrefix = "ttftlens:quota:"
+	// DefaultQuotaTimeout: a loopback or in-cluster round trip to Redis
+	// takes well under a millisecond.
+	DefaultQuotaTimeout = 50 * time.Millisecond
+)
+
 // The auth modes.
 const (
 	AuthKeys        = "keys"
@@ -182,6 +256,19 @@ const (
 	DefaultEjectionDuration = 30 * time.Second
 )
 
+func (b *QuotaBackend) normalize() {
+	if b.Kind == "" {
+		b.Kind = QuotaLocal
+	}
+	if b.Kind != QuotaRedis {
+		return
+	}
+	r := &b.Redis
+	r.KeyPrefix = cmp.Or(r.KeyPrefix, DefaultQuotaKeyPrefix)
+	r.Timeout = cmp.Or(r.Timeout, DefaultQuotaTimeout)
+	r.OnFailure = cmp.Or(r.OnFailure, QuotaFailOpen)
+}
+
 // Normalize fills the defaults documented on each field. Call it after
 // Validate: Validate sees the zero values as "not set", which is how it
 // finds contradictions such as a queue without an in-flight limit.
@@ -195,6 +282,7 @@ func (c *Config) Normalize() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	c.QuotaBackend.normalize()
 	normQuota := func(q *Quota) {
 		if q.Interval == 0 && !q.unlimited() {
 			q.Interval = DefaultQuotaInterval
@@ -286,6 +374,7 @@ func (v *validator) add(path, format string, args ...any) {
 func (v *validator) check() {
 	v.checkAuth()
 	nonNegative(v, "max_body_bytes", v.c.MaxBodyBytes)
+	v.checkQuotaBackend()
 	v.checkQuota("key_defaults.quota", &v.c.KeyDefaults.Quota)
 	v.checkKeys()
 	pools := v.checkPools()
@@ -454,6 +543,81 @@ func (v *validator) checkDeadlines(p string, r *RouteConfig) {
 	}
 }
 
+// checkQuotaBackend checks the backend's kind and, for redis, how to reach
+// it and what to do when it cannot be reached.
+func (v *validator) checkQuotaBackend() {
+	const p = "quota_backend"
+	b := &v.c.QuotaBackend
+	switch b.Kind {
+	case "", QuotaLocal:
+		if b.Redis != (RedisConfig{}) {
+			v.add(p+".redis", "redis settings given but kind is %s: set kind: redis", cmp.Or(b.Kind, QuotaLocal))
+		}
+		return
+	case QuotaRedis:
+	default:
+		v.add(p+".kind", "must be local or redis, not %q", b.Kind)
+		return
+	}
+	r := &b.Redis
+	if r.Address == "" {
+		v.add(p+".redis.address", "missing: give host:port")
+	} else if err := checkHostPort(r.Address); err != nil {
+		v.add(p+".redis.address", "%s", err)
+	}
+	if r.Password != "" {
+		if _, err := resolveSecret(r.Password); err != nil {
+			v.add(p+".redis.password", "%s", err)
+		}
+	}
+	nonNegative(v, p+".redis.db", r.DB)
+	t := &r.TLS
+	if !t.Enabled && *t != (RedisTLS{}) {
+		v.add(p+".redis.tls", "tls settings given but not enabled: set enabled: true")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		v.add(p+".redis.tls", "a client certificate needs both cert_file and key_file")
+	}
+	nonNegative(v, p+".redis.timeout", r.Timeout)
+	switch r.OnFailure {
+	case "", QuotaFailOpen, QuotaFailClosed:
+	default:
+		v.add(p+".redis.on_failure", "must be open or closed, not %q", r.OnFailure)
+	}
+}
+
+// checkHostPort checks addr is host:port with a port from 1 to 65535.
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port must be a number from 1 to 65535", addr)
+	}
+	return nil
+}
+
+// resolveSecret reads a secret given as env:VARNAME. The error never
+// contains the value.
+func resolveSecret(s string) (string, error) {
+	name, ok := strings.CutPrefix(s, "env:")
+	switch {
+	case !ok:
+		return "", fmt.Errorf("must be env:VARNAME (a plain password is not accepted)")
+	case name == "":
+		return "", fmt.Errorf("env: needs a variable name")
+	}
+	val, set := os.LookupEnv(name)
+	switch {
+	case !set:
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	case val == "":
+		return "", fmt.Errorf("environment variable %s is empty", name)
+	}
+	return val, nil
+}
+
 func (v *validator) checkQuota(p string, q *Quota) {
 	nonNegative(v, p+".interval", q.Interval)
 	nonNegative(v, p+".requests", q.Requests)
@@ -485,16 +649,9 @@ func resolveKey(s string) ([32]byte, error) {
 		}
 		return h, nil
 	case strings.HasPrefix(s, "env:"):
-		name := s[len("env:"):]
-		if name == "" {
-			return h, fmt.Errorf("env: needs a variable name")
-		}
-		k, ok := os.LookupEnv(name)
-		if !ok {
-			return h, fmt.Errorf("environment variable %s is not set", name)
-		}
-		if k == "" {
-			return h, fmt.Errorf("environment variable %s is empty", name)
+		k, err := resolveSecret(s)
+		if err != nil {
+			return h, err
 		}
 		return sha256.Sum256([]byte(k)), nil
 	}

@@ -68,6 +68,7 @@ type Gateway struct {
 	ups     map[string]*Upstream // by base URL as written
 	buckets map[string]*bucket   // by key name
 	watches []func(*Snapshot)
+	redis   *redisStore // made by the first config with the redis quota backend
 }
 
 // Snapshot is one configuration in effect: everything a request needs from
@@ -136,7 +137,9 @@ func (g *Gateway) Authenticate(authorization []byte) (*Key, *Rejection) {
 // Snapshot. Upstreams that stay (same URL) keep their in-flight requests,
 // queue, load and health; removed ones live on until their last release.
 // Keys that stay (same name) keep their quota levels. Health checks restart
-// on the new pools when the gateway is running. On error nothing changes.
+// on the new pools when the gateway is running. The redis quota backend's
+// connection (address, credentials, database, TLS) cannot change: that
+// takes a restart. On error nothing changes.
 func (g *Gateway) Reload(cfg *Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -147,6 +150,9 @@ func (g *Gateway) Reload(cfg *Config) error {
 	s, err := g.build(cfg)
 	if err != nil {
 		return err
+	}
+	if g.running && g.redis != nil && g.redis.quit == nil {
+		g.redis.start() // this config made it
 	}
 	old := g.cur.Swap(s)
 	if g.running && old != nil {
@@ -175,7 +181,8 @@ func (g *Gateway) Watch(f func(*Snapshot)) {
 	f(g.cur.Load())
 }
 
-// Start begins the active health checks. Stop ends them.
+// Start begins the active health checks and, with the redis quota backend,
+// the settler that sends quota settlements. Stop ends them.
 func (g *Gateway) Start() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -184,10 +191,15 @@ func (g *Gateway) Start() {
 	}
 	g.running = true
 	g.startCheckers(g.cur.Load())
+	if g.redis != nil {
+		g.redis.start()
+	}
 }
 
-// Stop ends the active health checks and waits for their goroutines.
-// Requests may still use the gateway (upstreams keep their last verdict).
+// Stop ends the active health checks and waits for their goroutines, sends
+// the quota settlements still queued and closes the connection to Redis.
+// Requests may still use the gateway (upstreams keep their last verdict;
+// the redis quota backend counts as unavailable).
 func (g *Gateway) Stop() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -196,6 +208,9 @@ func (g *Gateway) Stop() {
 	}
 	g.running = false
 	stopCheckers(g.cur.Load())
+	if g.redis != nil {
+		g.redis.stop()
+	}
 }
 
 func (g *Gateway) startCheckers(s *Snapshot) {
@@ -233,6 +248,10 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 		}
 		hashes[i] = h
 	}
+	store, err := g.quotaStore(&cfg.QuotaBackend)
+	if err != nil {
+		return nil, err
+	}
 	buckets := make(map[string]*bucket, len(cfg.Keys))
 	for i := range cfg.Keys {
 		kc, h := &cfg.Keys[i], hashes[i]
@@ -253,6 +272,9 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			}
 			buckets[kc.Name] = b
 			k.quota = b
+			if store != nil {
+				k.shared = newSharedKey(store, &cfg.QuotaBackend.Redis, kc.Name, q)
+			}
 		}
 		s.keys[h] = k
 	}
@@ -302,6 +324,9 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 		}
 	}
 	g.ups, g.buckets = ups, buckets
+	if store != nil {
+		g.redis = store
+	}
 	return s, nil
 }
 

@@ -23,8 +23,12 @@ type gatewayBench struct {
 	bodies  [][]byte
 }
 
-func newGatewayBench(b testing.TB) *gatewayBench {
+func newGatewayBench(b testing.TB) *gatewayBench { return newGatewayBenchOn(b, QuotaBackend{}) }
+
+// newGatewayBenchOn is the benchmark's world with its quotas on backend.
+func newGatewayBenchOn(b testing.TB, backend QuotaBackend) *gatewayBench {
 	cfg := manyKeysConfig(10000, 100)
+	cfg.QuotaBackend = backend
 	start := time.Now() // the real clock: its cost is part of the step
 	g, _ := newGateway(b, cfg, Options{Now: func() time.Duration { return time.Since(start) }})
 	gb := &gatewayBench{g: g}
@@ -77,10 +81,12 @@ func (gb *gatewayBench) step(p *fastjson.Parser, i int) error {
 // route + admission acquire/release + settle, with 10,000 keys and 100
 // routes. Reports p50/p99/max per step (each timed on its own) besides the
 // mean, and allocs/op.
-func BenchmarkGatewayStep(b *testing.B) {
-	gb := newGatewayBench(b)
+func BenchmarkGatewayStep(b *testing.B) { timeSteps(b, newGatewayBench(b)) }
+
+// timeSteps runs gb's step b.N times after a warm-up, timing each.
+func timeSteps(b *testing.B, gb *gatewayBench) {
 	var p fastjson.Parser
-	for i := range 2000 { // warm the parser's buffers and the pools
+	for i := range 2000 { // warm the parser's buffers, the pools (and Redis' connections)
 		if err := gb.step(&p, i); err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Collector exports the gateway's per-upstream state at scrape time:
 // admission queue depth, requests in flight, health and ejection. Upstreams
 // come from the current configuration, so a reload shows at the next scrape.
+// With the redis quota backend it also counts what Redis could not do.
 type Collector struct {
 	gw    *Gateway
 	label func(*Upstream) string // the upstream's name in records and metrics
@@ -21,12 +22,19 @@ var (
 	queueDepthDesc = prometheus.NewDesc("ttftlens_queue_depth", "Requests waiting in the upstream's admission queue.", []string{"upstream"}, nil)
 	upInFlightDesc = prometheus.NewDesc("ttftlens_upstream_in_flight", "Requests holding one of the upstream's admission slots.", []string{"upstream"}, nil)
 	upHealthyDesc  = prometheus.NewDesc("ttftlens_upstream_healthy", "1 when the upstream is healthy and not ejected.", []string{"upstream"}, nil)
+
+	quotaFallbackDesc    = prometheus.NewDesc("ttftlens_quota_fallbacks_total", "Admissions this replica's own quota buckets decided because Redis failed or timed out (on_failure: open).", nil, nil)
+	quotaUnavailableDesc = prometheus.NewDesc("ttftlens_quota_unavailable_total", "Admissions refused with 503 because Redis failed or timed out (on_failure: closed).", nil, nil)
+	quotaLostDesc        = prometheus.NewDesc("ttftlens_quota_settlements_lost_total", "Quota settlements (refunds and extra charges after a response) Redis did not take: it failed, or the queue was full.", nil, nil)
 )
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- upInFlightDesc
 	ch <- upHealthyDesc
+	ch <- quotaFallbackDesc
+	ch <- quotaUnavailableDesc
+	ch <- quotaLostDesc
 }
 
 func (c Collector) Collect(ch chan<- prometheus.Metric) {
@@ -41,5 +49,10 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), name)
 			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, name)
 		}
+	}
+	if st := c.gw.quotaRedis(); st != nil {
+		ch <- prometheus.MustNewConstMetric(quotaFallbackDesc, prometheus.CounterValue, float64(st.fallbacks.Load()))
+		ch <- prometheus.MustNewConstMetric(quotaUnavailableDesc, prometheus.CounterValue, float64(st.unavailable.Load()))
+		ch <- prometheus.MustNewConstMetric(quotaLostDesc, prometheus.CounterValue, float64(st.lost.Load()))
 	}
 }

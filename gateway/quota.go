@@ -67,14 +67,31 @@ func (b *bucket) refill(now int64) {
 type Reservation struct {
 	b      *bucket
 	tokens float64
+	sk     *sharedKey // the shared buckets charged too (redis backend)
+	// fallback: the shared backend could not answer and b decided.
+	fallback bool
 }
+
+// Fallback reports that the shared quota backend could not answer and this
+// replica's own buckets decided (on_failure open). It is also set on the
+// Reservation returned with a rejection.
+func (r Reservation) Fallback() bool { return r.fallback }
+
+// HasQuota reports that Admit checks k against a quota (a nil k has none).
+func (k *Key) HasQuota() bool { return k != nil && k.quota != nil }
 
 // Admit charges key one request and est tokens, or returns a 429 Rejection
 // (policy_block / quota_exceeded) with a Retry-After in seconds. A nil key
 // (auth passthrough or none) or a key without quota is always admitted.
+// With the redis backend it waits for Redis up to the backend's timeout;
+// when Redis fails, on_failure decides: this replica's buckets (open) or a
+// 503 Rejection (closed, worker_failure / quota_unavailable).
 func (s *Snapshot) Admit(k *Key, est int) (Reservation, *Rejection) {
 	if k == nil || k.quota == nil {
 		return Reservation{}, nil
+	}
+	if k.shared != nil {
+		return k.shared.admit(k.quota, max(est, 0))
 	}
 	return k.quota.admit(s.g.now(), max(est, 0))
 }
@@ -108,19 +125,38 @@ func (b *bucket) admit(now int64, est int) (Reservation, *Rejection) {
 	return Reservation{b: b, tokens: tokCost}, nil
 }
 
+// charge takes one request and tokCost tokens whatever the levels: what
+// the shared backend admitted, counted against this replica's buckets too
+// (they decide when the backend cannot).
+func (b *bucket) charge(now int64, tokCost float64) {
+	b.mu.Lock()
+	b.refill(now)
+	if b.reqCap > 0 {
+		b.req--
+	}
+	b.tok -= tokCost
+	b.mu.Unlock()
+}
+
 // Settle reconciles the reservation with the tokens the request really used
 // (prompt + completion, from the upstream's usage, or the gateway's estimate
-// when the upstream reported none). The request stays counted.
+// when the upstream reported none). The request stays counted. It never
+// waits: a shared backend's adjustment is queued and sent by Start's
+// settler.
 func (r Reservation) Settle(actual int) {
 	if r.b == nil {
 		return
 	}
 	b := r.b
+	back := r.tokens - float64(max(actual, 0))
 	b.mu.Lock()
 	if b.tokCap > 0 {
-		b.tok = min(b.tokCap, b.tok+r.tokens-float64(max(actual, 0)))
+		b.tok = min(b.tokCap, b.tok+back)
 	}
 	b.mu.Unlock()
+	if r.sk != nil && r.sk.tokCap > 0 && back != 0 {
+		r.sk.adjust(0, back)
+	}
 }
 
 // Cancel gives back the request and its tokens: for a request the gateway
@@ -137,6 +173,9 @@ func (r Reservation) Cancel() {
 	}
 	b.tok = min(b.tokCap, b.tok+r.tokens)
 	b.mu.Unlock()
+	if r.sk != nil {
+		r.sk.adjust(1, r.tokens)
+	}
 }
 
 func quotaRejection(which string, waitNs float64) *Rejection {

@@ -177,7 +177,10 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 		}
 		rec.Model, rec.Streaming, x.lease.promptEst, route = string(req.Model), req.Stream, req.PromptTokens, req.Route
 		x.client.usage = req.IncludeUsage
-		if x.lease.res, rej = snap.Admit(key, req.Reserve()); rej != nil {
+		quotaStart := rec.Timeline.Now()
+		x.lease.res, rej = snap.Admit(key, req.Reserve())
+		rec.QuotaChecked, rec.QuotaTime, rec.QuotaFallback = key.HasQuota(), rec.Timeline.Now()-quotaStart, x.lease.res.Fallback()
+		if rej != nil {
 			x.rejectGateway(ctx, rej)
 			return
 		}

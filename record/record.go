@@ -43,6 +43,13 @@ type Record struct {
 	Model    string
 	Upstream string // upstream name ("" when none was chosen)
 	Key      string // API key name, never the key ("" when unauthenticated)
+	// Quota is the key's quota check, part of the gateway stage:
+	// QuotaChecked says one ran (the key has a quota), QuotaTime is how
+	// long it took (a shared backend's round trip included), and
+	// QuotaFallback says the shared backend could not answer and this
+	// replica's own buckets decided.
+	QuotaChecked, QuotaFallback bool
+	QuotaTime                   time.Duration
 	// Streaming reports that the client asked for a stream.
 	Streaming bool
 	// Status is the HTTP status sent to the client (0 when none could be sent).

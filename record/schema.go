@@ -26,6 +26,8 @@ const (
 	FieldUpstream
 	FieldUpstreamConn
 	FieldKey
+	FieldQuota
+	FieldQuotaFallback
 	FieldEndReason
 	FieldEndDetail
 	FieldPhase
@@ -74,6 +76,8 @@ var fieldNames = [NumFields]string{
 	FieldUpstream:                 "upstream",
 	FieldUpstreamConn:             "upstream_conn",
 	FieldKey:                      "key",
+	FieldQuota:                    "quota_ms",
+	FieldQuotaFallback:            "quota_fallback",
 	FieldEndReason:                "end_reason",
 	FieldEndDetail:                "end_detail",
 	FieldPhase:                    "phase",

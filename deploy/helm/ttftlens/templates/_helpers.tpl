@@ -58,9 +58,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     {{- with $t.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
-  {{- with $t.env }}
+  {{- $q := .Values.gateway.sharedQuota }}
+  {{- $redisPassword := and (eq .Values.mode "gateway") $q.enabled $q.passwordSecret.name }}
+  {{- if or $t.env $redisPassword }}
   env:
+    {{- with $t.env }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- if $redisPassword }}
+    # The shared quotas' Redis password (the config's env:TTFTLENS_REDIS_PASSWORD).
+    - name: TTFTLENS_REDIS_PASSWORD
+      valueFrom:
+        secretKeyRef: {name: {{ $q.passwordSecret.name }}, key: {{ $q.passwordSecret.key }}}
+    {{- end }}
   {{- end }}
   {{- with $t.envFrom }}
   envFrom:
