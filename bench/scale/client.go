@@ -19,8 +19,8 @@ import (
 // clientConfig is one run of the client mode: either a closed loop
 // (conc workers, each with a keep-alive connection, requests in all) or
 // open streams (requests streams, each on its own connection, their starts
-// spread evenly over one token interval, so events arrive at a steady rate
-// rather than all at once).
+// spread evenly over the ramp, a whole number of token intervals, so events
+// arrive at a steady rate rather than all at once).
 type clientConfig struct {
 	Addr     string
 	Tokens   int
@@ -28,6 +28,7 @@ type clientConfig struct {
 	Requests int
 	Conc     int  // closed loop: workers; 0 for open streams
 	Open     bool // every request its own connection, all open at once
+	Ramp     time.Duration
 }
 
 // clientResult is what a run reports to the orchestrator (JSON on stdout).
@@ -95,7 +96,7 @@ func runClient(cfg clientConfig) clientResult {
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	if cfg.Open {
-		spread := max(cfg.Interval, time.Millisecond)
+		spread := max(cfg.Ramp, time.Millisecond)
 		for i := range cfg.Requests {
 			time.Sleep(time.Until(t0.Add(spread * time.Duration(i) / time.Duration(cfg.Requests))))
 			wg.Go(func() {

@@ -33,7 +33,8 @@ func main() {
 	flag.DurationVar(&cc.Interval, "interval", 0, "client mode: time between tokens")
 	flag.IntVar(&cc.Requests, "requests", 100, "client mode: requests (streams)")
 	flag.IntVar(&cc.Conc, "conc", 1, "client mode: closed-loop workers (without -open)")
-	flag.BoolVar(&cc.Open, "open", false, "client mode: every request its own connection, all open at once, their starts spread over one interval")
+	flag.BoolVar(&cc.Open, "open", false, "client mode: every request its own connection, all open at once, their starts spread over -ramp")
+	flag.DurationVar(&cc.Ramp, "ramp", time.Second, "client mode: with -open, the time over which the streams start")
 	var s suite
 	flag.StringVar(&s.workloads, "workloads", "c1,c64,s1000,s8000", "workloads to run: c1 (one client, 16 tokens), c64 (64 clients, 64 tokens), s1000 (many streams, 50 tokens 100 ms apart), s8000 (more streams, tokens 1 s apart)")
 	flag.StringVar(&s.proxies, "proxies", "nginx,ttftlens", "proxies to measure, in this order")
@@ -46,6 +47,7 @@ func main() {
 	flag.StringVar(&s.ttftlensBin, "ttftlens", "", "a ttftlens binary to measure (default: built from ./cmd/ttftlens)")
 	flag.StringVar(&s.ttftlensFlags, "ttftlens-flags", "", "more flags for ttftlens serve, space-separated")
 	flag.BoolVar(&s.keep, "keep", false, "keep the working directory (logs, configs)")
+	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls during its run (perf stat; adds a little to every call)")
 	flag.Parse()
 	switch *mode {
 	case "upstream":
@@ -66,7 +68,7 @@ func main() {
 // suite is the whole benchmark.
 type suite struct {
 	workloads, proxies         string
-	quick, keep                bool
+	quick, keep, countSyscalls bool
 	c1Requests, c64Requests    int
 	s1000Streams, s8000Streams int
 	s8000Tokens                int
@@ -88,8 +90,7 @@ type run struct {
 	res      clientResult
 	proxy    bool
 	cpu      time.Duration
-	reads    int64
-	writes   int64
+	syscalls int64 // -1: not counted (no perf)
 	idleKB   int64
 	plateau  int64 // KiB, 0 when not measured
 	peakKB   int64
@@ -113,12 +114,12 @@ func (s *suite) workloadList() ([]workload, error) {
 	all := map[string]workload{
 		"c1":    {"c1", "c=1, 16 tokens", clientConfig{Tokens: 16, Requests: scale(s.c1Requests), Conc: 1}},
 		"c64":   {"c64", "c=64, 64 tokens", clientConfig{Tokens: 64, Requests: scale(s.c64Requests), Conc: 64}},
-		"s1000": {"s1000", "", clientConfig{Tokens: 50, Interval: 100 * time.Millisecond, Requests: scale(s.s1000Streams), Open: true}},
-		"s8000": {"s8000", "", clientConfig{Tokens: s.s8000Tokens, Interval: time.Second, Requests: scale(s.s8000Streams), Open: true}},
+		"s1000": {"s1000", "", clientConfig{Tokens: 50, Interval: 100 * time.Millisecond, Requests: scale(s.s1000Streams), Open: true, Ramp: time.Second}},
+		"s8000": {"s8000", "", clientConfig{Tokens: s.s8000Tokens, Interval: time.Second, Requests: scale(s.s8000Streams), Open: true, Ramp: 4 * time.Second}},
 	}
 	if s.quick {
 		w := all["s8000"]
-		w.cfg.Tokens = max(w.cfg.Tokens/4, 2)
+		w.cfg.Tokens = max(w.cfg.Tokens/2, 6)
 		all["s8000"] = w
 	}
 	var out []workload
@@ -133,7 +134,10 @@ func (s *suite) workloadList() ([]workload, error) {
 				fmt.Printf("# %s: %d streams capped to %d: a proxied stream holds two sockets and the file limit is %d\n", w.name, w.cfg.Requests, most, s.fileLimit)
 				w.cfg.Requests = most
 			}
-			w.label = fmt.Sprintf("%s streams, %d tokens %s apart", thousands(w.cfg.Requests), w.cfg.Tokens, spaced(w.cfg.Interval))
+			w.label = fmt.Sprintf("%s streams, %d tokens %s apart, started over %s", thousands(w.cfg.Requests), w.cfg.Tokens, spaced(w.cfg.Interval), spaced(w.cfg.Ramp))
+			if w.cfg.Tokens*int(w.cfg.Interval) <= int(w.cfg.Ramp) {
+				return nil, fmt.Errorf("%s: %d tokens %s apart end before the last stream starts (ramp %s): no plateau", w.name, w.cfg.Tokens, w.cfg.Interval, w.cfg.Ramp)
+			}
 		}
 		out = append(out, w)
 	}
@@ -282,7 +286,12 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 		return r, err
 	}
 	rss := sampleRSS(pid)
+	count := func() int64 { return -1 }
+	if s.countSyscalls {
+		count = countSyscalls(s.dir, pid)
+	}
 	r.res, err = s.client(w.cfg, addr)
+	r.syscalls = count()
 	after, uerr := readUsage(pid)
 	if err == nil {
 		err = uerr
@@ -293,7 +302,7 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 		rss.plateau(0, 0)
 	}
 	r.peakKB, _ = memKB(pid, "VmHWM")
-	r.cpu, r.reads, r.writes = after.cpu-before.cpu, after.reads-before.reads, after.writes-before.writes
+	r.cpu = after.cpu - before.cpu
 	return r, err
 }
 
@@ -303,7 +312,7 @@ func (s *suite) client(cfg clientConfig, addr string) (clientResult, error) {
 	args := []string{s.self, "-mode", "client", "-addr", addr, "-tokens", fmt.Sprint(cfg.Tokens),
 		"-interval", cfg.Interval.String(), "-requests", fmt.Sprint(cfg.Requests), "-conc", fmt.Sprint(cfg.Conc)}
 	if cfg.Open {
-		args = append(args, "-open")
+		args = append(args, "-open", "-ramp", cfg.Ramp.String())
 	}
 	cmd := exec.Command("taskset", append([]string{"-c", "1"}, args...)...)
 	cmd.Stderr = os.Stdout // progress lines

@@ -18,9 +18,7 @@ import (
 
 // procUsage is what /proc says about a process at one moment.
 type procUsage struct {
-	cpu    time.Duration // utime + stime, every thread, dead ones too
-	reads  int64         // read-like system calls (/proc/PID/io syscr)
-	writes int64         // write-like system calls (syscw)
+	cpu time.Duration // utime + stime, every thread, dead ones too
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).
@@ -44,21 +42,36 @@ func readUsage(pid int) (procUsage, error) {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	u.cpu = time.Duration(utime+stime) * clockTick
-	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return u, err
-	}
-	for line := range strings.Lines(string(io)) {
-		name, value, _ := strings.Cut(strings.TrimSpace(line), ": ")
-		n, _ := strconv.ParseInt(value, 10, 64)
-		switch name {
-		case "syscr":
-			u.reads = n
-		case "syscw":
-			u.writes = n
-		}
-	}
 	return u, nil
+}
+
+// countSyscalls counts the system calls pid's threads make, every kind
+// (perf stat on the raw_syscalls:sys_enter tracepoint), until the returned
+// function is called, which returns the count: -1 when perf is missing or
+// failed.
+func countSyscalls(dir string, pid int) func() int64 {
+	out := filepath.Join(dir, "perf-syscalls.csv")
+	cmd := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", strconv.Itoa(pid), "-o", out)
+	if err := cmd.Start(); err != nil {
+		return func() int64 { return -1 }
+	}
+	time.Sleep(300 * time.Millisecond) // attached before the run starts
+	return func() int64 {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		b, err := os.ReadFile(out)
+		if err != nil {
+			return -1
+		}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Split(line, ","); len(f) > 2 && strings.HasPrefix(f[2], "raw_syscalls:sys_enter") {
+				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return n
+				}
+			}
+		}
+		return -1
+	}
 }
 
 // memKB reads a /proc/PID/status memory line (VmRSS, VmHWM) in KiB.
