@@ -28,11 +28,13 @@ import (
 type relay struct {
 	relayWiring
 
-	body      upstreamBody
-	dec       decoder  // for a compressed upstream stream
-	enc       *encoder // for a compressed stream to the client
-	scan      *sse.Scanner
-	lines     *engines.LineScanner // for NDJSON streams (Ollama's native API)
+	body upstreamBody
+	dec  decoder  // for a compressed upstream stream
+	enc  *encoder // for a compressed stream to the client
+	scan *sse.Scanner
+	// lines reads NDJSON streams (Ollama's native API); made for the first
+	// one, so an exchange that only relays event streams holds no buffer for it.
+	lines     *engines.LineScanner
 	ndjson    bool
 	dropUsage bool // the usage-only chunk was asked for by us, not the client
 
@@ -84,7 +86,6 @@ func newRelay(w relayWiring) relay {
 	return relay{
 		relayWiring: w,
 		scan:        sse.NewScanner(nil, w.cfg.MaxEventBytes),
-		lines:       engines.NewLineScanner(nil, w.cfg.MaxEventBytes),
 	}
 }
 
@@ -95,7 +96,9 @@ func (r *relay) reset() {
 		r.enc.release()
 	}
 	r.scan.Reset(nil)
-	r.lines.Reset(nil)
+	if r.lines != nil {
+		r.lines.Reset(nil)
+	}
 	dec := r.dec
 	dec.src = nil
 	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0]}
@@ -208,6 +211,9 @@ func (r *relay) start(ndjson bool, encoding []byte) bool {
 		src = &r.dec
 	}
 	if ndjson {
+		if r.lines == nil {
+			r.lines = engines.NewLineScanner(src, r.cfg.MaxEventBytes)
+		}
 		r.lines.Reset(src)
 	} else {
 		r.scan.Reset(src)
