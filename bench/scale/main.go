@@ -69,6 +69,7 @@ func main() {
 type suite struct {
 	workloads, proxies         string
 	quick, keep, countSyscalls bool
+	built                      bool // ttftlens was built from this checkout
 	c1Requests, c64Requests    int
 	s1000Streams, s8000Streams int
 	s8000Tokens                int
@@ -172,7 +173,7 @@ func (s *suite) run() error {
 		return err
 	}
 	if s.ttftlensBin == "" {
-		s.ttftlensBin = filepath.Join(s.dir, "ttftlens")
+		s.ttftlensBin, s.built = filepath.Join(s.dir, "ttftlens"), true
 		fmt.Println("# building ttftlens")
 		build := exec.Command("go", "build", "-o", s.ttftlensBin, "./cmd/ttftlens")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -54,10 +54,14 @@ func ms(ns int64) float64 { return float64(ns) / 1e6 }
 
 // print writes the results as Markdown, ready to paste into BENCHMARKS.md.
 func (s *suite) print(out io.Writer) {
-	rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+	under := "ttftlens " + s.ttftlensBin
+	if s.built {
+		rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+		under = "ttftlens at " + strings.TrimSpace(string(rev))
+	}
 	kernel, _ := exec.Command("uname", "-r").Output()
-	fmt.Fprintf(out, "\n%s: `make scale SCALEFLAGS='%s'`, ttftlens %s, nginx %s, %s, %d CPUs, kernel %s\n\n",
-		time.Now().UTC().Format("2006-01-02"), strings.Join(os.Args[1:], " "), strings.TrimSpace(string(rev)),
+	fmt.Fprintf(out, "\n%s: `make scale SCALEFLAGS='%s'`, %s, %s, %s, %d CPUs, kernel %s\n\n",
+		time.Now().UTC().Format("2006-01-02"), strings.Join(os.Args[1:], " "), under,
 		nginxVersion(), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
 	names := strings.Split(s.proxies, ",")
 	fmt.Fprintf(out, "| workload | figure | %s |", strings.Join(names, " | "))
