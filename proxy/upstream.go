@@ -93,7 +93,7 @@ func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 				if err != nil {
 					return nil, err
 				}
-				return &countingConn{Conn: c}, nil
+				return &countingConn{Conn: c, raw: newRawIO(c)}, nil
 			},
 			// Each in-flight stream pins one connection for its whole life.
 			MaxConns:           8192,
