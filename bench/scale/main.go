@@ -47,7 +47,7 @@ func main() {
 	flag.StringVar(&s.ttftlensBin, "ttftlens", "", "a ttftlens binary to measure (default: built from ./cmd/ttftlens)")
 	flag.StringVar(&s.ttftlensFlags, "ttftlens-flags", "", "more flags for ttftlens serve, space-separated")
 	flag.BoolVar(&s.keep, "keep", false, "keep the working directory (logs, configs)")
-	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls during its run (perf stat; adds a little to every call)")
+	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls and context switches during its run (perf stat; adds a little to every call)")
 	flag.Parse()
 	switch *mode {
 	case "upstream":
@@ -91,7 +91,7 @@ type run struct {
 	res      clientResult
 	proxy    bool
 	cpu      time.Duration
-	syscalls int64 // -1: not counted (no perf)
+	perf     perfCounts
 	idleKB   int64
 	plateau  int64 // KiB, 0 when not measured
 	peakKB   int64
@@ -287,12 +287,12 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 		return r, err
 	}
 	rss := sampleRSS(pid)
-	count := func() int64 { return -1 }
+	count := func() perfCounts { return perfCounts{-1, -1} }
 	if s.countSyscalls {
-		count = countSyscalls(s.dir, pid)
+		count = countPerf(s.dir, pid)
 	}
 	r.res, err = s.client(w.cfg, addr)
-	r.syscalls = count()
+	r.perf = count()
 	after, uerr := readUsage(pid)
 	if err == nil {
 		err = uerr

@@ -45,32 +45,47 @@ func readUsage(pid int) (procUsage, error) {
 	return u, nil
 }
 
-// countSyscalls counts the system calls pid's threads make, every kind
-// (perf stat on the raw_syscalls:sys_enter tracepoint), until the returned
-// function is called, which returns the count: -1 when perf is missing or
-// failed.
-func countSyscalls(dir string, pid int) func() int64 {
-	out := filepath.Join(dir, "perf-syscalls.csv")
-	cmd := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", strconv.Itoa(pid), "-o", out)
+// perfCounts are what perf stat counted for a process: its system calls,
+// every kind (the raw_syscalls:sys_enter tracepoint), and its context
+// switches; -1 when not counted.
+type perfCounts struct{ syscalls, switches int64 }
+
+// countPerf counts pid's system calls and context switches until the
+// returned function is called, which returns them (-1 each when perf is
+// missing or failed).
+func countPerf(dir string, pid int) func() perfCounts {
+	none := perfCounts{-1, -1}
+	out := filepath.Join(dir, "perf-stat.csv")
+	cmd := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(pid), "-o", out)
 	if err := cmd.Start(); err != nil {
-		return func() int64 { return -1 }
+		return func() perfCounts { return none }
 	}
 	time.Sleep(300 * time.Millisecond) // attached before the run starts
-	return func() int64 {
+	return func() perfCounts {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		b, err := os.ReadFile(out)
 		if err != nil {
-			return -1
+			return none
 		}
+		c := none
 		for line := range strings.Lines(string(b)) {
-			if f := strings.Split(line, ","); len(f) > 2 && strings.HasPrefix(f[2], "raw_syscalls:sys_enter") {
-				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-					return n
-				}
+			f := strings.Split(line, ",")
+			if len(f) < 3 {
+				continue
+			}
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(f[2], "raw_syscalls:sys_enter"):
+				c.syscalls = n
+			case strings.HasPrefix(f[2], "context-switches"):
+				c.switches = n
 			}
 		}
-		return -1
+		return c
 	}
 }
 

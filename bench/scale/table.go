@@ -33,7 +33,10 @@ var figures = []figure{
 		return p.cpu.Seconds() * 1e6 / eventsOf(p), p.res.Events > 0
 	}, "µs", 1, true},
 	{"proxy syscalls per event", func(p, _, _ run, _ workload) (float64, bool) {
-		return float64(p.syscalls) / eventsOf(p), p.res.Events > 0 && p.syscalls >= 0
+		return float64(p.perf.syscalls) / eventsOf(p), p.res.Events > 0 && p.perf.syscalls >= 0
+	}, "", 2, true},
+	{"proxy context switches per event", func(p, _, _ run, _ workload) (float64, bool) {
+		return float64(p.perf.switches) / eventsOf(p), p.res.Events > 0 && p.perf.switches >= 0
 	}, "", 2, true},
 	{"added inter-token p99", func(p, b, a run, w workload) (float64, bool) {
 		return ms(p.res.GapP99) - (ms(b.res.GapP99)+ms(a.res.GapP99))/2, w.cfg.Interval > 0 && p.res.OK > 0
@@ -122,8 +125,10 @@ const definitions = `
 - Proxy CPU: the proxy process's utime + stime (/proc/PID/stat, every
   thread) over the measured run, divided by its requests, or by the token
   events the client received.
-- Syscalls per event: every system call the proxy's threads made during
-  the run (perf stat, raw_syscalls:sys_enter), per token event.
+- Syscalls and context switches per event: every system call the proxy's
+  threads made during the run (perf stat, raw_syscalls:sys_enter), and
+  every time one of them was switched out (context-switches), per token
+  event.
 - Added inter-token p99: per event after a stream's first, the client's
   arrival gap minus the upstream's send gap for the same two events (the
   delay the path added to that event over the one before); its p99 over
