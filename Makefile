@@ -11,7 +11,7 @@ BENCHFLAGS ?=
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test bench corpus lint fuzz
+.PHONY: test bench corpus lint fuzz scale
 
 test:
 	./scripts/test.sh
@@ -24,6 +24,16 @@ bench:
 corpus:
 	go test -race -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
 	go test -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
+
+# Cost at scale against nginx (BENCHMARKS.md): ttftlens and nginx side by
+# side on a zero-compute SSE upstream, pinned to their own CPUs. It prints a
+# Markdown table. SCALEFLAGS='-quick' checks that the suite works (a tenth
+# of every size); -workloads and the sizes pick what runs
+# (go run ./bench/scale -h).
+SCALEFLAGS ?=
+
+scale:
+	go run ./bench/scale $(SCALEFLAGS)
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
 # GOVULNDB=file:///path for a local copy).

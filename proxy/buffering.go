@@ -88,6 +88,7 @@ func arrivalBuffering(s *stages.Stream) record.Buffering {
 // reads or touches the fields.
 type countingConn struct {
 	net.Conn
+	raw      *rawIO // reads the socket; nil: Conn does
 	kernel   segmentCounter
 	reads    uint64 // reads that began an arrival
 	lastFull bool   // the last read filled its buffer
@@ -111,8 +112,12 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+func (c *countingConn) Read(p []byte) (n int, err error) {
+	if c.raw != nil {
+		n, err = c.raw.read(p)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 {
 		c.writing = false
 		if !c.lastFull {

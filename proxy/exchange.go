@@ -53,7 +53,6 @@ type exchange struct {
 	peekReq  func(name string) []byte
 	peekResp func(name string) []byte
 	sendBody []byte // the upstream request body when it differs from the client's
-	reqJSON  fastjson.Parser
 	scratch  []byte
 
 	client    clientSide
@@ -68,6 +67,12 @@ type clientSide struct {
 	usage     bool       // it asked for the usage chunk
 	bodyHeld  int        // bytes of the body memory budget its body holds
 }
+
+// jsonParsers parse request bodies for the gateway's check. They are
+// shared rather than one per exchange: a streaming exchange is done with
+// its request's JSON, and a parser keeps the memory of the largest body it
+// parsed.
+var jsonParsers fastjson.ParserPool
 
 func newExchange(p *Proxy) *exchange {
 	x := &exchange{p: p}
@@ -170,13 +175,16 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	ep, completion := completionEndpoint(ctx.IsPost(), path)
 	if completion {
-		req, rej := snap.CheckRequest(&x.reqJSON, ep, ctx.PostBody())
+		jp := jsonParsers.Get()
+		req, rej := snap.CheckRequest(jp, ep, ctx.PostBody())
 		if rej != nil {
 			x.rejectGateway(ctx, rej)
+			jsonParsers.Put(jp)
 			return
 		}
 		rec.Model, rec.Streaming, x.lease.promptEst, route = string(req.Model), req.Stream, req.PromptTokens, req.Route
 		x.client.usage = req.IncludeUsage
+		jsonParsers.Put(jp) // req.Model, which aliased it, is copied
 		quotaStart := rec.Timeline.Now()
 		x.lease.res, rej = snap.Admit(key, req.Reserve())
 		rec.QuotaChecked, rec.QuotaTime, rec.QuotaFallback = key.HasQuota(), rec.Timeline.Now()-quotaStart, x.lease.res.Fallback()

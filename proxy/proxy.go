@@ -62,7 +62,7 @@ type Config struct {
 	MaxBodyBytes int
 	// MaxUpstreamHeaderBytes bounds an upstream response's status line and
 	// headers (default 16 KiB, at least 1 KiB). It is the size of the read
-	// buffer each upstream exchange holds while in flight.
+	// buffer each upstream exchange holds while it reads them.
 	MaxUpstreamHeaderBytes int
 	// MaxBodyMemory bounds the bytes the bodies of the requests in flight
 	// hold together (default DefaultMaxBodyMemory, or MaxBodyBytes when that
@@ -325,6 +325,7 @@ const readTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
+	ln = rawWriteListener{ln}
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}

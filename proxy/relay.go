@@ -17,10 +17,10 @@ import (
 )
 
 // relay is the upstream response body on its way to the client. For a
-// streamed response it is the io.Reader fasthttp drives: each Read returns
-// (part of) one upstream event, which fasthttp sends as one chunk and
-// flushes, so entering the next Read means the previous bytes reached the
-// client socket. Every event is parsed and timed on the request's clock on
+// streamed response it is the body stream fasthttp drives: each Write its
+// WriteTo makes (each Read, on the HTTP/1.0 path) is one upstream event,
+// which fasthttp sends as one chunk and flushes, so going on to the next
+// means the previous bytes reached the client socket. Every event is parsed and timed on the request's clock on
 // the way; what it says goes into the record (through fin) and the engine
 // report (sig). fasthttp calls CloseWithError once when the response is
 // over. Only the goroutine serving the request touches a relay, except for
@@ -28,11 +28,13 @@ import (
 type relay struct {
 	relayWiring
 
-	body      upstreamBody
-	dec       decoder  // for a compressed upstream stream
-	enc       *encoder // for a compressed stream to the client
-	scan      *sse.Scanner
-	lines     *engines.LineScanner // for NDJSON streams (Ollama's native API)
+	body upstreamBody
+	dec  decoder  // for a compressed upstream stream
+	enc  *encoder // for a compressed stream to the client
+	scan *sse.Scanner
+	// lines reads NDJSON streams (Ollama's native API); made for the first
+	// one, so an exchange that only relays event streams holds no buffer for it.
+	lines     *engines.LineScanner
 	ndjson    bool
 	dropUsage bool // the usage-only chunk was asked for by us, not the client
 
@@ -84,7 +86,6 @@ func newRelay(w relayWiring) relay {
 	return relay{
 		relayWiring: w,
 		scan:        sse.NewScanner(nil, w.cfg.MaxEventBytes),
-		lines:       engines.NewLineScanner(nil, w.cfg.MaxEventBytes),
 	}
 }
 
@@ -95,17 +96,60 @@ func (r *relay) reset() {
 		r.enc.release()
 	}
 	r.scan.Reset(nil)
-	r.lines.Reset(nil)
+	if r.lines != nil {
+		r.lines.Reset(nil)
+	}
 	dec := r.dec
 	dec.src = nil
 	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0]}
 }
 
-// Read hands fasthttp the next bytes of the stream. See the type comment.
-func (r *relay) Read(p []byte) (n int, err error) {
+// Read hands out the next bytes of the stream (the HTTP/1.0 path drives
+// it). See the type comment.
+func (r *relay) Read(p []byte) (int, error) {
+	b, err := r.block()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, b)
+	r.handOut(n)
+	return n, nil
+}
+
+// WriteTo hands fasthttp the stream one event per Write, which it frames
+// as one chunk and flushes: what Read does, without Read's copy into a
+// buffer fasthttp would hold for the whole stream. It returns the error
+// writing to the client as it is, for CloseWithError to tell it from ours.
+func (r *relay) WriteTo(w io.Writer) (int64, error) {
+	var written int64
+	for {
+		b, err := r.block()
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, err
+		}
+		r.handOut(len(b))
+		n, err := w.Write(b)
+		written += int64(n)
+		if err != nil {
+			return written, err
+		}
+	}
+}
+
+// SupportsBodyWriteTo lets fasthttp call WriteTo instead of Read: it does
+// everything Read does.
+func (r *relay) SupportsBodyWriteTo() bool { return true }
+
+// block returns the bytes of the current event not yet handed out, reading
+// the next event when they are all out. Entering it means what was handed
+// out before reached the client socket.
+func (r *relay) block() (b []byte, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			n, err = 0, r.fin.panicked(v)
+			b, err = nil, r.fin.panicked(v)
 		}
 		if err != nil && err != io.EOF {
 			r.readErr = err
@@ -130,19 +174,23 @@ func (r *relay) Read(p []byte) (n int, err error) {
 				r.stallArmedAt = 0
 				r.armStall(rec.Timeline.Now())
 			}
-			return 0, err
+			return nil, err
 		}
 		if r.enc != nil && !r.enc.closed {
 			r.out = r.enc.encode(r.out)
 		}
 	}
-	n = copy(p, r.out)
+	return r.out, nil
+}
+
+// handOut records that the first n bytes of the current block are on their
+// way to the client, and bounds how long writing them may stall.
+func (r *relay) handOut(n int) {
 	r.out = r.out[n:]
 	r.handedOut = true
-	rec.BytesOut += int64(n)
-	r.lastReturn = rec.Timeline.Now()
+	r.fin.rec.BytesOut += int64(n)
+	r.lastReturn = r.fin.rec.Timeline.Now()
 	r.armStall(r.lastReturn)
-	return n, nil
 }
 
 // armStall moves the client's write deadline to the write stall limit
@@ -208,6 +256,9 @@ func (r *relay) start(ndjson bool, encoding []byte) bool {
 		src = &r.dec
 	}
 	if ndjson {
+		if r.lines == nil {
+			r.lines = engines.NewLineScanner(src, r.cfg.MaxEventBytes)
+		}
 		r.lines.Reset(src)
 	} else {
 		r.scan.Reset(src)

@@ -19,11 +19,14 @@ func TestRelayZeroAllocs(t *testing.T) {
 		{"answer", relayStream(n)},
 		{"reasoning then answer", append(reasoning, relayStream(n)...)},
 	} {
-		h := newRelayHarness(t, tc.stream)
-		h.run(t, tc.stream) // warm buffers and parser caches
-		allocs := testing.AllocsPerRun(20, func() { h.run(t, tc.stream) })
-		if perEvent := allocs / n; perEvent > 0 {
-			t.Errorf("%s: %.1f allocations per stream of %d events (%.3f per event), want 0", tc.name, allocs, n, perEvent)
+		for _, writeTo := range []bool{false, true} {
+			h := newRelayHarness(t, tc.stream)
+			h.writeTo = writeTo
+			h.run(t, tc.stream) // warm buffers and parser caches
+			allocs := testing.AllocsPerRun(20, func() { h.run(t, tc.stream) })
+			if perEvent := allocs / n; perEvent > 0 {
+				t.Errorf("%s (WriteTo %v): %.1f allocations per stream of %d events (%.3f per event), want 0", tc.name, writeTo, allocs, n, perEvent)
+			}
 		}
 	}
 }

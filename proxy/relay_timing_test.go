@@ -22,12 +22,13 @@ func relayStream(n int) []byte {
 	return b.Bytes()
 }
 
-// relayHarness is an exchange reading an in-memory upstream body, the way
-// fasthttp drives it: Read until io.EOF.
+// relayHarness is an exchange reading an in-memory upstream body: Read until
+// io.EOF, or, with writeTo, WriteTo, as fasthttp drives a streamed response.
 type relayHarness struct {
-	x   *exchange
-	src *bytes.Reader
-	buf []byte
+	x       *exchange
+	src     *bytes.Reader
+	buf     []byte
+	writeTo bool
 }
 
 func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
@@ -49,6 +50,12 @@ func (h *relayHarness) run(tb testing.TB, stream []byte) int {
 	r.firstToken.Store(false)
 	h.src.Reset(stream)
 	r.scan.Reset(h.src)
+	if h.writeTo { // as fasthttp drives a streamed response
+		if _, err := r.WriteTo(io.Discard); err != nil {
+			tb.Fatal(err)
+		}
+		return x.fin.rec.Stream.Events
+	}
 	for {
 		_, err := r.Read(h.buf)
 		if err == io.EOF {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,13 +30,18 @@ type upstream struct {
 	load engineLoad // the scraping of its engine's /metrics
 }
 
-// An upstream response's status line and headers are parsed whole in the
-// read buffer of its exchange, so the buffer's size is their limit. Each
-// exchange in flight holds one; idle pooled connections hold none.
+// An upstream response's status line and headers are parsed whole in a
+// pooled read buffer, so the buffer's size is their limit; an exchange
+// holds it while it reads them, and gives it back at its body's first read.
+// The body is read through a smaller buffer, held for the whole stream.
 const (
 	defaultUpstreamHeaderBytes = 16 << 10
 	minUpstreamHeaderBytes     = 1 << 10
+	upstreamBodyBufferBytes    = 4 << 10
 )
+
+// bodyReaders are the read buffers of upstream bodies.
+var bodyReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBodyBufferBytes) }}
 
 // UpstreamName checks an upstream base URL as the proxy reads it and
 // returns the upstream's label in records and metrics: name, or its
@@ -87,7 +93,7 @@ func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 				if err != nil {
 					return nil, err
 				}
-				return &countingConn{Conn: c}, nil
+				return &countingConn{Conn: c, raw: newRawIO(c)}, nil
 			},
 			// Each in-flight stream pins one connection for its whole life.
 			MaxConns:           8192,
@@ -215,9 +221,12 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	tl.MarkAt(stages.UpstreamSent, sentAt) // a retry's send replaces the stale one
 
 	resp.StreamBody = true
+	resp.SkipBody = true // the headers only: upstreamBody.start reads the body through its own buffer
 	resp.Header.DisableNormalizing()
 	br := hc.AcquireReader(conn)
-	if err := resp.ReadLimitBody(br, 0); err != nil {
+	err = resp.ReadLimitBody(br, 0)
+	resp.SkipBody = false
+	if err != nil {
 		hc.ReleaseReader(br)
 		used, err := fail(true, err)
 		err.(*exchangeError).waited = tl.Now() - sentAt
@@ -277,7 +286,8 @@ type upstreamBody struct {
 	hc      *fasthttp.HostClient
 	release func(reuse bool)
 	conn    net.Conn
-	br      *bufio.Reader
+	src     bodySource
+	br      *bufio.Reader // from bodyReaders, reading src; nil for no body
 	resp    *fasthttp.Response
 	ab      *control
 	r       io.Reader
@@ -286,10 +296,55 @@ type upstreamBody struct {
 	open    bool
 }
 
-func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, br *bufio.Reader, resp *fasthttp.Response, ab *control) {
-	*b = upstreamBody{hc: hc, release: release, conn: conn, br: br, resp: resp, ab: ab, r: resp.BodyStream(), counted: countedConn(conn), open: true}
+// start streams resp's body, the headers having been read through head.
+func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, head *bufio.Reader, resp *fasthttp.Response, ab *control) {
+	*b = upstreamBody{hc: hc, release: release, conn: conn, src: bodySource{hc: hc, head: head, conn: conn}, resp: resp, ab: ab, counted: countedConn(conn), open: true}
+	if hasBody(resp.Header.StatusCode()) {
+		b.br = bodyReaders.Get().(*bufio.Reader)
+		b.br.Reset(&b.src)
+		_ = resp.ReadBody(b.br, 0) // a streamed body: only sets up the stream
+		b.r = resp.BodyStream()
+	}
 	if b.r == nil {
 		b.eof = true
+	}
+}
+
+// hasBody reports a status whose response has a body, as fasthttp's own
+// reading decides (RFC 9112 §6.3: none for 1xx, 204 and 304).
+func hasBody(status int) bool {
+	switch {
+	case status < 100:
+		return true
+	case status < 200, status == fasthttp.StatusNoContent, status == fasthttp.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+// bodySource is what an upstream body's reader reads: first what the
+// headers' reader had read past the headers, then the connection. The
+// headers' reader goes back to its pool as soon as it is empty.
+type bodySource struct {
+	hc   *fasthttp.HostClient
+	head *bufio.Reader
+	conn net.Conn
+}
+
+func (s *bodySource) Read(p []byte) (int, error) {
+	if s.head != nil {
+		if s.head.Buffered() > 0 {
+			return s.head.Read(p) // copies what it holds, reads nothing
+		}
+		s.releaseHead()
+	}
+	return s.conn.Read(p)
+}
+
+func (s *bodySource) releaseHead() {
+	if s.head != nil {
+		s.hc.ReleaseReader(s.head)
+		s.head = nil
 	}
 }
 
@@ -335,6 +390,11 @@ func (b *upstreamBody) close(discard bool) {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
 	}
 	b.resp.CloseBodyStream()
-	b.hc.ReleaseReader(b.br)
+	b.src.releaseHead()
+	if b.br != nil {
+		b.br.Reset(nil)
+		bodyReaders.Put(b.br)
+		b.br = nil
+	}
 	b.release(reuse)
 }

@@ -32,7 +32,7 @@ var ErrEventTooLarge = errors.New("sse: event larger than limit")
 var errBadReadCount = errors.New("sse: reader returned invalid count")
 
 const (
-	initialBufSize = 4 << 10 // first buffer size; it grows up to limit+bufSlack
+	initialBufSize = 1 << 10 // first buffer size; it grows up to limit+bufSlack
 	bufSlack       = 4 << 10 // room beyond the limit so reads stay large near it
 	maxEmptyReads  = 100     // consecutive (0, nil) reads before io.ErrNoProgress, as in bufio
 	utf8BOM        = "\xEF\xBB\xBF"

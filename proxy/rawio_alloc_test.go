@@ -1,0 +1,31 @@
+//go:build linux && !race
+
+package proxy
+
+import "testing"
+
+// TestRawIOAllocs proves an event's raw read and write allocate nothing.
+func TestRawIOAllocs(t *testing.T) {
+	local, peer := tcpEnds(t)
+	raw := newRawIO(local)
+	event := []byte("data: {\"choices\":[{\"delta\":{\"content\":\" hi\"}}]}\n\n")
+	buf := make([]byte, 4096)
+	roundTrip := func() {
+		if _, err := peer.Write(event); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.write(event); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roundTrip()
+	if allocs := testing.AllocsPerRun(100, roundTrip); allocs > 0 {
+		t.Errorf("%.1f allocations per event read and written, want 0", allocs)
+	}
+}

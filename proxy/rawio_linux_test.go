@@ -1,0 +1,103 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpEnds returns the two ends of a loopback TCP connection.
+func tcpEnds(t *testing.T) (local, peer *net.TCPConn) {
+	c, p := tcpPair(t)
+	return c.Conn.(*net.TCPConn), p.(*net.TCPConn)
+}
+
+// TestRawIOErrors holds rawIO to what the relay reads from net.Conn's
+// errors: io.EOF at a clean end, a reset, a deadline (the heartbeat, the
+// write stall) and a close (an abort) by their kinds.
+func TestRawIOErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(local, peer *net.TCPConn)
+		write bool // write to the peer (which never reads) instead of reading
+		want  func(error) bool
+	}{
+		{"peer ends", func(_, peer *net.TCPConn) { peer.Close() }, false,
+			func(err error) bool { return err == io.EOF }},
+		{"peer resets", func(_, peer *net.TCPConn) { _ = peer.SetLinger(0); peer.Close() }, false,
+			func(err error) bool { return errors.Is(err, syscall.ECONNRESET) }},
+		{"read deadline", func(local, _ *net.TCPConn) { _ = local.SetReadDeadline(time.Now().Add(time.Millisecond)) }, false,
+			isTimeout},
+		{"closed while reading", func(local, _ *net.TCPConn) { local.Close() }, false,
+			func(err error) bool { return errors.Is(err, net.ErrClosed) }},
+		{"write deadline, peer not reading", func(local, _ *net.TCPConn) { _ = local.SetWriteDeadline(time.Now().Add(50 * time.Millisecond)) }, true,
+			isTimeout},
+		{"write after peer reset", func(_, peer *net.TCPConn) { _ = peer.SetLinger(0); peer.Close() }, true,
+			func(err error) bool { return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local, peer := tcpEnds(t)
+			raw := newRawIO(local)
+			if raw == nil {
+				t.Fatal("no raw I/O for a TCP connection")
+			}
+			tc.setup(local, peer)
+			var err error
+			if tc.write {
+				big := make([]byte, 1<<20)
+				for err == nil { // until the socket buffers are full, or the reset is seen
+					_, err = raw.write(big)
+				}
+			} else {
+				_, err = raw.read(make([]byte, 64))
+			}
+			if !tc.want(err) {
+				t.Errorf("error %v (%T), not the kind net.Conn returns here", err, err)
+			}
+		})
+	}
+}
+
+// TestRawIOData checks that bytes go through whole, both ways.
+func TestRawIOData(t *testing.T) {
+	local, peer := tcpEnds(t)
+	raw := newRawIO(local)
+	want := bytes.Repeat([]byte("data: {\"x\":1}\n\n"), 1<<14) // more than one socket buffer
+	go func() {
+		_, _ = peer.Write(want)
+		_ = peer.CloseWrite()
+	}()
+	var got []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := raw.read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, want the %d written", len(got), len(want))
+	}
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(peer)
+		done <- b
+	}()
+	if n, err := raw.write(want); n != len(want) || err != nil {
+		t.Fatalf("write = %d, %v; want %d, nil", n, err, len(want))
+	}
+	_ = local.CloseWrite()
+	if b := <-done; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, want %d", len(b), len(want))
+	}
+}

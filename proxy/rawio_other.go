@@ -1,0 +1,15 @@
+//go:build !linux
+
+package proxy
+
+import "net"
+
+// rawIO is Linux's; elsewhere connections are read and written as they are.
+type rawIO struct{}
+
+func newRawIO(net.Conn) *rawIO { return nil }
+
+func (*rawIO) read([]byte) (int, error) { panic("proxy: no raw reads here") }
+
+// rawWriteListener hands out its connections as they are.
+type rawWriteListener struct{ net.Listener }
