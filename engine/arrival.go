@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -19,19 +20,32 @@ import (
 // first read that returns bytes after the connection opened or after the
 // previous request's handler ended (rearm). Reads of a request's body, and
 // net/http's background read while a handler runs, come before the rearm
-// and do not count.
+// and do not count. Where the kernel timestamps receives (Linux), that
+// first read also learns how long its bytes had waited in the socket
+// before the server read them: the engine was busy elsewhere (PROTOCOL.md,
+// unread).
 type arrivalConn struct {
 	net.Conn
-	armed atomic.Bool
-	at    atomic.Int64 // nanoseconds since arrivalEpoch; 0: not seen
+	raw    syscall.RawConn // nil: no receive timestamps
+	armed  atomic.Bool
+	at     atomic.Int64 // nanoseconds since arrivalEpoch; 0: not seen
+	unread atomic.Int64 // nanoseconds the first bytes waited unread; -1: unknown
 }
 
 var arrivalEpoch = time.Now()
 
 func (c *arrivalConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	if c.raw == nil || !c.armed.Load() {
+		n, err := c.Conn.Read(p)
+		if n > 0 && c.armed.CompareAndSwap(true, false) {
+			c.at.Store(max(int64(time.Since(arrivalEpoch)), 1))
+		}
+		return n, err
+	}
+	n, waited, err := readStamped(c.Conn, c.raw, p)
 	if n > 0 && c.armed.CompareAndSwap(true, false) {
 		c.at.Store(max(int64(time.Since(arrivalEpoch)), 1))
+		c.unread.Store(int64(waited))
 	}
 	return n, err
 }
@@ -40,6 +54,13 @@ func (c *arrivalConn) Read(p []byte) (int, error) {
 func (c *arrivalConn) arrived() (time.Time, bool) {
 	at := c.at.Load()
 	return arrivalEpoch.Add(time.Duration(at)), at != 0
+}
+
+// waitedUnread returns how long the current request's first bytes waited
+// in the socket before that read, when the kernel said.
+func (c *arrivalConn) waitedUnread() (time.Duration, bool) {
+	u := c.unread.Load()
+	return time.Duration(u), u >= 0
 }
 
 // maxDrainBytes is what net/http itself reads of a body its handler left
@@ -52,6 +73,7 @@ const maxDrainBytes = 256 << 10
 func (c *arrivalConn) rearm(r *http.Request) {
 	_, _ = io.CopyN(io.Discard, r.Body, maxDrainBytes)
 	c.at.Store(0)
+	c.unread.Store(-1)
 	c.armed.Store(true)
 }
 
@@ -65,7 +87,8 @@ func (l arrivalListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	ac := &arrivalConn{Conn: c}
+	ac := &arrivalConn{Conn: c, raw: stampReceives(c)}
+	ac.unread.Store(-1)
 	ac.armed.Store(true)
 	return ac, nil
 }
@@ -84,6 +107,17 @@ func withArrivalConn(ctx context.Context, c net.Conn) context.Context {
 func requestConn(r *http.Request) *arrivalConn {
 	ac, _ := r.Context().Value(arrivalKey{}).(*arrivalConn)
 	return ac
+}
+
+// unreadFor is how long r's first bytes waited in the socket before they
+// were read, when known.
+func unreadFor(r *http.Request) (time.Duration, bool) {
+	if ac := requestConn(r); ac != nil {
+		if _, ok := ac.arrived(); ok {
+			return ac.waitedUnread()
+		}
+	}
+	return 0, false
 }
 
 // arrivedAt is when r's first bytes were read, or now when that is unknown.

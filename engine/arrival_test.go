@@ -60,6 +60,60 @@ func TestArrivalConn(t *testing.T) {
 	}
 }
 
+// TestUnreadWait: on a socket the kernel timestamps, the first read of a
+// request learns how long its bytes waited unread: at least the time the
+// reader slept after they were written, at most the time since the write
+// began.
+func TestUnreadWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := arrivalListener{ln}.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ac := c.(*arrivalConn)
+	if ac.raw == nil {
+		t.Fatal("accepted TCP connection without receive timestamps")
+	}
+	const slept = 30 * time.Millisecond
+	before := time.Now()
+	if _, err := client.Write([]byte("POST / HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(slept)
+	buf := make([]byte, 64)
+	if _, err := ac.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Since(before)
+	waited, ok := ac.waitedUnread()
+	if !ok || waited < slept || waited > since {
+		t.Errorf("waited unread %v (known %v), want between the sleep %v and the time since the write %v", waited, ok, slept, since)
+	}
+	if _, err := client.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := ac.waitedUnread(); again != waited {
+		t.Errorf("a later read of the same request moved its unread wait from %v to %v", waited, again)
+	}
+	client.Close()
+	if n, err := ac.Read(buf); n != 0 || err != io.EOF {
+		t.Errorf("read after the peer closed: %d, %v; want 0, EOF", n, err)
+	}
+}
+
 // serveEngine runs the engine with Serve on loopback and returns its URL and
 // a client that keeps one connection.
 func serveEngine(t *testing.T) (*Server, string, *http.Client) {
@@ -128,7 +182,10 @@ func TestPartsCoverTheWindow(t *testing.T) {
 			t.Errorf("%s: emit %v, sampled at %v, first token written at %v", path, tr.Emit, tr.FirstTokenSampled, tr.TTFT)
 		}
 		st := parseServerTiming(t, comment)
-		for name, want := range map[string]time.Duration{"recv": tr.Recv, "emit": tr.Emit} {
+		if _, ok := st["unread"]; !ok {
+			t.Errorf("%s: no unread in %q (Serve's connections are timestamped)", path, comment)
+		}
+		for name, want := range map[string]time.Duration{"recv": tr.Recv, "emit": tr.Emit, "unread": tr.Unread} {
 			if got := st[name]; (got - want.Truncate(time.Microsecond)).Abs() > time.Microsecond {
 				t.Errorf("%s: comment's %s %v, truth %v", path, name, got, want)
 			}

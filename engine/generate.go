@@ -29,6 +29,7 @@ type gen struct {
 	rc      *http.ResponseController
 	hr      *http.Request
 	arrived time.Time // the request's first bytes read (arrivedAt)
+	unread  bool      // truth.Unread is known
 	truth   Truth
 	f       Faults
 	a       *apiRequest
@@ -88,6 +89,7 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, chat bool) {
 	id := requestID(hr.Header.Get("X-Request-Id"))
 	w.Header().Set("X-Request-Id", id)
 	g.truth = Truth{RequestID: id, Traceparent: hr.Header.Get("traceparent"), Received: g.arrived, Endpoint: "completions"}
+	g.truth.Unread, g.unread = unreadFor(hr)
 	g.id = "cmpl-" + id
 	if chat {
 		g.truth.Endpoint = "chat"
@@ -611,6 +613,9 @@ func (g *gen) serverTiming(emit bool) string {
 		m("decode1", g.st.FirstDecode)
 	}
 	m("recv", g.truth.Recv)
+	if g.unread {
+		m("unread", g.truth.Unread)
+	}
 	if emit {
 		m("emit", g.truth.Emit)
 	}
@@ -873,6 +878,7 @@ func (g *gen) finalize() {
 			slog.Duration("prefill", t.Prefill),
 			slog.Duration("sync", t.Sync),
 			slog.Duration("decode1", t.FirstDecode),
+			slog.Duration("unread", t.Unread),
 			slog.Duration("recv", t.Recv),
 			slog.Duration("emit", t.Emit),
 			slog.Duration("ttft", t.TTFT),

@@ -27,6 +27,7 @@ type Truth struct {
 	Sync        time.Duration // rank barrier waits during the prefill steps (inside Prefill)
 	FirstDecode time.Duration // last prompt token computed → first token sampled
 	Recv        time.Duration // Received → media stage, and tokenizer stage → scheduler: reading, decoding, checking
+	Unread      time.Duration // the kernel received the request's first bytes → Received (Linux; before Received)
 	Emit        time.Duration // first token sampled → the timing comment rendered (streams)
 
 	// Measured by the handler.

@@ -106,6 +106,7 @@ func (t *Timeline) Breakdown() Breakdown {
 		return v
 	}
 	b.Stages[Queue] += take(EngineQueue)
+	b.Stages[Queue] += take(EngineUnread)
 	b.Stages[Preparation] = take(EngineTokenize)
 	b.Stages[Preparation] += take(EngineMedia)
 	b.Stages[Prefill] = take(EnginePrefill)

@@ -46,6 +46,8 @@ type EngineDur uint8
 // them). Sync is part of Prefill, not added to it. Recv and Emit are the
 // engine's own handling around its stages: reading, decoding and
 // validating the request, and handing its first token to the response.
+// Unread is the time the request's bytes waited in the engine's socket
+// before it read them (a busy server): a queue.
 const (
 	EngineQueue EngineDur = iota
 	EngineTokenize
@@ -55,10 +57,11 @@ const (
 	EngineFirstDecode
 	EngineRecv
 	EngineEmit
+	EngineUnread
 	NumEngineDurs
 )
 
-var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit"}
+var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit", "unread"}
 
 func (d EngineDur) String() string {
 	if d < NumEngineDurs {
@@ -85,8 +88,14 @@ type Timeline struct {
 	marks     [NumMarks]time.Duration
 	set       uint16
 	engine    [NumEngineDurs]time.Duration
-	engineSet uint8
+	engineSet uint16
 }
+
+// The bit sets must hold every mark and every engine duration.
+const (
+	_ = uint16(1 << (NumMarks - 1))
+	_ = uint16(1 << (NumEngineDurs - 1))
+)
 
 // Start resets t and marks Received now. wall is the wall-clock time of
 // receipt, kept only for export (logs, spans); all arithmetic uses clock.

@@ -257,6 +257,9 @@ func TestBreakdownTable(t *testing.T) {
 			EngineFirstDecode: 8 * ms, EngineRecv: 2 * ms, EngineEmit: 5 * ms,
 		}, Breakdown{OK: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 27 * ms,
 			Preparation: 9 * ms, Prefill: 40 * ms, FirstDecode: 13 * ms, Unattributed: 7 * ms, Transport: 3 * ms}}},
+		{"unread counts as queue", full, map[EngineDur]time.Duration{EngineQueue: 20 * ms, EngineUnread: 3 * ms, EnginePrefill: 40 * ms},
+			Breakdown{OK: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 30 * ms,
+				Prefill: 40 * ms, Unattributed: 26 * ms, Transport: 3 * ms}}},
 		{"recv and emit alone", full, map[EngineDur]time.Duration{EngineRecv: 2 * ms, EngineEmit: 5 * ms},
 			Breakdown{OK: true, TTFT: 102 * ms, Stages: st{Gateway: 1 * ms, Route: 2 * ms, Queue: 7 * ms,
 				Preparation: 2 * ms, FirstDecode: 5 * ms, Unattributed: 82 * ms, Transport: 3 * ms}}},
@@ -444,7 +447,7 @@ func TestBreakdownProperty(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 0xdeadbeef, 20240501} {
 		r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 		var nOK, nIncons, nUnsplit, nOOO, nSplit int
-		for i := range 6000 {
+		for i := range 7000 {
 			tl, _ := newTimeline(int64(r.Uint32()))
 			// Mostly increasing offsets over a random subset of marks.
 			var set [NumMarks]bool
@@ -574,7 +577,7 @@ func TestBreakdownProperty(t *testing.T) {
 			window := arr - ad
 			var parts time.Duration
 			neg := false
-			for _, d := range []EngineDur{EngineQueue, EngineTokenize, EngineMedia, EnginePrefill, EngineFirstDecode, EngineRecv, EngineEmit} {
+			for _, d := range []EngineDur{EngineQueue, EngineTokenize, EngineMedia, EnginePrefill, EngineFirstDecode, EngineRecv, EngineEmit, EngineUnread} {
 				if !eset[d] {
 					continue
 				}
@@ -613,7 +616,7 @@ func TestBreakdownProperty(t *testing.T) {
 			want := [NumStages]time.Duration{
 				Gateway:      gd,
 				Route:        ro - gd,
-				Queue:        ad - ro + get(EngineQueue),
+				Queue:        ad - ro + get(EngineQueue) + get(EngineUnread),
 				Preparation:  get(EngineRecv) + get(EngineTokenize) + get(EngineMedia),
 				Prefill:      get(EnginePrefill),
 				FirstDecode:  get(EngineFirstDecode) + get(EngineEmit),

@@ -25,6 +25,7 @@ var serverTimingNames = [...]struct {
 	{"sync", stages.EngineSync},
 	{"decode1", stages.EngineFirstDecode},
 	{"recv", stages.EngineRecv},
+	{"unread", stages.EngineUnread},
 	{"emit", stages.EngineEmit},
 }
 

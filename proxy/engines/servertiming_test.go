@@ -36,6 +36,7 @@ func TestParseServerTiming(t *testing.T) {
 			want{stages.EngineQueue: 30 * time.Microsecond, stages.EngineTokenize: 20 * time.Microsecond,
 				stages.EngineMedia: 0, stages.EnginePrefill: 2500 * time.Microsecond, stages.EngineSync: 0,
 				stages.EngineFirstDecode: time.Microsecond, stages.EngineRecv: 41 * time.Microsecond, stages.EngineEmit: 12 * time.Microsecond}},
+		{"unread", "recv;dur=0.041, unread;dur=0.7", 2, want{stages.EngineRecv: 41 * time.Microsecond, stages.EngineUnread: 700 * time.Microsecond}},
 		{"stages a reader does not know are skipped", "recv;dur=1, parse;dur=2, detokenize;dur=3, emit;dur=4, flush;dur=5", 2,
 			want{stages.EngineRecv: ms, stages.EngineEmit: 4 * ms}},
 		{"no spaces", "queue;dur=1,prefill;dur=2", 2, want{stages.EngineQueue: ms, stages.EnginePrefill: 2 * ms}},

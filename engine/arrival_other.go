@@ -1,0 +1,18 @@
+//go:build !linux
+
+package engine
+
+import (
+	"net"
+	"syscall"
+	"time"
+)
+
+// stampReceives is Linux's only: elsewhere a request's bytes are not known
+// to have waited before their first read.
+func stampReceives(net.Conn) syscall.RawConn { return nil }
+
+func readStamped(c net.Conn, _ syscall.RawConn, p []byte) (int, time.Duration, error) {
+	n, err := c.Read(p)
+	return n, 0, err
+}
