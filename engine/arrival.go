@@ -29,7 +29,7 @@ type arrivalConn struct {
 	raw    syscall.RawConn // nil: no receive timestamps
 	armed  atomic.Bool
 	at     atomic.Int64 // nanoseconds since arrivalEpoch; 0: not seen
-	unread atomic.Int64 // nanoseconds the first bytes waited unread; -1: unknown
+	unread atomic.Int64 // nanoseconds the first bytes waited unread; negative: unknown
 }
 
 var arrivalEpoch = time.Now()

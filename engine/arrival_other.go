@@ -12,7 +12,9 @@ import (
 // to have waited before their first read.
 func stampReceives(net.Conn) syscall.RawConn { return nil }
 
+func stampListener(net.Listener) {}
+
 func readStamped(c net.Conn, _ syscall.RawConn, p []byte) (int, time.Duration, error) {
 	n, err := c.Read(p)
-	return n, 0, err
+	return n, -1, err
 }

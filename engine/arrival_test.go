@@ -84,13 +84,27 @@ func TestUnreadWait(t *testing.T) {
 	if ac.raw == nil {
 		t.Fatal("accepted TCP connection without receive timestamps")
 	}
+	buf := make([]byte, 64)
+	// The kernel turns receive timestamps on a moment after the first
+	// socket asks: wait until a probe's bytes come with one.
+	if !eventually(t, 5*time.Second, func() bool {
+		if _, err := client.Write([]byte("probe")); err != nil {
+			t.Fatal(err)
+		}
+		_, waited, err := readStamped(ac.Conn, ac.raw, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waited >= 0
+	}) {
+		t.Fatal("no receive timestamp within 5 s")
+	}
 	const slept = 30 * time.Millisecond
 	before := time.Now()
 	if _, err := client.Write([]byte("POST / HTTP/1.1\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(slept)
-	buf := make([]byte, 64)
 	if _, err := ac.Read(buf); err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +196,15 @@ func TestPartsCoverTheWindow(t *testing.T) {
 			t.Errorf("%s: emit %v, sampled at %v, first token written at %v", path, tr.Emit, tr.FirstTokenSampled, tr.TTFT)
 		}
 		st := parseServerTiming(t, comment)
-		if _, ok := st["unread"]; !ok {
+		// The kernel turns receive timestamps on a moment after the first
+		// socket asks (Serve's listener), so the first request may have none.
+		if _, ok := st["unread"]; !ok && i > 0 {
 			t.Errorf("%s: no unread in %q (Serve's connections are timestamped)", path, comment)
 		}
 		for name, want := range map[string]time.Duration{"recv": tr.Recv, "emit": tr.Emit, "unread": tr.Unread} {
+			if _, ok := st[name]; !ok && name == "unread" {
+				continue
+			}
 			if got := st[name]; (got - want.Truncate(time.Microsecond)).Abs() > time.Microsecond {
 				t.Errorf("%s: comment's %s %v, truth %v", path, name, got, want)
 			}

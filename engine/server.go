@@ -163,6 +163,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.srvs = append(s.srvs, srv)
 	s.mu.Unlock()
+	stampListener(ln)
 	err := srv.Serve(arrivalListener{ln})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
