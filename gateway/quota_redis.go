@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -120,6 +121,7 @@ type redisStore struct {
 	fallbacks   atomic.Uint64 // admissions the local buckets decided (on_failure open)
 	unavailable atomic.Uint64 // admissions refused for it (on_failure closed)
 	lost        atomic.Uint64 // settlements Redis did not take
+	replyLogged atomic.Int64  // when replyError last logged (g.now)
 }
 
 // sharedKey is one key's buckets on the redis backend, as one Snapshot
@@ -284,7 +286,20 @@ func (sk *sharedKey) admit(b *bucket, est int) (Reservation, *Rejection) {
 			b.charge(st.g.now(), float64(cost))
 			return Reservation{b: b, tokens: float64(cost), sk: sk}, nil
 		}
-		st.failed(err)
+		switch {
+		case isReply(err):
+			// A working Redis refused this key (a wrong type at its name, out
+			// of memory, read-only): this admission falls back or fails, the
+			// other keys keep using Redis.
+			st.replyError(sk, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			// The script may have run after all: give back what it may have
+			// charged (at worst one admission too many, levels are capped).
+			sk.adjust(1, float64(cost))
+			st.failed(err)
+		default:
+			st.failed(err)
+		}
 	}
 	if sk.failClosed {
 		st.unavailable.Add(1)
@@ -306,10 +321,19 @@ func (sk *sharedKey) run(cost int64) ([]int64, error) {
 	defer cancel()
 	v, err := quotaScript.Run(ctx, c, []string{sk.redisKey}, sk.reqCap, sk.tokCap, sk.intervalUs, "admit", cost).Int64Slice()
 	if err == nil && (len(v) == 0 || (v[0] == 0 && len(v) != 3)) {
-		err = fmt.Errorf("quota script: unexpected reply %v", v)
+		err = fmt.Errorf("%w %v", errUnexpectedReply, v)
 	}
 	return v, err
 }
+
+// isReply reports whether err is an error reply from a Redis that
+// answered (or our check of its reply), not a failure to reach it.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnexpectedReply)
+}
+
+var errUnexpectedReply = errors.New("quota script: unexpected reply")
 
 // failed skips Redis for redisRetryAfter and logs the first failure of a
 // run of them.
@@ -317,6 +341,15 @@ func (st *redisStore) failed(err error) {
 	st.downUntil.Store(st.g.now() + int64(redisRetryAfter))
 	if !st.down.Swap(true) {
 		st.g.log.Warn().Err(err).Str("address", st.opts.Addr).Msg("quota backend unavailable")
+	}
+}
+
+// replyError logs an error reply for one key, at most once per
+// redisRetryAfter (a key broken on the server fails every admission).
+func (st *redisStore) replyError(sk *sharedKey, err error) {
+	now := st.g.now()
+	if last := st.replyLogged.Load(); (last == 0 || now-last >= int64(redisRetryAfter)) && st.replyLogged.CompareAndSwap(last, now) {
+		st.g.log.Warn().Err(err).Str("redis_key", sk.redisKey).Msg("quota backend refused a key's admission")
 	}
 }
 
@@ -346,15 +379,27 @@ func (st *redisStore) settle(quit <-chan struct{}, done chan<- struct{}) {
 		case s := <-st.settles:
 			batch = append(batch[:0], s)
 		case <-quit:
+			// What is left goes out within one settleTimeout in all: a stop
+			// (under the gateway's lock) never waits longer on Redis.
+			// While admissions skip Redis, it is given nothing.
+			ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+			defer cancel()
+			down := st.g.now() < st.downUntil.Load()
 			for {
 				batch = st.drain(batch[:0])
 				if len(batch) == 0 {
 					return
 				}
-				st.send(batch)
+				if down {
+					st.lost.Add(uint64(len(batch)))
+					continue
+				}
+				st.send(ctx, batch)
 			}
 		}
-		st.send(st.drain(batch))
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		st.send(ctx, st.drain(batch))
+		cancel()
 	}
 }
 
@@ -372,15 +417,13 @@ func (st *redisStore) drain(batch []settlement) []settlement {
 }
 
 // send runs batch in one pipeline (EVALSHA; the ones the server's script
-// cache lacked again as EVAL) and counts what failed.
-func (st *redisStore) send(batch []settlement) {
+// cache lacked again as EVAL) within ctx and counts what failed.
+func (st *redisStore) send(ctx context.Context, batch []settlement) {
 	c := st.client.Load()
-	if c == nil {
+	if c == nil || ctx.Err() != nil {
 		st.lost.Add(uint64(len(batch)))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
 	run := func(batch []settlement, eval bool) []settlement {
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))

@@ -169,13 +169,57 @@ func TestRedisQuotaTimeout(t *testing.T) {
 		t.Fatalf("with Redis up: %+v (fallback %v)", rej, res.Fallback())
 	}
 	// CLIENT PAUSE holds every other client's commands on the server.
-	if reply, err := r.Do("CLIENT", "PAUSE", "2000", "ALL"); err != nil || reply != "+OK" {
+	if reply, err := r.Do("CLIENT", "PAUSE", "500", "ALL"); err != nil || reply != "+OK" {
 		t.Fatal(reply, err)
 	}
 	res, rej := g.Snapshot().Admit(k, 0)
 	if rej != nil || !res.Fallback() {
 		t.Fatalf("with Redis paused: %+v (fallback %v)", rej, res.Fallback())
 	}
+	// The admission cannot know whether its script ran (a busy Redis runs
+	// it late; a paused one drops it with the closed connection), so it
+	// gives back what the script may have charged: here the script never
+	// ran, so the key gets that request back, up to its capacity.
+	waitLevel(t, r, backend.Redis.KeyPrefix+"k", "r", 3)
+}
+
+// TestRedisQuotaReplyError: a key Redis refuses (a wrong type at its name)
+// fails alone; the other keys keep using Redis.
+func TestRedisQuotaReplyError(t *testing.T) {
+	r := StartRedis(t)
+	backend := r.RedisBackend(QuotaFailClosed)
+	q := Quota{Interval: time.Hour, Requests: 3}
+	cfg := &Config{
+		QuotaBackend: backend,
+		Keys: []KeyConfig{
+			{Name: "bad", Key: HashKey("sk-bad"), Quota: &q},
+			{Name: "good", Key: HashKey("sk-good"), Quota: &q},
+		},
+		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
+		Pools:  onePool("http://127.0.0.1:1"),
+	}
+	g, _ := newGateway(t, cfg, Options{})
+	g.Start()
+	if _, err := r.Do("SET", backend.Redis.KeyPrefix+"bad", "a string, not a hash"); err != nil {
+		t.Fatal(err)
+	}
+	key := func(secret string) *Key {
+		k, rej := g.Authenticate([]byte("Bearer " + secret))
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		return k
+	}
+	bad, good := key("sk-bad"), key("sk-good")
+	if _, rej := g.Snapshot().Admit(bad, 0); rej == nil || rej.Detail != endreason.DetailQuotaUnavailable {
+		t.Fatalf("key with a wrong type on Redis: %+v, want quota_unavailable", rej)
+	}
+	for i := range 3 {
+		if res, rej := g.Snapshot().Admit(good, 0); rej != nil || res.Fallback() {
+			t.Fatalf("other key, admission %d after the refusal: %+v (fallback %v)", i, rej, res.Fallback())
+		}
+	}
+	waitLevel(t, r, backend.Redis.KeyPrefix+"good", "r", 0)
 }
 
 // TestRedisQuotaReload: a reload keeps the shared levels (they live on
