@@ -31,6 +31,10 @@ import (
 // counts this replica's own requests (gateway.Upstream.loadKey).
 const DefaultLeastLoadScrape = 100 * time.Millisecond
 
+// scrapeMisses is how many scrapes in a row must fail before an
+// upstream's load is unknown.
+const scrapeMisses = 3
+
 // scrapeTimeout is the least time a scrape may take.
 const scrapeTimeout = time.Second
 
@@ -77,8 +81,9 @@ func (p *Proxy) startScrape(c *upstream, baseURL string) {
 
 // scrapeLoad polls baseURL/metrics every interval until the proxy stops.
 // Each scrape goes to the gateway upstream the configuration in effect has
-// for baseURL (a reload may have replaced it); a failed one, or one with no
-// load gauge, makes its load unknown.
+// for baseURL (a reload may have replaced it); scrapeMisses failed ones in
+// a row, or with no load gauge, make its load unknown (one slow answer
+// does not turn a least_load pool to least_request and back).
 func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) {
 	transport := &http.Transport{MaxIdleConnsPerHost: 1}
 	defer transport.CloseIdleConnections()
@@ -87,6 +92,7 @@ func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) 
 	client := &http.Client{Timeout: max(interval, scrapeTimeout), Transport: transport}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	misses := 0
 	for {
 		u := p.currentUpstream(baseURL)
 		var mark int64
@@ -97,9 +103,12 @@ func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) 
 		switch {
 		case u == nil:
 		case ok && em.Load:
+			misses = 0
 			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage}, mark)
 		default:
-			u.ClearEngineLoad()
+			if misses++; misses >= scrapeMisses {
+				u.ClearEngineLoad()
+			}
 		}
 		if ok && p.cfg.EngineWaste != nil {
 			p.cfg.EngineWaste.EngineWaste(c.Name, em.TokensAfterClientLeft, em.AbortedRequests)
