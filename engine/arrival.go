@@ -28,6 +28,7 @@ type arrivalConn struct {
 	net.Conn
 	raw    syscall.RawConn // nil: no receive timestamps
 	armed  atomic.Bool
+	late   atomic.Bool  // the arrival's read had no timestamp: the next read's will do
 	at     atomic.Int64 // nanoseconds since arrivalEpoch; 0: not seen
 	unread atomic.Int64 // nanoseconds the first bytes waited unread; negative: unknown
 }
@@ -35,17 +36,30 @@ type arrivalConn struct {
 var arrivalEpoch = time.Now()
 
 func (c *arrivalConn) Read(p []byte) (int, error) {
-	if c.raw == nil || !c.armed.Load() {
+	if c.raw == nil || !c.armed.Load() && !c.late.Load() {
+		// A read begun before the rearm (net/http's one-byte background
+		// read while the previous handler ran) may take the next request's
+		// first byte: its arrival, without the kernel's timestamp, which
+		// the next read, of the rest of the same bytes, brings.
 		n, err := c.Conn.Read(p)
 		if n > 0 && c.armed.CompareAndSwap(true, false) {
 			c.at.Store(max(int64(time.Since(arrivalEpoch)), 1))
+			c.late.Store(c.raw != nil)
 		}
 		return n, err
 	}
 	n, waited, err := readStamped(c.Conn, c.raw, p)
-	if n > 0 && c.armed.CompareAndSwap(true, false) {
-		c.at.Store(max(int64(time.Since(arrivalEpoch)), 1))
+	if n == 0 {
+		return n, err
+	}
+	now := max(int64(time.Since(arrivalEpoch)), 1)
+	switch {
+	case c.armed.CompareAndSwap(true, false):
+		c.at.Store(now)
 		c.unread.Store(int64(waited))
+	case c.late.CompareAndSwap(true, false) && waited >= 0:
+		// waited runs to this read; the arrival was the earlier one.
+		c.unread.Store(max(int64(waited)-(now-c.at.Load()), 0))
 	}
 	return n, err
 }
@@ -74,6 +88,7 @@ func (c *arrivalConn) rearm(r *http.Request) {
 	_, _ = io.CopyN(io.Discard, r.Body, maxDrainBytes)
 	c.at.Store(0)
 	c.unread.Store(-1)
+	c.late.Store(false)
 	c.armed.Store(true)
 }
 

@@ -122,6 +122,35 @@ func TestUnreadWait(t *testing.T) {
 	if again, _ := ac.waitedUnread(); again != waited {
 		t.Errorf("a later read of the same request moved its unread wait from %v to %v", waited, again)
 	}
+
+	// The next request's first byte taken by a read begun before the rearm
+	// (net/http's background read while a handler runs): the wait comes
+	// from the next read's timestamp.
+	ac.armed.Store(false)
+	one := make(chan error, 1)
+	go func() {
+		_, err := ac.Read(buf[:1])
+		one <- err
+	}()
+	ac.rearm(httptest.NewRequest(http.MethodGet, "/", http.NoBody))
+	before = time.Now()
+	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-one; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ac.arrived(); !ok {
+		t.Fatal("the first byte's read did not stamp the arrival")
+	}
+	if _, err := ac.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	since = time.Since(before)
+	if waited, ok := ac.waitedUnread(); !ok || waited > since {
+		t.Errorf("after a one-byte read begun before the rearm: waited unread %v (known %v), want known and at most %v", waited, ok, since)
+	}
+
 	client.Close()
 	if n, err := ac.Read(buf); n != 0 || err != io.EOF {
 		t.Errorf("read after the peer closed: %d, %v; want 0, EOF", n, err)
