@@ -103,7 +103,7 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 		// One-shot: once the peer has gone the socket would otherwise be
 		// reported again on every wait until unwatch, spinning this loop.
 		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = epollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 	})
 	if err != nil || ctlErr != nil {
 		delete(w.entries, id)
@@ -126,9 +126,18 @@ func (w *watcher) unwatch(t watchToken) {
 		return
 	}
 	_ = t.rc.Control(func(fd uintptr) {
-		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+		_ = epollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	})
 	delete(w.entries, t.id)
+}
+
+// epollCtl is unix.EpollCtl made raw: it never blocks (see rawIO).
+func epollCtl(epfd, op int, fd uintptr, ev *unix.EpollEvent) error {
+	_, _, errno := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), fd, uintptr(unsafe.Pointer(ev)), 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func (w *watcher) loop() {
