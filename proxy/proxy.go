@@ -310,7 +310,6 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		ReadBufferSize:               cfg.MaxHeaderBytes,
 		ReadTimeout:                  readTimeout, // reading a request, not writing the stream
 		IdleTimeout:                  120 * time.Second,
-		TCPKeepalive:                 true, // half-open clients are found eventually
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true, // fasthttp's errors never quote the request
 		Logger:                       fasthttpLogger{log},
