@@ -324,7 +324,7 @@ const readTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
-	ln = rawWriteListener{ln}
+	ln = rawClientListener{ln}
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
