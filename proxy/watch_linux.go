@@ -4,11 +4,13 @@ package proxy
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +65,12 @@ func newWatcher() (*watcher, error) {
 		return nil, err
 	}
 	ep := os.NewFile(uintptr(epfd), "epoll")
+	// A file Go's poller does not watch has no deadlines: the loop would
+	// end at its first wait.
+	if err := ep.SetReadDeadline(time.Time{}); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("epoll instance not pollable: %w", err)
+	}
 	rc, err := ep.SyscallConn()
 	if err != nil {
 		ep.Close()
