@@ -88,7 +88,7 @@ func arrivalBuffering(s *stages.Stream) record.Buffering {
 // reads or touches the fields.
 type countingConn struct {
 	net.Conn
-	raw      *rawIO // reads the socket; nil: Conn does
+	raw      *rawIO // reads and writes the socket; nil: Conn does
 	kernel   segmentCounter
 	reads    uint64 // reads that began an arrival
 	lastFull bool   // the last read filled its buffer
@@ -108,6 +108,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 		c.writing = true
 		c.readsAtWrite = c.reads
 		c.segsAtWrite, c.kernelCounted = c.kernel.segmentsIn(c.Conn)
+	}
+	if c.raw != nil {
+		return c.raw.write(p)
 	}
 	return c.Conn.Write(p)
 }

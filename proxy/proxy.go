@@ -310,7 +310,6 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		ReadBufferSize:               cfg.MaxHeaderBytes,
 		ReadTimeout:                  readTimeout, // reading a request, not writing the stream
 		IdleTimeout:                  120 * time.Second,
-		TCPKeepalive:                 true, // half-open clients are found eventually
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true, // fasthttp's errors never quote the request
 		Logger:                       fasthttpLogger{log},
@@ -325,7 +324,7 @@ const readTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
-	ln = rawWriteListener{ln}
+	ln = rawClientListener{ln}
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}

@@ -123,26 +123,27 @@ func (r *rawIO) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
 }
 
-// rawWriteConn is an accepted client connection whose writes, the events
-// of a stream, go through rawIO.
-type rawWriteConn struct {
+// rawClientConn is an accepted client connection read and written through
+// rawIO: its request, its end, and the events of its streams.
+type rawClientConn struct {
 	*net.TCPConn
 	raw *rawIO
 }
 
-func (c *rawWriteConn) Write(p []byte) (int, error) { return c.raw.write(p) }
+func (c *rawClientConn) Read(p []byte) (int, error)  { return c.raw.read(p) }
+func (c *rawClientConn) Write(p []byte) (int, error) { return c.raw.write(p) }
 
-// rawWriteListener hands out its TCP connections as rawWriteConns.
-type rawWriteListener struct{ net.Listener }
+// rawClientListener hands out its TCP connections as rawClientConns.
+type rawClientListener struct{ net.Listener }
 
-func (ln rawWriteListener) Accept() (net.Conn, error) {
+func (ln rawClientListener) Accept() (net.Conn, error) {
 	c, err := ln.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		if raw := newRawIO(tc); raw != nil {
-			return &rawWriteConn{TCPConn: tc, raw: raw}, nil
+			return &rawClientConn{TCPConn: tc, raw: raw}, nil
 		}
 	}
 	return c, nil

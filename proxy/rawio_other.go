@@ -9,7 +9,8 @@ type rawIO struct{}
 
 func newRawIO(net.Conn) *rawIO { return nil }
 
-func (*rawIO) read([]byte) (int, error) { panic("proxy: no raw reads here") }
+func (*rawIO) read([]byte) (int, error)  { panic("proxy: no raw reads here") }
+func (*rawIO) write([]byte) (int, error) { panic("proxy: no raw writes here") }
 
-// rawWriteListener hands out its connections as they are.
-type rawWriteListener struct{ net.Listener }
+// rawClientListener hands out its connections as they are.
+type rawClientListener struct{ net.Listener }

@@ -54,8 +54,9 @@ func (k *segmentCounter) segmentsIn(conn net.Conn) (uint32, bool) {
 }
 
 // getsockopt fills k.info; unix.GetsockoptTCPInfo would allocate a new one.
+// The call never blocks, so it is made raw (see rawIO).
 func (k *segmentCounter) getsockopt(fd uintptr) {
 	k.size = uint32(unsafe.Sizeof(k.info))
-	_, _, k.errno = unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+	_, _, k.errno = unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
 		uintptr(unsafe.Pointer(&k.info)), uintptr(unsafe.Pointer(&k.size)), 0)
 }

@@ -4,11 +4,14 @@ package proxy
 
 import (
 	"crypto/tls"
-	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,32 +34,51 @@ import (
 // is indistinguishable and counts as gone (as in nginx).
 type watcher struct {
 	epfd int
-	wake int // eventfd that ends the loop
+	ep   *os.File        // epfd, waited on through Go's network poller
+	rc   syscall.RawConn // ep's
+	wait func(fd uintptr) bool
 
 	mu      sync.Mutex
 	next    uint64
 	entries map[uint64]func()
 	closed  bool // epfd is closed: watch and unwatch do nothing
 	done    chan struct{}
+
+	events []unix.EpollEvent // what the last wait returned (the loop's only)
+	n      int
 }
 
+// newWatcher starts the watcher. Its epoll instance is itself registered in
+// Go's network poller (an epoll fd is readable while it has events ready),
+// and the loop collects events with non-blocking raw waits: no thread sits
+// in a blocking epoll_wait, so a disconnect wakes a parked goroutine rather
+// than a thread that must then win back the scheduler's processor (with
+// the monitor thread taking that processor away every time the wait
+// blocks again).
 func newWatcher() (*watcher, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err := unix.SetNonblock(epfd, true); err != nil { // so os.NewFile polls it
+		unix.Close(epfd)
+		return nil, err
+	}
+	ep := os.NewFile(uintptr(epfd), "epoll")
+	// A file Go's poller does not watch has no deadlines: the loop would
+	// end at its first wait.
+	if err := ep.SetReadDeadline(time.Time{}); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("epoll instance not pollable: %w", err)
+	}
+	rc, err := ep.SyscallConn()
 	if err != nil {
-		unix.Close(epfd)
+		ep.Close()
 		return nil, err
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
-		unix.Close(epfd)
-		unix.Close(wake)
-		return nil, err
-	}
-	w := &watcher{epfd: epfd, wake: wake, entries: make(map[uint64]func()), next: 1, done: make(chan struct{})}
+	w := &watcher{epfd: epfd, ep: ep, rc: rc, entries: make(map[uint64]func()), next: 1,
+		done: make(chan struct{}), events: make([]unix.EpollEvent, 128)}
+	w.wait = w.collect
 	go w.loop()
 	return w, nil
 }
@@ -89,7 +111,7 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 		// One-shot: once the peer has gone the socket would otherwise be
 		// reported again on every wait until unwatch, spinning this loop.
 		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = epollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 	})
 	if err != nil || ctlErr != nil {
 		delete(w.entries, id)
@@ -112,28 +134,29 @@ func (w *watcher) unwatch(t watchToken) {
 		return
 	}
 	_ = t.rc.Control(func(fd uintptr) {
-		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+		_ = epollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	})
 	delete(w.entries, t.id)
 }
 
+// epollCtl is unix.EpollCtl made raw: it never blocks (see rawIO).
+func epollCtl(epfd, op int, fd uintptr, ev *unix.EpollEvent) error {
+	_, _, errno := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), fd, uintptr(unsafe.Pointer(ev)), 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 func (w *watcher) loop() {
 	defer close(w.done)
-	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(w.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return
+		if err := w.rc.Read(w.wait); err != nil {
+			return // closed
 		}
-		for i := range events[:n] {
-			ev := &events[i]
+		for i := range w.events[:w.n] {
+			ev := &w.events[i]
 			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			if id == 0 { // the eventfd (registered with zero data)
-				return
-			}
 			w.mu.Lock()
 			gone, ok := w.entries[id]
 			delete(w.entries, id) // report once
@@ -145,19 +168,37 @@ func (w *watcher) loop() {
 	}
 }
 
+// collect takes the events ready now without blocking; false (none) makes
+// the poller wait until the epoll fd is readable. An error, which a valid
+// epoll fd and buffer never give, counts as none.
+func (w *watcher) collect(fd uintptr) bool {
+	for {
+		n, _, errno := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), 0, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			n = 0
+		}
+		w.n = int(n)
+		return n > 0
+	}
+}
+
 // close stops the loop and waits for it. Streams still in flight (a
 // shutdown that timed out) may call watch and unwatch afterwards: they do
 // nothing, so the closed epoll fd's number, which the process may reuse, is
 // never touched.
 func (w *watcher) close() {
-	var one = [8]byte{1}
-	_, _ = unix.Write(w.wake, one[:])
-	<-w.done
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
 	w.closed = true
-	unix.Close(w.epfd)
-	unix.Close(w.wake)
 	w.mu.Unlock()
+	_ = w.ep.Close() // ends the loop's wait
+	<-w.done
 }
 
 // rawConn finds the socket under conn, unwrapping TLS.

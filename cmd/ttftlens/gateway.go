@@ -110,7 +110,7 @@ func upstreamNames(cfg *proxy.Config) ([]string, error) {
 
 // listen opens the client listener, with TLS when a certificate is given.
 func listen(addr string, cert *tls.Certificate) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := proxy.Listen(addr)
 	if err != nil || cert == nil {
 		return ln, err
 	}
