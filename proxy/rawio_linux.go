@@ -119,7 +119,13 @@ func (r *rawIO) writeAll(fd uintptr) bool {
 	return true
 }
 
+// opError wraps err as net.Conn's methods would; an error RawConn already
+// wrapped (op "raw-read", "raw-write") is unwrapped first, so it reads
+// "read tcp …: i/o timeout", not twice.
 func (r *rawIO) opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		err = oe.Err
+	}
 	return &net.OpError{Op: op, Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,6 +60,9 @@ func TestRawIOErrors(t *testing.T) {
 			}
 			if !tc.want(err) {
 				t.Errorf("error %v (%T), not the kind net.Conn returns here", err, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "raw-") {
+				t.Errorf("error %q wraps RawConn's own error: net.Conn's would read once", err)
 			}
 		})
 	}
