@@ -116,9 +116,13 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 func (c *countingConn) Read(p []byte) (n int, err error) {
-	if c.raw != nil {
+	waited := time.Duration(-1)
+	switch {
+	case c.raw != nil && c.tl != nil:
+		n, waited, err = c.raw.readStamped(p)
+	case c.raw != nil:
 		n, err = c.raw.read(p)
-	} else {
+	default:
 		n, err = c.Conn.Read(p)
 	}
 	if n > 0 {
@@ -128,7 +132,9 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 		}
 		c.lastFull = n == len(p)
 		if c.tl != nil {
-			c.readAt = c.tl.Now()
+			// The bytes arrived when the kernel received them; the time
+			// they then waited for this goroutine is the proxy's own.
+			c.readAt = c.tl.Now() - max(waited, 0)
 		}
 	}
 	return n, err

@@ -28,4 +28,15 @@ func TestRawIOAllocs(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, roundTrip); allocs > 0 {
 		t.Errorf("%.1f allocations per event read and written, want 0", allocs)
 	}
+	raw.stampReceives()
+	if allocs := testing.AllocsPerRun(100, func() {
+		if _, err := peer.Write(event); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := raw.readStamped(buf); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs > 0 {
+		t.Errorf("%.1f allocations per stamped read, want 0", allocs)
+	}
 }

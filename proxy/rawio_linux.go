@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -28,9 +29,15 @@ type rawIO struct {
 	rbuf []byte
 	rn   int
 	rerr syscall.Errno
-	wbuf []byte
-	wn   int
-	werr syscall.Errno
+	// stamped reads (readStamped): recvmsg's header and control buffer,
+	// kept here so that a read allocates nothing.
+	stampFn func(fd uintptr) bool
+	msg     syscall.Msghdr
+	iov     syscall.Iovec
+	oob     [64]byte
+	wbuf    []byte
+	wn      int
+	werr    syscall.Errno
 }
 
 // newRawIO returns the raw reader and writer of conn's socket, nil when
@@ -45,7 +52,7 @@ func newRawIO(conn net.Conn) *rawIO {
 		return nil
 	}
 	r := &rawIO{conn: conn, rc: rc}
-	r.readFn, r.writeFn = r.readOnce, r.writeAll
+	r.readFn, r.writeFn, r.stampFn = r.readOnce, r.writeAll, r.recvOnce
 	return r
 }
 
@@ -67,6 +74,78 @@ func (r *rawIO) read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return r.rn, nil
+}
+
+// stampReceives asks the kernel to timestamp what the socket receives
+// (SO_TIMESTAMPNS), for readStamped; false when it refuses.
+func (r *rawIO) stampReceives() bool {
+	var serr error
+	err := r.rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+	})
+	return err == nil && serr == nil
+}
+
+// readStamped reads as read does, with recvmsg, and returns how long the
+// bytes had waited in the socket since the kernel received them (TCP
+// gives the last segment's time); waited < 0 when the kernel gave no
+// timestamp (stampReceives not asked, or not on yet).
+func (r *rawIO) readStamped(p []byte) (n int, waited time.Duration, err error) {
+	if len(p) == 0 {
+		return 0, -1, nil
+	}
+	r.rbuf, r.rn, r.rerr = p, 0, 0
+	err = r.rc.Read(r.stampFn)
+	r.rbuf = nil
+	switch {
+	case err != nil:
+		return 0, -1, r.opError("read", err)
+	case r.rerr != 0:
+		return 0, -1, r.opError("read", os.NewSyscallError("recvmsg", r.rerr))
+	case r.rn == 0:
+		return 0, -1, io.EOF
+	}
+	return r.rn, r.receiveWait(time.Now()), nil
+}
+
+func (r *rawIO) recvOnce(fd uintptr) bool {
+	r.iov.Base = &r.rbuf[0]
+	r.iov.SetLen(len(r.rbuf))
+	r.msg = syscall.Msghdr{Iov: &r.iov, Iovlen: 1, Control: &r.oob[0]}
+	r.msg.SetControllen(len(r.oob))
+	for {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), 0)
+		switch errno {
+		case 0:
+			r.rn = int(n)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // the poller waits for the socket to be readable
+		}
+		r.rerr = errno
+		return true
+	}
+}
+
+// receiveWait is now minus the kernel's receive timestamp in the last
+// recvmsg's control messages; -1 without one. It allocates nothing.
+func (r *rawIO) receiveWait(now time.Time) time.Duration {
+	b := r.oob[:min(int(r.msg.Controllen), len(r.oob))]
+	for len(b) >= syscall.SizeofCmsghdr {
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(h.Len)
+		if l < syscall.SizeofCmsghdr || l > len(b) {
+			break
+		}
+		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && l >= syscall.CmsgLen(int(unsafe.Sizeof(syscall.Timespec{}))) {
+			ts := (*syscall.Timespec)(unsafe.Pointer(&b[syscall.CmsgLen(0)]))
+			return max(now.Sub(time.Unix(ts.Unix())), 0)
+		}
+		b = b[min(syscall.CmsgSpace(l-syscall.CmsgLen(0)), len(b)):]
+	}
+	return -1
 }
 
 func (r *rawIO) readOnce(fd uintptr) bool {

@@ -105,3 +105,51 @@ func TestRawIOData(t *testing.T) {
 		t.Fatalf("peer read %d bytes, want %d", len(b), len(want))
 	}
 }
+
+// TestRawIOReadStamped: a stamped read says how long its bytes waited in
+// the socket: at least the time the reader slept after they were written,
+// at most the time since the write began.
+func TestRawIOReadStamped(t *testing.T) {
+	local, peer := tcpEnds(t)
+	raw := newRawIO(local)
+	if !raw.stampReceives() {
+		t.Fatal("SO_TIMESTAMPNS refused")
+	}
+	buf := make([]byte, 64)
+	// The kernel turns receive timestamps on a moment after the first
+	// socket asks: wait for a probe's bytes to come with one.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := peer.Write([]byte("probe")); err != nil {
+			t.Fatal(err)
+		}
+		_, waited, err := raw.readStamped(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no receive timestamp within 5 s")
+		}
+	}
+	const slept = 20 * time.Millisecond
+	before := time.Now()
+	if _, err := peer.Write([]byte("data: {}\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(slept)
+	n, waited, err := raw.readStamped(buf)
+	since := time.Since(before)
+	if err != nil || string(buf[:n]) != "data: {}\n\n" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if waited < slept || waited > since {
+		t.Errorf("waited %v, want between the sleep %v and the time since the write %v", waited, slept, since)
+	}
+	peer.Close()
+	if n, _, err := raw.readStamped(buf); n != 0 || err != io.EOF {
+		t.Errorf("after the peer closed: %d, %v; want 0, EOF", n, err)
+	}
+}

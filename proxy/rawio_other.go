@@ -2,14 +2,21 @@
 
 package proxy
 
-import "net"
+import (
+	"net"
+	"time"
+)
 
 // rawIO is Linux's; elsewhere connections are read and written as they are.
 type rawIO struct{}
 
 func newRawIO(net.Conn) *rawIO { return nil }
 
-func (*rawIO) read([]byte) (int, error)  { panic("proxy: no raw reads here") }
+func (*rawIO) read([]byte) (int, error) { panic("proxy: no raw reads here") }
+func (*rawIO) stampReceives() bool      { return false }
+func (*rawIO) readStamped([]byte) (int, time.Duration, error) {
+	panic("proxy: no raw reads here")
+}
 func (*rawIO) write([]byte) (int, error) { panic("proxy: no raw writes here") }
 
 // rawClientListener hands out its connections as they are.

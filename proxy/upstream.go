@@ -93,7 +93,11 @@ func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 				if err != nil {
 					return nil, err
 				}
-				return &countingConn{Conn: c, raw: newRawIO(c)}, nil
+				cc := &countingConn{Conn: c, raw: newRawIO(c)}
+				if cc.raw != nil {
+					cc.raw.stampReceives() // without: arrivals are the reads'
+				}
+				return cc, nil
 			},
 			// Each in-flight stream pins one connection for its whole life.
 			MaxConns:           8192,
