@@ -101,6 +101,7 @@ type countingConn struct {
 
 	tl     *stages.Timeline // the request timing the reads (clock); nil: none
 	readAt time.Duration    // offset of the last read with bytes; < 0 before one
+	sentAt time.Duration    // offset of the request's send mark: no arrival before it
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
@@ -133,8 +134,10 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 		c.lastFull = n == len(p)
 		if c.tl != nil {
 			// The bytes arrived when the kernel received them; the time
-			// they then waited for this goroutine is the proxy's own.
-			c.readAt = c.tl.Now() - max(waited, 0)
+			// they then waited for this goroutine is the proxy's own. A
+			// quick answer can be received before the send was marked (the
+			// mark is taken after the write returns): not before it.
+			c.readAt = max(c.tl.Now()-max(waited, 0), c.sentAt)
 		}
 	}
 	return n, err
@@ -143,7 +146,7 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 // clock times the connection's reads on tl, a request's clock, from now
 // on; nil stops (the relay asks for the first token's arrival only).
 func (c *countingConn) clock(tl *stages.Timeline) {
-	c.tl, c.readAt = tl, -1
+	c.tl, c.readAt, c.sentAt = tl, -1, 0
 }
 
 // arrivals returns the pieces the response has come in so far (see

@@ -188,8 +188,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 	tl.MarkAt(stages.UpstreamConnected, tl.Now()) // a retry's connection replaces the stale one
 	conn := cc.Conn()
-	if c := countedConn(conn); c != nil {
-		c.clock(tl)
+	counted := countedConn(conn)
+	if counted != nil {
+		counted.clock(tl)
 	}
 	used = record.ConnNew
 	if !cc.LastUseTime().IsZero() {
@@ -223,6 +224,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 	sentAt := tl.Now()
 	tl.MarkAt(stages.UpstreamSent, sentAt) // a retry's send replaces the stale one
+	if counted != nil {
+		counted.sentAt = sentAt
+	}
 
 	resp.StreamBody = true
 	resp.SkipBody = true // the headers only: upstreamBody.start reads the body through its own buffer
