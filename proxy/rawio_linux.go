@@ -58,22 +58,49 @@ func newRawIO(conn net.Conn) *rawIO {
 
 // read reads as net.Conn.Read does: io.EOF at the peer's end, *net.OpError
 // otherwise.
-func (r *rawIO) read(p []byte) (int, error) {
+func (r *rawIO) read(p []byte) (int, error) { return r.readWith(r.readFn, "read", p) }
+
+// readWith reads into p with fn, the system call named call, under the
+// poller.
+func (r *rawIO) readWith(fn func(fd uintptr) bool, call string, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	r.rbuf, r.rn, r.rerr = p, 0, 0
-	err := r.rc.Read(r.readFn)
+	err := r.rc.Read(fn)
 	r.rbuf = nil
 	switch {
 	case err != nil:
 		return 0, r.opError("read", err)
 	case r.rerr != 0:
-		return 0, r.opError("read", os.NewSyscallError("read", r.rerr))
+		return 0, r.opError("read", os.NewSyscallError(call, r.rerr))
 	case r.rn == 0:
 		return 0, io.EOF
 	}
 	return r.rn, nil
+}
+
+// readCall makes the read system call trap(fd, a1, a2) until it is not
+// interrupted; false when the socket has nothing yet (the poller waits).
+func (r *rawIO) readCall(trap, fd, a1, a2 uintptr) bool {
+	for {
+		n, _, errno := syscall.RawSyscall(trap, fd, a1, a2)
+		switch errno {
+		case 0:
+			r.rn = int(n)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		r.rerr = errno
+		return true
+	}
+}
+
+func (r *rawIO) readOnce(fd uintptr) bool {
+	return r.readCall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rbuf[0])), uintptr(len(r.rbuf)))
 }
 
 // stampReceives asks the kernel to timestamp what the socket receives
@@ -91,21 +118,10 @@ func (r *rawIO) stampReceives() bool {
 // gives the last segment's time); waited < 0 when the kernel gave no
 // timestamp (stampReceives not asked, or not on yet).
 func (r *rawIO) readStamped(p []byte) (n int, waited time.Duration, err error) {
-	if len(p) == 0 {
-		return 0, -1, nil
+	if n, err = r.readWith(r.stampFn, "recvmsg", p); n == 0 {
+		return n, -1, err
 	}
-	r.rbuf, r.rn, r.rerr = p, 0, 0
-	err = r.rc.Read(r.stampFn)
-	r.rbuf = nil
-	switch {
-	case err != nil:
-		return 0, -1, r.opError("read", err)
-	case r.rerr != 0:
-		return 0, -1, r.opError("read", os.NewSyscallError("recvmsg", r.rerr))
-	case r.rn == 0:
-		return 0, -1, io.EOF
-	}
-	return r.rn, r.receiveWait(time.Now()), nil
+	return n, r.receiveWait(time.Now()), nil
 }
 
 func (r *rawIO) recvOnce(fd uintptr) bool {
@@ -113,20 +129,7 @@ func (r *rawIO) recvOnce(fd uintptr) bool {
 	r.iov.SetLen(len(r.rbuf))
 	r.msg = syscall.Msghdr{Iov: &r.iov, Iovlen: 1, Control: &r.oob[0]}
 	r.msg.SetControllen(len(r.oob))
-	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), 0)
-		switch errno {
-		case 0:
-			r.rn = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false // the poller waits for the socket to be readable
-		}
-		r.rerr = errno
-		return true
-	}
+	return r.readCall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), 0)
 }
 
 // receiveWait is now minus the kernel's receive timestamp in the last
@@ -146,23 +149,6 @@ func (r *rawIO) receiveWait(now time.Time) time.Duration {
 		b = b[min(syscall.CmsgSpace(l-syscall.CmsgLen(0)), len(b)):]
 	}
 	return -1
-}
-
-func (r *rawIO) readOnce(fd uintptr) bool {
-	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rbuf[0])), uintptr(len(r.rbuf)))
-		switch errno {
-		case 0:
-			r.rn = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false // the poller waits for the socket to be readable
-		}
-		r.rerr = errno
-		return true
-	}
 }
 
 // write writes all of p as net.Conn.Write does, waiting for the socket to
