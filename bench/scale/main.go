@@ -158,8 +158,13 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
-	if err := ensureNginx(); err != nil {
+	if err := ensure("nginx", "nginx"); err != nil {
 		return err
+	}
+	if s.countSyscalls {
+		if err := ensure("perf", "linux-perf"); err != nil {
+			return err
+		}
 	}
 	if s.dir, err = os.MkdirTemp("", "ttftlens-scale-"); err != nil {
 		return err

@@ -282,13 +282,13 @@ http {
 }
 `
 
-// ensureNginx installs Debian's nginx when it is missing.
-func ensureNginx() error {
-	if _, err := exec.LookPath("nginx"); err == nil {
+// ensure installs Debian's package pkg when the program bin is missing.
+func ensure(bin, pkg string) error {
+	if _, err := exec.LookPath(bin); err == nil {
 		return nil
 	}
-	fmt.Println("# installing nginx (Debian's package)")
-	for _, args := range [][]string{{"update"}, {"install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "nginx"}} {
+	fmt.Printf("# installing %s (Debian's package)\n", pkg)
+	for _, args := range [][]string{{"update"}, {"install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", pkg}} {
 		cmd := exec.Command("apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
