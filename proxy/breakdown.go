@@ -26,7 +26,7 @@ func appendServerTiming(dst []byte, bd *stages.Breakdown) []byte {
 }
 
 // appendBreakdownComment builds the closing SSE comment with the client's
-// breakdown, and sets the Server-Timing trailer. The result aliases
+// breakdown, and the Server-Timing trailer's value. The result aliases
 // r.scratch.
 func (r *relay) appendBreakdownComment() []byte {
 	bd := r.fin.rec.Breakdown()
@@ -37,8 +37,8 @@ func (r *relay) appendBreakdownComment() []byte {
 	const prefix = ": ttftlens "
 	r.scratch = append(r.scratch[:0], prefix...)
 	r.scratch = appendServerTiming(r.scratch, &bd)
-	if r.respHeader != nil {
-		r.respHeader.SetBytesV("Server-Timing", r.scratch[len(prefix):]) // copies
+	if r.trailer {
+		r.serverTiming = append(r.serverTiming[:0], r.scratch[len(prefix):]...)
 	}
 	r.scratch = append(r.scratch, "\n\n"...)
 	return r.scratch

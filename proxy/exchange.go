@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"time"
 
@@ -36,7 +35,7 @@ import (
 //     deadline timer), to abort the request.
 //
 // Exchanges are pooled. One goroutine at a time owns one: the handler, or,
-// once a streamed response starts, fasthttp until relay.CloseWithError.
+// once a streamed response starts, the stream's own goroutine (detach).
 type exchange struct {
 	p   *Proxy
 	gen uint64 // ctl's generation for this request
@@ -56,7 +55,8 @@ type exchange struct {
 	scratch  []byte
 
 	client    clientSide
-	streaming bool // the response belongs to fasthttp until CloseWithError
+	out       clientStream // a streamed response's writes to the client
+	streaming bool         // the response belongs to the stream's goroutine (detach)
 }
 
 // clientSide is what the request knows of its client.
@@ -78,7 +78,7 @@ func newExchange(p *Proxy) *exchange {
 	x := &exchange{p: p}
 	x.fin.log = &p.log
 	x.relay = newRelay(relayWiring{cfg: &p.cfg, fin: &x.fin, ctl: &x.ctl, sig: &x.sig,
-		onFirstToken: x.firstTokenParsed, onClose: x.closed})
+		onFirstToken: x.firstTokenParsed})
 	x.peekReq = func(name string) []byte { return x.req.Header.Peek(name) }
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	return x
@@ -102,6 +102,7 @@ func (x *exchange) reset() {
 	x.req.Reset()
 	x.resp.Reset()
 	x.client = clientSide{}
+	x.out = clientStream{head: x.out.head[:0], buf: x.out.buf[:0]}
 	x.streaming = false
 }
 
@@ -123,7 +124,7 @@ func (p *Proxy) Handler() fasthttp.RequestHandler {
 			} else if v != nil {
 				p.log.Error().Str("request_id", x.fin.rec.RequestID).Interface("panic", v).Msg("recovered after the record")
 			}
-			if !x.streaming { // a streamed x belongs to fasthttp until CloseWithError
+			if !x.streaming { // a streamed x belongs to the stream's goroutine
 				p.release(x)
 			}
 		}()
@@ -315,9 +316,9 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	x.relayWhole(ctx, status)
 }
 
-// startStream waits for the first event, then hands the response to fasthttp
-// as a stream. Until the first event nothing has been sent, so a failure
-// still gets a proper error response.
+// startStream waits for the first event, then hands the response to its
+// own goroutine (detach). Until the first event nothing has been sent, so a
+// failure still gets a proper error response.
 func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool) {
 	x.fin.facts.Stream = true
 	r := &x.relay
@@ -341,7 +342,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	http10 := !ctx.Request.Header.IsHTTP11()
 	if r.breakdown = x.client.breakdown; r.breakdown && !http10 { // a close-delimited body has no trailer
 		_ = ctx.Response.Header.SetTrailer("Server-Timing")
-		r.respHeader = &ctx.Response.Header
+		r.trailer = true
 	}
 	if r.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); r.enc != nil {
 		ctx.Response.Header.Set("Content-Encoding", r.enc.name)
@@ -354,47 +355,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	r.client = x.client.conn
 	r.armStall(x.fin.rec.Timeline.Now()) // the headers and the first event are written next
 	x.fin.rec.Status = status
-	if http10 {
-		x.streamUntilClose(ctx)
-		return
-	}
-	x.streaming = true
-	ctx.SetBodyStream(r, -1) // fasthttp now owns x until CloseWithError
-}
-
-// streamUntilClose relays the stream to an HTTP/1.0 client, which cannot
-// read chunked framing (RFC 9112 §6.1): the headers, then each event written
-// to the connection as the relay hands it out, and the connection's close
-// ends the body. It drives the relay as fasthttp drives a chunked stream,
-// but on the handler's goroutine: x stays the handler's.
-func (x *exchange) streamUntilClose(ctx *fasthttp.RequestCtx) {
-	const bufSize = 4096
-	conn := ctx.Conn()
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(net.Conn) {}) // fasthttp writes no response of its own and closes the connection
-	h := &ctx.Response.Header
-	h.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; Connection: close
-	h.SetServer(x.p.server.Name)
-	x.scratch = h.AppendBytes(x.scratch[:0])
-	_, werr := conn.Write(x.scratch)
-	buf := slices.Grow(x.scratch[:0], bufSize)[:bufSize]
-	x.scratch = buf[:0]
-	for werr == nil {
-		n, rerr := x.relay.Read(buf)
-		if n > 0 {
-			_, werr = conn.Write(buf[:n])
-		}
-		if rerr != nil {
-			break
-		}
-	}
-	x.endStream(werr)
-}
-
-// closed is the end of a streamed response (relay.CloseWithError).
-func (x *exchange) closed(clientErr error) {
-	x.endStream(clientErr)
-	x.p.release(x)
+	x.detach(ctx, http10)
 }
 
 // endStream ends a streamed response. An error writing to the client means
@@ -557,7 +518,6 @@ func (x *exchange) finish() {
 		closedAt = tl.Now()
 	}
 	tl.Mark(stages.Done)
-	x.relay.respHeader = nil
 	if f.facts.Stream {
 		rec.Buffering |= arrivalBuffering(&rec.Stream)
 	}

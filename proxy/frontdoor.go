@@ -114,7 +114,10 @@ func (x *exchange) rejectUnread(ctx *fasthttp.RequestCtx, rej *gateway.Rejection
 	conn := ctx.Conn()
 	ctx.SetConnectionClose()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(net.Conn) { answerAndLinger(ctx, conn) }) // fasthttp closes conn when it returns
+	ctx.Hijack(func(net.Conn) {
+		answerAndLinger(ctx, conn)
+		_ = conn.Close()
+	})
 }
 
 // Lingering close, as nginx does it: a connection answered before its

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -269,6 +270,12 @@ type Proxy struct {
 	server     *fasthttp.Server
 	liveMu     sync.Mutex
 	live       map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
+	// Detached streams (detach.go): their client connections, which
+	// fasthttp no longer counts, and those given back to it after a stream.
+	detached  sync.Map // client net.Conn → *handoff, from the hijack to the handoff
+	closing   atomic.Bool
+	contMu    sync.Mutex     // orders nextRequest against Shutdown's closing
+	continued sync.WaitGroup // connections given back to fasthttp by nextRequest
 }
 
 // New builds a proxy that hands every finished request's record to sink.
@@ -305,6 +312,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		// within the body memory budget (readBody); fasthttp reads the
 		// head and at most the body's first 8 KiB.
 		StreamRequestBody:            true,
+		KeepHijackedConns:            true, // a detached stream's connection is given back for the next request
 		DisablePreParseMultipartForm: true, // forwarded as sent, never parsed
 		MaxRequestBodySize:           cfg.MaxBodyBytes,
 		ReadBufferSize:               cfg.MaxHeaderBytes,
@@ -352,7 +360,13 @@ func (p *Proxy) goBackground(f func()) {
 // record; Shutdown returns once those records are emitted (or after
 // cutWait more) and reports how many it cut in the error.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.contMu.Lock()
+	p.closing.Store(true) // a stream ending from now on closes its connection
+	p.contMu.Unlock()
 	err := p.server.ShutdownWithContext(ctx)
+	if err == nil {
+		err = p.waitStreams(ctx) // fasthttp does not count detached streams
+	}
 	if err != nil {
 		if n := p.cut(); n > 0 {
 			err = fmt.Errorf("shutdown grace over: cut %d requests in flight", n)
@@ -360,6 +374,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			err = nil // the last ones ended as the grace ran out
 		}
 	}
+	p.closeConns()
+	p.continued.Wait()
 	p.bgMu.Lock()
 	p.stop()
 	p.bgMu.Unlock()
@@ -401,13 +417,33 @@ func (p *Proxy) cut() int {
 		p.liveMu.Unlock()
 		p.waitLive(cutWait)
 	}
-	// fasthttp serves open connections again once its shutdown returned:
-	// close the ones left, so no request starts after the cut.
+	return n
+}
+
+// closeConns closes the client connections left at a shutdown's end:
+// fasthttp serves open connections again once its shutdown returned, and
+// a connection a stream gave back (nextRequest) may have come after it
+// looked. No request starts after this.
+func (p *Proxy) closeConns() {
 	p.conns.Range(func(c, _ any) bool {
 		_ = c.(net.Conn).Close()
 		return true
 	})
-	return n
+}
+
+// waitStreams waits until ctx ends for the streams fasthttp handed over to
+// end in their records.
+func (p *Proxy) waitStreams(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.InFlight() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // waitLive waits up to d for every request in flight to end in its record.
@@ -530,6 +566,12 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 			_ = c.SetWriteDeadline(time.Time{})
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		if st == fasthttp.StateHijacked && p.hijackedConn(c) {
+			return // a detached stream's: the registration and the cap go on with it
+		}
+		if st == fasthttp.StateClosed {
+			p.neverDetached(c)
+		}
 		if v, ok := p.conns.LoadAndDelete(c); ok {
 			p.watcher.endConn(v.(*connWatch))
 		}

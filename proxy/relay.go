@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/sse"
@@ -17,14 +15,13 @@ import (
 )
 
 // relay is the upstream response body on its way to the client. For a
-// streamed response it is the body stream fasthttp drives: each Write its
-// WriteTo makes (each Read, on the HTTP/1.0 path) is one upstream event,
-// which fasthttp sends as one chunk and flushes, so going on to the next
-// means the previous bytes reached the client socket. Every event is parsed and timed on the request's clock on
-// the way; what it says goes into the record (through fin) and the engine
-// report (sig). fasthttp calls CloseWithError once when the response is
-// over. Only the goroutine serving the request touches a relay, except for
-// firstToken and lastContent, which the deadline timer reads.
+// streamed response, each Write its WriteTo makes is one upstream event,
+// which the stream's writer sends in one write, so going on to the next
+// means the previous bytes reached the client socket. Every event is parsed
+// and timed on the request's clock on the way; what it says goes into the
+// record (through fin) and the engine report (sig). Only the goroutine
+// serving the request touches a relay, except for firstToken and
+// lastContent, which the deadline timer reads.
 type relay struct {
 	relayWiring
 
@@ -43,14 +40,14 @@ type relay struct {
 	client       net.Conn
 	stallArmedAt time.Duration
 
-	// The event being handed to fasthttp.
-	out        []byte        // its bytes not yet returned by Read
+	// The event being handed out.
+	out        []byte        // its bytes not yet handed out
 	outParsed  time.Duration // when it was parsed
 	outContent bool          // it carries generated content
 	outAnswer  bool          // ...and answer, not reasoning only (read with outContent)
-	handedOut  bool          // the last Read returned bytes
-	lastReturn time.Duration // when the last Read returned
-	readErr    error         // the error Read returned, if any
+	handedOut  bool          // the last block was handed out
+	lastReturn time.Duration // when it was
+	readErr    error         // the error that ended the stream on our side, if any
 	// firstReads is the upstream read count when the first content event
 	// was parsed: unchanged at the second, both came in one read.
 	firstReads uint64
@@ -59,11 +56,12 @@ type relay struct {
 	reasoningUsage bool
 
 	// The client asked for its own breakdown (and its key may have it);
-	// respHeader receives its Server-Timing trailer (set when the stream
-	// starts, cleared at finish).
+	// with trailer, the response declared a Server-Timing trailer, whose
+	// value serverTiming is once the breakdown is sent.
 	breakdown     bool
 	breakdownSent bool
-	respHeader    *fasthttp.ResponseHeader
+	trailer       bool
+	serverTiming  []byte
 	scratch       []byte
 
 	// Read by the deadline timer. Only content is activity: comments and
@@ -79,7 +77,6 @@ type relayWiring struct {
 	ctl          *control
 	sig          *engines.Report
 	onFirstToken func(now time.Duration) // the first content event was parsed
-	onClose      func(clientErr error)   // fasthttp ended the streamed response; clientErr: writing to the client failed
 }
 
 func newRelay(w relayWiring) relay {
@@ -101,25 +98,13 @@ func (r *relay) reset() {
 	}
 	dec := r.dec
 	dec.src = nil
-	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0]}
+	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0], serverTiming: r.serverTiming[:0]}
 }
 
-// Read hands out the next bytes of the stream (the HTTP/1.0 path drives
-// it). See the type comment.
-func (r *relay) Read(p []byte) (int, error) {
-	b, err := r.block()
-	if err != nil {
-		return 0, err
-	}
-	n := copy(p, b)
-	r.handOut(n)
-	return n, nil
-}
-
-// WriteTo hands fasthttp the stream one event per Write, which it frames
-// as one chunk and flushes: what Read does, without Read's copy into a
-// buffer fasthttp would hold for the whole stream. It returns the error
-// writing to the client as it is, for CloseWithError to tell it from ours.
+// WriteTo writes the stream to w one event per Write, w sending each in one
+// write. It returns nil at the stream's clean end, the error writing to the
+// client as it is, or the error that ended the stream on our side (then
+// readErr too).
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	var written int64
 	for {
@@ -138,10 +123,6 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 }
-
-// SupportsBodyWriteTo lets fasthttp call WriteTo instead of Read: it does
-// everything Read does.
-func (r *relay) SupportsBodyWriteTo() bool { return true }
 
 // block returns the bytes of the current event not yet handed out, reading
 // the next event when they are all out. Entering it means what was handed
@@ -169,7 +150,7 @@ func (r *relay) block() (b []byte, err error) {
 	if len(r.out) == 0 {
 		if err := r.nextEvent(); err != nil {
 			if err == io.EOF {
-				// fasthttp writes the final chunk next, however long the
+				// The last chunk is written next, however long the
 				// upstream took to end after the last event.
 				r.stallArmedAt = 0
 				r.armStall(rec.Timeline.Now())
@@ -194,7 +175,7 @@ func (r *relay) handOut(n int) {
 }
 
 // armStall moves the client's write deadline to the write stall limit
-// from now, before fasthttp writes what Read returned. It moves it only
+// from now, before the block handed out is written. It moves it only
 // when half the limit has passed since it last did (a deadline is a timer
 // update, not free per event), so a write blocks between half the limit
 // and the whole of it before it fails.
@@ -205,17 +186,6 @@ func (r *relay) armStall(now time.Duration) {
 	}
 	r.stallArmedAt = max(now, 1)
 	_ = r.client.SetWriteDeadline(r.fin.rec.Timeline.Wall().Add(now + stall))
-}
-
-// CloseWithError is called by fasthttp once, when the streamed response is
-// over: err is nil after a clean end, the error our Read returned, or the
-// error writing to the client.
-func (r *relay) CloseWithError(err error) error {
-	if r.readErr != nil {
-		err = nil // our own Read ended the stream, not the client
-	}
-	r.onClose(err)
-	return nil
 }
 
 // flushed records that the event handed out last reached the client socket.
@@ -402,8 +372,8 @@ var (
 )
 
 // streamEnd turns the end of the upstream stream into facts and the error
-// Read returns: io.EOF only for a stream that really finished, so fasthttp
-// writes the final chunk; anything else cuts the client's stream.
+// block returns: io.EOF only for a stream that really finished, so the last
+// chunk is written; anything else cuts the client's stream.
 func (r *relay) streamEnd(err error) error {
 	if cause := r.ctl.aborted(); cause != nil {
 		return cause

@@ -19,13 +19,13 @@ func TestRelayZeroAllocs(t *testing.T) {
 		{"answer", relayStream(n)},
 		{"reasoning then answer", append(reasoning, relayStream(n)...)},
 	} {
-		for _, writeTo := range []bool{false, true} {
+		for _, chunked := range []bool{true, false} {
 			h := newRelayHarness(t, tc.stream)
-			h.writeTo = writeTo
+			h.x.out.chunked = chunked
 			h.run(t, tc.stream) // warm buffers and parser caches
 			allocs := testing.AllocsPerRun(20, func() { h.run(t, tc.stream) })
 			if perEvent := allocs / n; perEvent > 0 {
-				t.Errorf("%s (WriteTo %v): %.1f allocations per stream of %d events (%.3f per event), want 0", tc.name, writeTo, allocs, n, perEvent)
+				t.Errorf("%s (chunked %v): %.1f allocations per stream of %d events (%.3f per event), want 0", tc.name, chunked, allocs, n, perEvent)
 			}
 		}
 	}

@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -22,13 +22,12 @@ func relayStream(n int) []byte {
 	return b.Bytes()
 }
 
-// relayHarness is an exchange reading an in-memory upstream body: Read until
-// io.EOF, or, with writeTo, WriteTo, as fasthttp drives a streamed response.
+// relayHarness is an exchange reading an in-memory upstream body and
+// writing it, framed as its stream writes to a client, to a connection that
+// drops it.
 type relayHarness struct {
-	x       *exchange
-	src     *bytes.Reader
-	buf     []byte
-	writeTo bool
+	x   *exchange
+	src *bytes.Reader
 }
 
 func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
@@ -37,7 +36,10 @@ func newRelayHarness(tb testing.TB, stream []byte) *relayHarness {
 		tb.Fatal(err)
 	}
 	p := &Proxy{cfg: cfg, clock: stages.Monotonic}
-	return &relayHarness{x: newExchange(p), src: bytes.NewReader(stream), buf: make([]byte, 4096)}
+	x := newExchange(p)
+	x.client.conn = discardConn{}
+	x.out.chunked = true
+	return &relayHarness{x: x, src: bytes.NewReader(stream)}
 }
 
 // run relays the whole stream and returns the events seen.
@@ -50,22 +52,16 @@ func (h *relayHarness) run(tb testing.TB, stream []byte) int {
 	r.firstToken.Store(false)
 	h.src.Reset(stream)
 	r.scan.Reset(h.src)
-	if h.writeTo { // as fasthttp drives a streamed response
-		if _, err := r.WriteTo(io.Discard); err != nil {
-			tb.Fatal(err)
-		}
-		return x.fin.rec.Stream.Events
+	if _, err := r.WriteTo(streamWriter{x}); err != nil {
+		tb.Fatal(err)
 	}
-	for {
-		_, err := r.Read(h.buf)
-		if err == io.EOF {
-			return x.fin.rec.Stream.Events
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
+	return x.fin.rec.Stream.Events
 }
+
+// discardConn is a client connection that takes every write.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
 
 // BenchmarkRelay is the per-event hot path: parse the upstream event, read
 // what it says, time it, hand its bytes out.

@@ -171,6 +171,21 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// abortingConn is a client connection that aborts its request at its first
+// write.
+type abortingConn struct {
+	net.Conn
+	abort func()
+}
+
+func (c *abortingConn) Write(p []byte) (int, error) {
+	if c.abort != nil {
+		c.abort()
+		c.abort = nil
+	}
+	return len(p), nil
+}
+
 // TestRelayStopsWhenTheClientLeft: once the client left (or stopped
 // reading), the relay hands out nothing more of what it already read from
 // the upstream (undelivered counts it); after any other abort (a deadline)
@@ -192,14 +207,8 @@ func TestRelayStopsWhenTheClientLeft(t *testing.T) {
 			x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
 			gen := x.ctl.begin(x.fin.rec.Timeline.Now)
 			r.scan.Reset(h.src)
-			if _, err := r.Read(h.buf); err != nil {
-				t.Fatal(err)
-			}
-			x.ctl.abort(gen, tc.cause)
-			var err error
-			for err == nil {
-				_, err = r.Read(h.buf)
-			}
+			x.client.conn = &abortingConn{abort: func() { x.ctl.abort(gen, tc.cause) }}
+			_, err := r.WriteTo(streamWriter{x})
 			if err != tc.cause || x.fin.rec.Stream.Events != tc.events {
 				t.Errorf("relayed %d events, ended with %v; want %d, %v", x.fin.rec.Stream.Events, err, tc.events, tc.cause)
 			}

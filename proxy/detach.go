@@ -1,0 +1,230 @@
+package proxy
+
+import (
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A streamed response leaves fasthttp once its first event is parsed: the
+// handler hijacks the client connection and returns, so fasthttp lets go of
+// what it holds while it serves a request (the connection's read and write
+// buffers, the request context, the worker goroutine and its stack), which
+// was most of what an open stream cost. The stream goes on in a goroutine
+// of its own that writes the response head and then each event as the
+// relay hands it out, one write per event (chunked for HTTP/1.1, the body
+// ending at the close for HTTP/1.0, RFC 9112 §6.3), ends the body, and
+// emits the record; the connection then goes back to fasthttp for the
+// client's next request, or is closed.
+
+// clientStream is how a detached stream writes to its client.
+type clientStream struct {
+	head      []byte // the response head, written with the first event
+	buf       []byte // one write: a chunk's frame around an event
+	chunked   bool
+	keepAlive bool // the connection serves another request after this one
+}
+
+// frame returns what one write sends for event p: p, framed as a chunk
+// when the body is chunked, after the head when it is the first.
+func (s *clientStream) frame(p []byte) []byte {
+	b := append(s.buf[:0], s.head...)
+	s.head = s.head[:0]
+	if !s.chunked {
+		return append(b, p...)
+	}
+	b = strconv.AppendInt(b, int64(len(p)), 16)
+	b = append(b, "\r\n"...)
+	b = append(b, p...)
+	return append(b, "\r\n"...)
+}
+
+// lastChunk is the end of a chunked body, with the Server-Timing trailer
+// when there is one.
+func (s *clientStream) lastChunk(serverTiming []byte) []byte {
+	b := append(s.buf[:0], "0\r\n"...)
+	if len(serverTiming) > 0 {
+		b = append(b, "Server-Timing: "...)
+		b = append(b, serverTiming...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// streamWriter is the io.Writer the relay's WriteTo writes each event to.
+type streamWriter struct{ x *exchange }
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	s := &w.x.out
+	s.buf = s.frame(p)
+	if _, err := w.x.client.conn.Write(s.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// handoff is a detached stream's client connection between fasthttp and
+// the stream's goroutine. fasthttp reports the hijack (StateHijacked) on
+// its own goroutine, which may come after the stream ended; whichever of
+// the two comes second hands the connection on.
+type handoff struct {
+	x     *exchange // until the hijack: fasthttp may close the connection instead
+	keep  bool      // the stream ended cleanly and the client keeps the connection
+	steps atomic.Int32
+}
+
+// detach hands the stream to its own goroutine (see above). The response
+// headers are final; x belongs to the stream's goroutine from here until
+// its record.
+func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
+	h := &ctx.Response.Header
+	h.SetServer(x.p.server.Name)
+	s := &x.out
+	s.chunked = !http10
+	s.keepAlive = !http10 && !ctx.Request.Header.ConnectionClose() && !x.p.closing.Load()
+	if http10 {
+		h.SetContentLength(-2) // neither Content-Length nor Transfer-Encoding; Connection: close
+	} else {
+		h.SetContentLength(-1)
+		if !s.keepAlive {
+			h.SetConnectionClose()
+		}
+	}
+	s.head = h.AppendBytes(s.head[:0])
+	x.streaming = true
+	x.p.detached.Store(x.client.conn, &handoff{x: x})
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(x.hijacked)
+}
+
+// hijacked runs on fasthttp's hijack goroutine. It starts the stream's own
+// goroutine and returns: fasthttp releases the request once it has.
+func (x *exchange) hijacked(c net.Conn) {
+	if x.out.keepAlive && pipelined(c) {
+		// The client sent its next request already, which fasthttp read
+		// ahead: it is not answered (the client may send it again, RFC
+		// 9112 §9.3.2), and the response says the connection ends.
+		x.out.keepAlive = false
+		x.out.head = insertConnectionClose(x.out.head)
+	}
+	go x.stream()
+}
+
+// pipelined reports whether fasthttp had read bytes past the request: the
+// hijacked connection reads them first. It reads without waiting (a
+// deadline in the past), so it takes at most a byte the client sent.
+func pipelined(c net.Conn) bool {
+	if c.SetReadDeadline(time.Unix(1, 0)) != nil {
+		return true // cannot tell: take it as pipelined, which only costs the reuse
+	}
+	var b [1]byte
+	n, _ := c.Read(b[:])
+	_ = c.SetReadDeadline(time.Time{})
+	return n > 0
+}
+
+// insertConnectionClose adds Connection: close to a response head.
+func insertConnectionClose(head []byte) []byte {
+	end := len(head) - len("\r\n")
+	return append(append(head[:end:end], "Connection: close\r\n"...), "\r\n"...)
+}
+
+// stream relays the response to the client on its own goroutine, ends the
+// request in its record, and hands the connection on.
+func (x *exchange) stream() {
+	p, conn := x.p, x.client.conn
+	v, _ := p.detached.Load(conn)
+	h := v.(*handoff)
+	h.keep = x.relayToClient()
+	p.release(x)
+	if h.steps.Add(1) == 2 {
+		p.detached.Delete(conn)
+		p.nextRequest(conn, h.keep)
+	}
+}
+
+// relayToClient writes the stream to the client and ends the request; true
+// when the connection can serve the client's next request.
+func (x *exchange) relayToClient() (keep bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			keep = false
+			if !x.fin.done {
+				x.fin.panicked(v)
+				x.finish()
+				return
+			}
+			x.p.log.Error().Str("request_id", x.fin.rec.RequestID).Interface("panic", v).Msg("recovered after the record")
+		}
+	}()
+	r := &x.relay
+	// fasthttp cleared the connection's deadlines after the handler: the
+	// write stall deadline is set again before the first write.
+	r.stallArmedAt = 0
+	r.armStall(x.fin.rec.Timeline.Now())
+	_, err := r.WriteTo(streamWriter{x})
+	ours := r.readErr != nil // the relay cut the stream (its end reason says why): no last chunk
+	if ours {
+		err = nil
+	}
+	// The record comes before the last chunk, as it came before fasthttp
+	// flushed it: a client that leaves once it has the whole stream did not
+	// cancel it.
+	x.endStream(err)
+	if ours || err != nil || !x.out.chunked {
+		return false
+	}
+	x.out.buf = x.out.lastChunk(r.serverTiming)
+	_, err = x.client.conn.Write(x.out.buf)
+	return x.out.keepAlive && err == nil
+}
+
+// hijackedConn is fasthttp's report that it handed conn over. For a
+// detached stream's connection it returns true after doing its step of the
+// handoff.
+func (p *Proxy) hijackedConn(conn net.Conn) bool {
+	v, ok := p.detached.Load(conn)
+	if !ok {
+		return false
+	}
+	h := v.(*handoff)
+	if h.steps.Add(1) == 2 {
+		p.detached.Delete(conn)
+		go p.nextRequest(conn, h.keep)
+	}
+	return true
+}
+
+// neverDetached ends the stream fasthttp closed conn under before handing it
+// over (it could not clear the connection's deadlines): its client is gone.
+func (p *Proxy) neverDetached(conn net.Conn) {
+	v, ok := p.detached.LoadAndDelete(conn)
+	if !ok {
+		return
+	}
+	x := v.(*handoff).x
+	x.endStream(errClientGone)
+	p.release(x)
+}
+
+// nextRequest gives a detached stream's connection back to fasthttp for
+// the client's next request, or closes it.
+func (p *Proxy) nextRequest(conn net.Conn, keep bool) {
+	p.contMu.Lock()
+	if !keep || p.closing.Load() {
+		p.contMu.Unlock()
+		_ = conn.Close()
+		p.connState(conn, fasthttp.StateClosed)
+		return
+	}
+	p.continued.Add(1)
+	p.contMu.Unlock()
+	defer p.continued.Done()
+	if p.cfg.ClientWriteStall > 0 {
+		_ = conn.SetWriteDeadline(time.Time{}) // the stream's stall deadline is not the next request's
+	}
+	_ = p.server.ServeConn(conn) // it closes conn at the end
+}
