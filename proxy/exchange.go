@@ -152,7 +152,7 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 }
 
 // serve runs the request up to the point where the response is streaming
-// (fasthttp then owns x until CloseWithError) or finished. Each gateway step
+// (its own goroutine then owns x, detach.go) or finished. Each gateway step
 // sits between two marks of the request clock.
 func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	p, rec := x.p, &x.fin.rec

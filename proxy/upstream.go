@@ -37,7 +37,7 @@ type upstream struct {
 const (
 	defaultUpstreamHeaderBytes = 16 << 10
 	minUpstreamHeaderBytes     = 1 << 10
-	upstreamBodyBufferBytes    = 4 << 10
+	upstreamBodyBufferBytes    = 1 << 10
 )
 
 // bodyReaders are the read buffers of upstream bodies.
@@ -342,7 +342,11 @@ type bodySource struct {
 func (s *bodySource) Read(p []byte) (int, error) {
 	if s.head != nil {
 		if s.head.Buffered() > 0 {
-			return s.head.Read(p) // copies what it holds, reads nothing
+			n, err := s.head.Read(p) // copies what it holds, reads nothing
+			if s.head.Buffered() == 0 {
+				s.releaseHead() // now, not at the next read: a stream's next read may be its last
+			}
+			return n, err
 		}
 		s.releaseHead()
 	}
