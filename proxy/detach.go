@@ -94,6 +94,11 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 		}
 	}
 	s.head = h.AppendBytes(s.head[:0])
+	// The request is sent: its body is let go of now, and its share of the
+	// body memory budget with it, not at the stream's end.
+	x.req.SetBodyRaw(nil)
+	x.p.bodies.give(x.client.bodyHeld)
+	x.client.bodyHeld = 0
 	x.streaming = true
 	x.p.detached.Store(x.client.conn, &handoff{x: x})
 	ctx.HijackSetNoResponse(true)

@@ -368,6 +368,54 @@ func TestBodyMemoryBudget(t *testing.T) {
 	}
 }
 
+// TestStreamLetsGoOfItsBody: a streamed response gives its body's share of
+// the body memory budget back at its first event, not at its end, so long
+// streams do not keep new requests out.
+func TestStreamLetsGoOfItsBody(t *testing.T) {
+	rest := make(chan struct{})
+	up := startUpstream(t, func(c *upConn) {
+		if !strings.Contains(c.body, "hold") {
+			c.stream(1, 0)
+			return
+		}
+		c.role()
+		<-rest
+		c.content("t")
+		c.finish("stop")
+		c.done()
+		c.end()
+	})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(rest) }) }) // before the upstream's cleanup
+	addr, sink, p := startProxy(t, up.url, func(c *Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.MaxBodyMemory = 64 << 10
+	})
+	body := func(tag string) string { return chat("m", `,"user":"`+tag+`","pad":"`+strings.Repeat("x", 40<<10)+`"`) }
+	held := body("hold")
+	conn := dialProxy(t, addr)
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(held), held)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v", err)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the first event's chunk size: it was sent
+		t.Fatal(err)
+	}
+	if n := p.bodies.held.Load(); n != 0 {
+		t.Errorf("%d bytes of the budget held by a stream past its first event", n)
+	}
+	// A second body as large fits in the budget while the first stream runs.
+	if resp, _, err := post(t, addr, body("second")); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a second body while the first stream runs: %v %v", err, resp)
+	}
+	sink.next(t)
+	release.Do(func() { close(rest) })
+	sink.next(t)
+}
+
 // TestConnectionCaps fills a cap with a live stream and an idle
 // connection: the next connection is refused as it is accepted (an
 // OpenAI-style error, counted) while the stream keeps flowing to its end.

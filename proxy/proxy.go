@@ -66,8 +66,9 @@ type Config struct {
 	// buffer each upstream exchange holds while it reads them.
 	MaxUpstreamHeaderBytes int
 	// MaxBodyMemory bounds the bytes the bodies of the requests in flight
-	// hold together (default DefaultMaxBodyMemory, or MaxBodyBytes when that
-	// is larger; never below MaxBodyBytes). A body counts with its
+	// hold together until their responses start (default
+	// DefaultMaxBodyMemory, or MaxBodyBytes when that is larger; never below
+	// MaxBodyBytes); a stream lets go of its body at its first event. A body counts with its
 	// Content-Length, a chunked one with the body limit until it is read.
 	// A request whose body would go over it is answered 503 with
 	// Retry-After, its body unread.
