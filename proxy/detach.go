@@ -25,7 +25,8 @@ type clientStream struct {
 	head      []byte // the response head, written with the first event
 	buf       []byte // one write: a chunk's frame around an event
 	chunked   bool
-	keepAlive bool // the connection serves another request after this one
+	keepAlive bool     // the connection serves another request after this one
+	handoff   *handoff // the connection's, between the hijack and the stream's end
 }
 
 // frame returns what one write sends for event p: p, framed as a chunk
@@ -100,7 +101,8 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	x.p.bodies.give(x.client.bodyHeld)
 	x.client.bodyHeld = 0
 	x.streaming = true
-	x.p.detached.Store(x.client.conn, &handoff{x: x})
+	s.handoff = &handoff{x: x}
+	x.p.detached.Store(x.client.conn, s.handoff)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(x.hijacked)
 }
@@ -108,6 +110,7 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 // hijacked runs on fasthttp's hijack goroutine. It starts the stream's own
 // goroutine and returns: fasthttp releases the request once it has.
 func (x *exchange) hijacked(c net.Conn) {
+	x.out.handoff.x = nil // the stream's now, not fasthttp's to end
 	if x.out.keepAlive && pipelined(c) {
 		// The client sent its next request already, which fasthttp read
 		// ahead: it is not answered (the client may send it again, RFC
@@ -140,9 +143,7 @@ func insertConnectionClose(head []byte) []byte {
 // stream relays the response to the client on its own goroutine, ends the
 // request in its record, and hands the connection on.
 func (x *exchange) stream() {
-	p, conn := x.p, x.client.conn
-	v, _ := p.detached.Load(conn)
-	h := v.(*handoff)
+	p, conn, h := x.p, x.client.conn, x.out.handoff
 	h.keep = x.relayToClient()
 	p.release(x)
 	if h.steps.Add(1) == 2 {

@@ -128,13 +128,8 @@ func TestHTTP10StreamsLeaveTheConnectionCap(t *testing.T) {
 		conn.Close()
 		sink.next(t)
 	}
-	open := func() int {
-		p.limits.mu.Lock()
-		defer p.limits.mu.Unlock()
-		return p.limits.open
-	}
-	waitFor(t, func() bool { return open() == 0 })
-	if n := open(); n != 0 {
+	waitFor(t, func() bool { return openConns(p) == 0 })
+	if n := openConns(p); n != 0 {
 		t.Errorf("after 3 HTTP/1.0 streams ended, %d connections still counted open", n)
 	}
 }

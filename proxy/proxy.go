@@ -377,6 +377,11 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.closeConns()
 	p.continued.Wait()
+	if p.InFlight() > 0 {
+		// A given-back connection started a request after the waits
+		// above looked; its connection is closed now: it ends here.
+		p.cut()
+	}
 	p.bgMu.Lock()
 	p.stop()
 	p.bgMu.Unlock()
@@ -577,8 +582,8 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 			p.watcher.endConn(v.(*connWatch))
 		}
 		// fasthttp sends no StateClosed after a hijack: a hijacked
-		// connection (an HTTP/1.0 stream's end, a lingering close of at
-		// most lingerTime) leaves the caps here.
+		// connection other than a detached stream's (a lingering close of
+		// at most lingerTime) leaves the caps here.
 		if p.limits != nil {
 			p.limits.leave(c)
 		}
