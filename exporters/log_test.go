@@ -232,6 +232,39 @@ func TestLogSinkWritesEveryLineAndCloseFlushes(t *testing.T) {
 	}
 }
 
+// writeCounter counts its writes.
+type writeCounter struct {
+	mu     sync.Mutex
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes++
+	return len(p), nil
+}
+
+// TestLogSinkSpacesItsWrites: lines arriving one by one go out in one
+// write per spacing, not one each (a write wakes the runtime's monitor
+// thread); Close writes what waits without waiting out the spacing.
+func TestLogSinkSpacesItsWrites(t *testing.T) {
+	var w writeCounter
+	s := NewLogSink(&w, LogOptions{writeSpacing: time.Hour})
+	const lines = 20
+	r := fixtures[0].record()
+	for range lines {
+		s.Emit(r)
+		time.Sleep(time.Millisecond) // each line on its own: the writer could take them one by one
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Written() != lines || w.writes != 2 {
+		t.Errorf("%d lines written in %d writes, want %d in 2 (the first at once, the rest at the close)", s.Written(), w.writes, lines)
+	}
+}
+
 // stuckWriter blocks every Write until release is closed.
 type stuckWriter struct {
 	release chan struct{}
