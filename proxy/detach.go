@@ -59,6 +59,9 @@ func (s *clientStream) lastChunk(serverTiming []byte) []byte {
 type streamWriter struct{ x *exchange }
 
 func (w streamWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // an empty chunk would end the body
+	}
 	s := &w.x.out
 	s.buf = s.frame(p)
 	if _, err := w.x.client.conn.Write(s.buf); err != nil {
@@ -98,6 +101,7 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	// The request is sent: its body is let go of now, and its share of the
 	// body memory budget with it, not at the stream's end.
 	x.req.SetBodyRaw(nil)
+	x.sendBody = nil // a rewritten body is a copy of the prompt
 	x.p.bodies.give(x.client.bodyHeld)
 	x.client.bodyHeld = 0
 	x.streaming = true
@@ -232,5 +236,19 @@ func (p *Proxy) nextRequest(conn net.Conn, keep bool) {
 	if p.cfg.ClientWriteStall > 0 {
 		_ = conn.SetWriteDeadline(time.Time{}) // the stream's stall deadline is not the next request's
 	}
-	_ = p.server.ServeConn(conn) // it closes conn at the end
+	// fasthttp takes a connection it is given as a new one: its read
+	// timeout would run from now, not from the request's first byte, and
+	// it would not take the connection for idle in its first 5 s (a
+	// shutdown would wait them out). So the connection waits here, idle,
+	// as long as fasthttp lets an idle one wait.
+	if !waitForRequest(conn, p.server.IdleTimeout) || p.closing.Load() {
+		_ = conn.Close()
+		p.connState(conn, fasthttp.StateClosed)
+		return
+	}
+	switch p.server.ServeConn(conn) { // it closes conn at the end
+	case fasthttp.ErrConcurrencyLimit, fasthttp.ErrPerIPConnLimit:
+		_ = conn.Close()
+		p.connState(conn, fasthttp.StateClosed) // refused without its StateClosed
+	}
 }

@@ -111,6 +111,28 @@ func wholeStream(t *testing.T, what string, status int, body string, err error) 
 	}
 }
 
+// TestGivenBackConnectionWaitsOutsideFasthttp: between a stream's end and
+// the client's next request the connection waits in the proxy, not in
+// fasthttp, which takes a connection it is given for a new one (its read
+// timeout would run from the stream's end, and a shutdown would wait up to
+// 5 s for it to count as idle); the next request on it is served.
+func TestGivenBackConnectionWaitsOutsideFasthttp(t *testing.T) {
+	up := detachUpstream(t, nil)
+	addr, sink, p := startProxyExact(t, up.url, nil)
+	client := dialKeepAlive(t, addr)
+	_ = client.conn.SetReadDeadline(time.Now().Add(20 * time.Second)) // a hang guard, not a measure
+	resp, body, err := client.do("POST", "/v1/chat/completions", detachChat(true, "hi"))
+	wholeStream(t, "the stream", resp.StatusCode, body, err)
+	sink.next(t)
+	waitFor(t, func() bool { return p.server.GetOpenConnectionsCount() == 0 })
+	if n := p.server.GetOpenConnectionsCount(); n != 0 {
+		t.Fatalf("fasthttp counts %d connections while the only one waits for its next request", n)
+	}
+	resp, body, err = client.do("POST", "/v1/chat/completions", detachChat(true, "hi"))
+	wholeStream(t, "the next request on the connection", resp.StatusCode, body, err)
+	sink.next(t)
+}
+
 // TestDetachedStreamsKeepTheConnection sends streams one after another on
 // one client connection, then a non-streamed request, then a stream the
 // client leaves while the upstream is silent: each stream is whole and in

@@ -489,7 +489,7 @@ func (x *exchange) failAborted(ctx *fasthttp.RequestCtx, cause error) {
 // finish is the one end of every request: it lets go of what the request
 // holds (the client watch, the upstream connection, the gateway's lease),
 // decides the end reason and emits the record, once. Whoever owns x then
-// returns it to the pool: the handler, or closed for a streamed response.
+// returns it to the pool: the handler, or the stream's goroutine (detach).
 func (x *exchange) finish() {
 	f := &x.fin
 	if f.done {

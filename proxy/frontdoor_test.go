@@ -378,12 +378,7 @@ func TestStreamLetsGoOfItsBody(t *testing.T) {
 			c.stream(1, 0)
 			return
 		}
-		c.role()
-		<-rest
-		c.content("t")
-		c.finish("stop")
-		c.done()
-		c.end()
+		c.holdStream(rest, "", "t")
 	})
 	var release sync.Once
 	t.Cleanup(func() { release.Do(func() { close(rest) }) }) // before the upstream's cleanup
@@ -432,15 +427,7 @@ func TestConnectionCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			next := make(chan struct{})
-			up := startUpstream(t, func(c *upConn) {
-				c.role()
-				c.content("before ")
-				<-next
-				c.content("after")
-				c.finish("stop")
-				c.done()
-				c.end()
-			})
+			up := startUpstream(t, func(c *upConn) { c.holdStream(next, "before ", "after") })
 			var resume sync.Once
 			t.Cleanup(func() { resume.Do(func() { close(next) }) }) // before the upstream's cleanup
 			counts := &refusalCount{}

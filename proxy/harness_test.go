@@ -213,6 +213,20 @@ func (c *upConn) stream(n int, gap time.Duration) {
 	c.end()
 }
 
+// holdStream sends the role chunk, and a first content chunk unless first
+// is empty, waits for release, then sends rest and a normal end.
+func (c *upConn) holdStream(release <-chan struct{}, first, rest string) {
+	c.role()
+	if first != "" {
+		c.content(first)
+	}
+	<-release
+	c.content(rest)
+	c.finish("stop")
+	c.done()
+	c.end()
+}
+
 // testUpstream accepts connections and runs script for each request.
 type testUpstream struct {
 	ln     net.Listener

@@ -376,7 +376,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		}
 	}
 	p.closeConns()
-	p.continued.Wait()
+	p.waitGivenBack()
 	if p.InFlight() > 0 {
 		// A given-back connection started a request after the waits
 		// above looked; its connection is closed now: it ends here.
@@ -435,6 +435,28 @@ func (p *Proxy) closeConns() {
 		_ = c.(net.Conn).Close()
 		return true
 	})
+}
+
+// waitGivenBack waits for the connections streams gave back to fasthttp
+// (nextRequest) to end, once closeConns closed them; a request one started
+// may wait on its upstream, which a closed client connection does not
+// end: every cutWait, what is in flight is cut.
+func (p *Proxy) waitGivenBack() {
+	done := make(chan struct{})
+	go func() {
+		p.continued.Wait()
+		close(done)
+	}()
+	tick := time.NewTicker(cutWait)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			p.cut()
+		}
+	}
 }
 
 // waitStreams waits until ctx ends for the streams fasthttp handed over to

@@ -219,3 +219,33 @@ func (ln rawClientListener) Accept() (net.Conn, error) {
 	}
 	return c, nil
 }
+
+// waitForRequest waits until conn has bytes to read (the client's next
+// request), or its end or an error, or until timeout passes; true for
+// bytes. It reads nothing (a peek under the poller).
+func waitForRequest(conn net.Conn, timeout time.Duration) bool {
+	rc := rawConn(conn)
+	if rc == nil {
+		return true
+	}
+	if conn.SetReadDeadline(time.Now().Add(timeout)) != nil {
+		return false
+	}
+	defer conn.SetReadDeadline(time.Time{})
+	var b [1]byte
+	got := false
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK, 0, 0)
+			switch errno {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false
+			}
+			got = errno == 0 && n > 0
+			return true
+		}
+	})
+	return err == nil && got
+}

@@ -21,3 +21,7 @@ func (*rawIO) write([]byte) (int, error) { panic("proxy: no raw writes here") }
 
 // rawClientListener hands out its connections as they are.
 type rawClientListener struct{ net.Listener }
+
+// waitForRequest does not wait here: fasthttp's read timeout then runs from
+// the stream's end.
+func waitForRequest(net.Conn, time.Duration) bool { return true }

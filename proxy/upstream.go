@@ -302,6 +302,9 @@ type upstreamBody struct {
 	counted *countingConn // the connection, when it counts arrivals
 	eof     bool
 	open    bool
+	// trailerDropped: the trailers did not fit the read buffer and were
+	// left unread.
+	trailerDropped bool
 }
 
 // start streams resp's body, the headers having been read through head.
@@ -361,11 +364,18 @@ func (s *bodySource) releaseHead() {
 }
 
 // Read reads the body. It returns io.EOF at the body's clean end.
+// Trailers longer than the body's read buffer end it too: what they say is
+// dropped (an engine's timing then comes from elsewhere, or not at all),
+// and the connection, not read to its end, is not used again.
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
 	n, err := b.r.Read(p)
+	var long *fasthttp.ErrSmallBuffer
+	if err != nil && errors.As(err, &long) {
+		err, b.trailerDropped = io.EOF, true
+	}
 	if err == io.EOF {
 		b.eof = true
 	}
@@ -397,7 +407,7 @@ func (b *upstreamBody) close(discard bool) {
 	if b.counted != nil {
 		b.counted.clock(nil) // the connection may serve another request
 	}
-	reuse := b.eof && !discard && !b.resp.ConnectionClose()
+	reuse := b.eof && !discard && !b.trailerDropped && !b.resp.ConnectionClose()
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
 	}

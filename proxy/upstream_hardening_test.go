@@ -29,6 +29,14 @@ func TestUpstreamLimits(t *testing.T) {
 	bigBody := func(c *upConn) {
 		c.whole(200, "application/json", `{"choices":[{"index":0,"message":{"content":"`+strings.Repeat("x", 4<<10)+`"},"finish_reason":"stop"}]}`)
 	}
+	longTrailer := func(c *upConn) {
+		c.sse()
+		c.role()
+		c.content("t")
+		c.finish("stop")
+		c.done()
+		c.write("0\r\nServer-Timing: x;dur=1\r\nX-Filler: " + strings.Repeat("x", 3<<10) + "\r\n\r\n")
+	}
 	tests := []struct {
 		name   string
 		script func(c *upConn)
@@ -44,6 +52,8 @@ func TestUpstreamLimits(t *testing.T) {
 			502, endreason.WorkerFailure, endreason.DetailHeadersTooLarge},
 		{"headers of 6 KiB, over a limit of 4 KiB", withHeaders(6 << 10), func(c *Config) { c.MaxUpstreamHeaderBytes = 4 << 10 }, chatBody,
 			502, endreason.WorkerFailure, endreason.DetailHeadersTooLarge},
+		{"trailers of 3 KiB, over the body's read buffer: dropped", longTrailer, nil, chatBody,
+			200, endreason.Stop, endreason.DetailStop},
 		{"malformed headers", malformed, nil, chatBody,
 			502, endreason.UpstreamDisconnect, endreason.DetailClosedBeforeResp},
 		{"non-streamed body over the limit", bigBody, func(c *Config) { c.MaxBodyBytes = 1 << 10 }, wholeRequest,
