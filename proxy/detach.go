@@ -226,8 +226,7 @@ func (p *Proxy) nextRequest(conn net.Conn, keep bool) {
 	p.contMu.Lock()
 	if !keep || p.closing.Load() {
 		p.contMu.Unlock()
-		_ = conn.Close()
-		p.connState(conn, fasthttp.StateClosed)
+		p.closeClient(conn)
 		return
 	}
 	p.continued.Add(1)
@@ -242,13 +241,18 @@ func (p *Proxy) nextRequest(conn net.Conn, keep bool) {
 	// shutdown would wait them out). So the connection waits here, idle,
 	// as long as fasthttp lets an idle one wait.
 	if !waitForRequest(conn, p.server.IdleTimeout) || p.closing.Load() {
-		_ = conn.Close()
-		p.connState(conn, fasthttp.StateClosed)
+		p.closeClient(conn)
 		return
 	}
 	switch p.server.ServeConn(conn) { // it closes conn at the end
 	case fasthttp.ErrConcurrencyLimit, fasthttp.ErrPerIPConnLimit:
-		_ = conn.Close()
-		p.connState(conn, fasthttp.StateClosed) // refused without its StateClosed
+		p.closeClient(conn) // refused without its StateClosed
 	}
+}
+
+// closeClient closes a client connection fasthttp does not hold, and ends
+// its registrations as fasthttp's StateClosed does.
+func (p *Proxy) closeClient(conn net.Conn) {
+	_ = conn.Close()
+	p.connState(conn, fasthttp.StateClosed)
 }
