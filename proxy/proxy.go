@@ -75,7 +75,7 @@ type Config struct {
 	MaxBodyMemory int
 	// MaxHeaderBytes bounds a request's line and headers together (default
 	// DefaultMaxHeaderBytes). Each client connection holds a read buffer of
-	// this size. A longer head is answered 431.
+	// this size, except while its response streams (detach.go). A longer head is answered 431.
 	MaxHeaderBytes int
 	// MaxConns bounds the client connections open at once (default
 	// DefaultMaxConns; negative: none); MaxConnsPerClient those from one
