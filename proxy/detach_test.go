@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/valyala/fasthttp"
 	"io"
 	"slices"
 	"strings"
@@ -131,6 +132,36 @@ func TestGivenBackConnectionWaitsOutsideFasthttp(t *testing.T) {
 	resp, body, err = client.do("POST", "/v1/chat/completions", detachChat(true, "hi"))
 	wholeStream(t, "the next request on the connection", resp.StatusCode, body, err)
 	sink.next(t)
+}
+
+// TestNeverDetachedStreamEnds: when fasthttp closes a connection without
+// handing it over (StateClosed for a connection whose stream waits for its
+// hijack), the stream's request ends there, in one record, as a client
+// cancellation, and the connection's entry goes.
+func TestNeverDetachedStreamEnds(t *testing.T) {
+	up := detachUpstream(t, nil)
+	_, sink, p := startProxy(t, up.url, nil)
+	var ctx fasthttp.RequestCtx
+	var req fasthttp.Request
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	ctx.Init(&req, nil, nil)
+	x := p.acquire()
+	x.begin(&ctx)
+	conn := discardConn{}
+	x.client.conn = conn
+	x.streaming = true
+	p.detached.Store(conn, &handoff{x: x})
+	p.neverDetached(conn) // what connState does first for StateClosed
+	if r := sink.next(t); r.Reason != endreason.ClientCancel {
+		t.Errorf("record %s/%s, want client_cancel", r.Reason, r.Detail)
+	}
+	if _, ok := p.detached.Load(conn); ok {
+		t.Error("the connection's entry is left")
+	}
+	if n := p.InFlight(); n != 0 {
+		t.Errorf("%d requests in flight", n)
+	}
 }
 
 // TestDetachedStreamsKeepTheConnection sends streams one after another on
