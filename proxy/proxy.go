@@ -66,16 +66,16 @@ type Config struct {
 	// buffer each upstream exchange holds while it reads them.
 	MaxUpstreamHeaderBytes int
 	// MaxBodyMemory bounds the bytes the bodies of the requests in flight
-	// hold together until their responses start (default
-	// DefaultMaxBodyMemory, or MaxBodyBytes when that is larger; never below
-	// MaxBodyBytes); a stream lets go of its body at its first event. A body counts with its
-	// Content-Length, a chunked one with the body limit until it is read.
-	// A request whose body would go over it is answered 503 with
-	// Retry-After, its body unread.
+	// hold together (default DefaultMaxBodyMemory, or MaxBodyBytes when that
+	// is larger; never below MaxBodyBytes); a stream lets go of its body at
+	// its first event. A body counts with its Content-Length, a chunked one
+	// with the body limit until it is read. A request whose body would go
+	// over it is answered 503 with Retry-After, its body unread.
 	MaxBodyMemory int
 	// MaxHeaderBytes bounds a request's line and headers together (default
 	// DefaultMaxHeaderBytes). Each client connection holds a read buffer of
-	// this size, except while its response streams (detach.go). A longer head is answered 431.
+	// this size, except while its response streams (detach.go). A longer
+	// head is answered 431.
 	MaxHeaderBytes int
 	// MaxConns bounds the client connections open at once (default
 	// DefaultMaxConns; negative: none); MaxConnsPerClient those from one
