@@ -10,7 +10,8 @@ import (
 )
 
 // A streamed response leaves fasthttp once its first event is parsed: the
-// handler hijacks the client connection and returns, so fasthttp lets go of
+// handler writes the response head and that event, hijacks the client
+// connection and returns, so fasthttp lets go of
 // what it holds while it serves a request (the connection's read and write
 // buffers, the request context, the worker goroutine and its stack), which
 // was most of what an open stream cost. The stream goes on in a goroutine
@@ -24,6 +25,7 @@ import (
 type clientStream struct {
 	head      []byte // the response head, written with the first event
 	buf       []byte // one write: a chunk's frame around an event
+	firstErr  error  // writing the head and the first event failed
 	chunked   bool
 	keepAlive bool     // the connection serves another request after this one
 	handoff   *handoff // the connection's, between the hijack and the stream's end
@@ -109,6 +111,9 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	x.p.detached.Store(x.client.conn, s.handoff)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(x.hijacked)
+	// The first token goes out now, not after fasthttp's hijack and two
+	// goroutines; fasthttp writes nothing of its own (no response).
+	_, s.firstErr = x.relay.writeNext(streamWriter{x})
 }
 
 // hijacked runs on fasthttp's hijack goroutine. It starts the stream's own
@@ -117,10 +122,10 @@ func (x *exchange) hijacked(c net.Conn) {
 	x.out.handoff.x = nil // the stream's now, not fasthttp's to end
 	if x.out.keepAlive && pipelined(c) {
 		// The client sent its next request already, which fasthttp read
-		// ahead: it is not answered (the client may send it again, RFC
-		// 9112 §9.3.2), and the response says the connection ends.
+		// ahead: it is not answered, and the connection ends with the
+		// stream (a client that pipelines sends what was not answered
+		// again, RFC 9112 §9.3.2).
 		x.out.keepAlive = false
-		x.out.head = insertConnectionClose(x.out.head)
 	}
 	go x.stream()
 }
@@ -136,12 +141,6 @@ func pipelined(c net.Conn) bool {
 	n, _ := c.Read(b[:])
 	_ = c.SetReadDeadline(time.Time{})
 	return n > 0
-}
-
-// insertConnectionClose adds Connection: close to a response head.
-func insertConnectionClose(head []byte) []byte {
-	end := len(head) - len("\r\n")
-	return append(append(head[:end:end], "Connection: close\r\n"...), "\r\n"...)
 }
 
 // stream relays the response to the client on its own goroutine, ends the
@@ -175,7 +174,10 @@ func (x *exchange) relayToClient() (keep bool) {
 	// write stall deadline is set again before the first write.
 	r.stallArmedAt = 0
 	r.armStall(x.fin.rec.Timeline.Now())
-	_, err := r.WriteTo(streamWriter{x})
+	err := x.out.firstErr
+	if err == nil {
+		_, err = r.WriteTo(streamWriter{x})
+	}
 	ours := r.readErr != nil // the relay cut the stream (its end reason says why): no last chunk
 	if ours {
 		err = nil

@@ -108,20 +108,25 @@ func (r *relay) reset() {
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	var written int64
 	for {
-		b, err := r.block()
+		n, err := r.writeNext(w)
+		written += int64(n)
 		if err == io.EOF {
 			return written, nil
 		}
 		if err != nil {
 			return written, err
 		}
-		r.handOut(len(b))
-		n, err := w.Write(b)
-		written += int64(n)
-		if err != nil {
-			return written, err
-		}
 	}
+}
+
+// writeNext writes the next block to w; io.EOF at the stream's clean end.
+func (r *relay) writeNext(w io.Writer) (int, error) {
+	b, err := r.block()
+	if err != nil {
+		return 0, err
+	}
+	r.handOut(len(b))
+	return w.Write(b)
 }
 
 // block returns the bytes of the current event not yet handed out, reading
