@@ -352,6 +352,18 @@ func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *
 	return serveProxy(t, p, tlsCfg), sink, p
 }
 
+// acceptSignal closes first when its Accept is first called.
+type acceptSignal struct {
+	net.Listener
+	once  sync.Once
+	first chan struct{}
+}
+
+func (l *acceptSignal) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.first) })
+	return l.Listener.Accept()
+}
+
 // serveProxy serves p on a loopback port (over TLS when tlsCfg is set)
 // until the test ends, and returns the address.
 func serveProxy(t testing.TB, p *Proxy, tlsCfg *tls.Config) string {
@@ -363,11 +375,15 @@ func serveProxy(t testing.TB, p *Proxy, tlsCfg *tls.Config) string {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
+	serving := &acceptSignal{Listener: ln, first: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = p.Serve(ln)
+		_ = p.Serve(serving)
 	}()
+	// fasthttp takes the listener before its first Accept; a Shutdown
+	// before that would find nothing to stop, and Serve would run on.
+	<-serving.first
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
