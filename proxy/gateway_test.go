@@ -14,8 +14,9 @@ import (
 )
 
 // startGateway runs a proxy with a gateway built from a YAML config, in
-// which UP_A, UP_B and DEAD are replaced by upstream URLs.
-func startGateway(t *testing.T, yaml string, urls map[string]string) (string, *captureSink, *Proxy) {
+// which UP_A, UP_B and DEAD are replaced by upstream URLs; mod, when set,
+// changes the proxy's configuration.
+func startGateway(t *testing.T, yaml string, urls map[string]string, mod ...func(*Config)) (string, *captureSink, *Proxy) {
 	t.Helper()
 	for k, v := range urls {
 		yaml = strings.ReplaceAll(yaml, k, v)
@@ -30,7 +31,12 @@ func startGateway(t *testing.T, yaml string, urls map[string]string) (string, *c
 	}
 	gw.Start()
 	t.Cleanup(gw.Stop)
-	return startProxy(t, "", func(c *Config) { c.Gateway = gw })
+	return startProxy(t, "", func(c *Config) {
+		c.Gateway = gw
+		for _, m := range mod {
+			m(c)
+		}
+	})
 }
 
 // deadURL is an address nothing listens on.

@@ -132,17 +132,10 @@ func TestLeastLoadBurstSpreads(t *testing.T) {
 	_, br := rawClient(t, strings.TrimPrefix(urlB, "http://"), refChat("1900"))
 	readUntil(t, br, `"content"`)
 
-	yaml := strings.NewReplacer("UP_A", urlA, "UP_B", urlB, "POLICY", gateway.PolicyLeastLoad).Replace(leastLoadYAML)
-	cfg, err := gateway.Parse([]byte(yaml), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, sink, _ := startProxy(t, "", func(c *Config) { c.Gateway = gw; c.ScrapeEngineMetrics = time.Hour })
-	a, b := gw.Snapshot().Pools()[0].Upstreams[0], gw.Snapshot().Pools()[0].Upstreams[1]
+	yaml := strings.ReplaceAll(leastLoadYAML, "POLICY", gateway.PolicyLeastLoad)
+	addr, sink, p := startGateway(t, yaml, map[string]string{"UP_A": urlA, "UP_B": urlB},
+		func(c *Config) { c.ScrapeEngineMetrics = time.Hour })
+	a, b := p.gw.Snapshot().Pools()[0].Upstreams[0], p.gw.Snapshot().Pools()[0].Upstreams[1]
 	mustWait(t, "both engines scraped", func() bool {
 		_, knownA := a.EngineLoad()
 		lb, knownB := b.EngineLoad()
