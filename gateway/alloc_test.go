@@ -36,14 +36,7 @@ func TestPickLeastLoadAllocs(t *testing.T) {
 		u.SetEngineLoad(EngineLoad{Waiting: int64(i), Running: 2, KVCacheUsage: 0.5}, u.ScrapeMark())
 	}
 	pick := func() {
-		u, rej := s.Pick(r, nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
-		release, rej := u.Acquire(nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
+		_, release := pickAndAcquire(t, s, r)
 		release()
 	}
 	pick()

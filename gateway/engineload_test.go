@@ -96,14 +96,7 @@ func TestLeastLoadBlend(t *testing.T) {
 	counts := map[*Upstream]int{}
 	var releases []func()
 	for range 6 {
-		u, rej := s.Pick(r, nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
-		release, rej := u.Acquire(nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
+		u, release := pickAndAcquire(t, s, r)
 		releases = append(releases, release)
 		counts[u]++
 	}
@@ -181,4 +174,19 @@ func TestPolicyReload(t *testing.T) {
 			t.Fatalf("least_load after the reload picked %s, want b", u.Name)
 		}
 	}
+}
+
+// pickAndAcquire picks an upstream of r and takes a request slot on it, as
+// the proxy does for a request.
+func pickAndAcquire(t testing.TB, s *Snapshot, r *Route) (*Upstream, func()) {
+	t.Helper()
+	u, rej := s.Pick(r, nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	release, rej := u.Acquire(nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	return u, release
 }
