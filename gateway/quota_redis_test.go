@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/redistest"
 )
 
 // redisQuotaGateway is quotaGateway on the redis backend, started (its
@@ -32,7 +33,7 @@ func redisQuotaGateway(t *testing.T, backend QuotaBackend, q Quota) (*Gateway, *
 
 // waitLevel waits until field f ("r" or "t") of the key's hash on r is
 // want (settlements land asynchronously).
-func waitLevel(t *testing.T, r *RedisServer, key, f string, want float64) {
+func waitLevel(t *testing.T, r *redistest.Server, key, f string, want float64) {
 	t.Helper()
 	var got string
 	for range 500 {
@@ -49,8 +50,8 @@ func waitLevel(t *testing.T, r *RedisServer, key, f string, want float64) {
 // together, requests and tokens, with the local backend's arithmetic
 // (Retry-After, settlement, cancel).
 func TestRedisQuotaShared(t *testing.T) {
-	r := StartRedis(t)
-	backend := r.RedisBackend("")
+	r := redistest.Start(t)
+	backend := redisBackend(r, "")
 	key := backend.Redis.KeyPrefix + "k"
 
 	t.Run("requests", func(t *testing.T) {
@@ -113,8 +114,8 @@ func TestRedisQuotaFailure(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			r := StartRedis(t)
-			backend := r.RedisBackend(tc.mode)
+			r := redistest.Start(t)
+			backend := redisBackend(r, tc.mode)
 			g, k, clk := redisQuotaGateway(t, backend, Quota{Interval: time.Hour, Requests: 3})
 			counters := func() (fallbacks, unavailable uint64) {
 				st := g.quotaRedis()
@@ -161,8 +162,8 @@ func TestRedisQuotaFailure(t *testing.T) {
 // TestRedisQuotaTimeout: a Redis that does not answer within the timeout
 // counts as down: the admission falls back instead of waiting for it.
 func TestRedisQuotaTimeout(t *testing.T) {
-	r := StartRedis(t)
-	backend := r.RedisBackend(QuotaFailOpen)
+	r := redistest.Start(t)
+	backend := redisBackend(r, QuotaFailOpen)
 	backend.Redis.Timeout = 20 * time.Millisecond
 	g, k, _ := redisQuotaGateway(t, backend, Quota{Interval: time.Hour, Requests: 3})
 	if res, rej := g.Snapshot().Admit(k, 0); rej != nil || res.Fallback() {
@@ -186,8 +187,8 @@ func TestRedisQuotaTimeout(t *testing.T) {
 // TestRedisQuotaReplyError: a key Redis refuses (a wrong type at its name)
 // fails alone; the other keys keep using Redis.
 func TestRedisQuotaReplyError(t *testing.T) {
-	r := StartRedis(t)
-	backend := r.RedisBackend(QuotaFailClosed)
+	r := redistest.Start(t)
+	backend := redisBackend(r, QuotaFailClosed)
 	q := Quota{Interval: time.Hour, Requests: 3}
 	cfg := &Config{
 		QuotaBackend: backend,
@@ -226,8 +227,8 @@ func TestRedisQuotaReplyError(t *testing.T) {
 // Redis) and may change the failure mode, the prefix and the timeout, not
 // the connection; switching to the local backend and back works.
 func TestRedisQuotaReload(t *testing.T) {
-	r := StartRedis(t)
-	backend := r.RedisBackend(QuotaFailOpen)
+	r := redistest.Start(t)
+	backend := redisBackend(r, QuotaFailOpen)
 	q := Quota{Interval: time.Hour, Requests: 2}
 	cfg := func(b QuotaBackend) *Config {
 		return &Config{
@@ -274,8 +275,8 @@ func TestRedisQuotaReload(t *testing.T) {
 // TestRedisQuotaCollector: the fallback and lost-settlement counters are
 // exported with the redis backend, not without it.
 func TestRedisQuotaCollector(t *testing.T) {
-	r := StartRedis(t)
-	g, k, _ := redisQuotaGateway(t, r.RedisBackend(QuotaFailOpen), Quota{Interval: time.Hour, Requests: 3})
+	r := redistest.Start(t)
+	g, k, _ := redisQuotaGateway(t, redisBackend(r, QuotaFailOpen), Quota{Interval: time.Hour, Requests: 3})
 	r.Stop()
 	if _, rej := g.Snapshot().Admit(k, 0); rej != nil {
 		t.Fatal(rej)

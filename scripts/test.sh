@@ -26,7 +26,7 @@ if ! command -v nginx >/dev/null; then
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 		-o DPkg::Lock::Timeout=300 nginx
 fi
-# gateway/: the redis-server the shared-quota tests start on their own port
+# gateway/ and proxy/: the redis-server the shared-quota tests start on their own port
 # and data directory, without persistence (never the Debian service).
 if ! command -v redis-server >/dev/null; then
 	echo "== installing redis-server"

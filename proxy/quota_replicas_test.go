@@ -1,23 +1,16 @@
-package gateway_test
+package proxy
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/gateway"
-	"github.com/ttftlens/ttftlens/proxy"
-	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/internal/redistest"
 )
 
 // quotaRecord is what the replica test reads of a record.
@@ -28,32 +21,11 @@ type quotaRecord struct {
 	fallback bool
 }
 
-// quotaSink keeps the quota part of every record.
-type quotaSink struct {
-	mu   sync.Mutex
-	recs []quotaRecord
-}
-
-func (s *quotaSink) Emit(r *record.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs = append(s.recs, quotaRecord{r.Status, string(r.Detail), r.QuotaChecked, r.QuotaFallback})
-}
-
-// take returns the records since the last take.
-func (s *quotaSink) take() []quotaRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.recs
-	s.recs = nil
-	return out
-}
-
 // replica is one proxy with its own gateway.
 type replica struct {
 	addr string
-	gw   *gateway.Gateway
-	sink *quotaSink
+	p    *Proxy
+	sink *captureSink
 }
 
 const replicaQuota = 10 // requests per replicaInterval
@@ -62,7 +34,7 @@ const replicaInterval = time.Hour
 func replicaConfig(backend, redisAddr, prefix, onFailure, upstream string) string {
 	timeout := "0s"
 	if backend == "redis" {
-		timeout = gateway.RedisTestTimeout.String() // no fallback while Redis is up, however loaded the machine
+		timeout = redistest.Timeout.String() // no fallback while Redis is up, however loaded the machine
 	}
 	return fmt.Sprintf(`
 quota_backend:
@@ -81,77 +53,41 @@ pools: [{name: p, upstreams: [%s]}]
 // startReplica runs a real proxy with its own gateway from yaml.
 func startReplica(t *testing.T, yaml string) *replica {
 	t.Helper()
-	cfg, err := gateway.Parse([]byte(yaml), "replica.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.Start()
-	sink := &quotaSink{}
-	p, err := proxy.New(proxy.Config{Gateway: gw}, sink, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = p.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		<-done
-		gw.Stop()
-	})
-	return &replica{addr: ln.Addr().String(), gw: gw, sink: sink}
+	addr, sink, p := startGateway(t, yaml, nil)
+	return &replica{addr: addr, p: p, sink: sink}
 }
 
 // cheapUpstream answers every chat request at once, not streamed.
 func cheapUpstream(t *testing.T) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return startUpstream(t, func(c *upConn) {
+		c.whole(200, "application/json", `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+	}).url
 }
 
-var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+// postShared sends one chat request with the shared key to rep.
+func postShared(t *testing.T, rep *replica, body string) (*http.Response, string) {
+	t.Helper()
+	resp, got, err := post(t, rep.addr, body, "Authorization", "Bearer sk-shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, got
+}
 
 // send sends n requests round robin over the replicas and returns how many
 // were admitted (200) and their records.
 func send(t *testing.T, reps []*replica, n int) (admitted int, recs []quotaRecord) {
 	t.Helper()
 	for i := range n {
-		req, _ := http.NewRequest("POST", "http://"+reps[i%len(reps)].addr+"/v1/chat/completions",
-			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set("Authorization", "Bearer sk-shared")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == 200 {
+		if resp, _ := postShared(t, reps[i%len(reps)], `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode == 200 {
 			admitted++
 		}
 	}
-	for _, r := range reps {
-		recs = append(recs, r.sink.take()...)
-	}
-	if len(recs) != n {
-		t.Fatalf("%d records for %d requests", len(recs), n)
+	for k, rep := range reps {
+		for range (n - k + len(reps) - 1) / len(reps) { // the requests rep was sent
+			r := rep.sink.next(t)
+			recs = append(recs, quotaRecord{r.Status, string(r.Detail), r.QuotaChecked, r.QuotaFallback})
+		}
 	}
 	return admitted, recs
 }
@@ -172,7 +108,7 @@ func refillBound(elapsed time.Duration) int {
 // with Redis back the replicas share it again, no restart.
 func TestReplicasShareQuota(t *testing.T) {
 	up := cheapUpstream(t)
-	r := gateway.StartRedis(t)
+	r := redistest.Start(t)
 	start := time.Now()
 
 	var local []*replica
@@ -214,7 +150,7 @@ func TestReplicasShareQuota(t *testing.T) {
 	}
 	for i, rep := range shared {
 		want := fmt.Sprintf("\n# HELP ttftlens_quota_fallbacks_total Admissions this replica's own quota buckets decided because Redis failed or timed out (on_failure: open).\n# TYPE ttftlens_quota_fallbacks_total counter\nttftlens_quota_fallbacks_total %d\n", replicaQuota)
-		c := gateway.NewCollector(rep.gw, func(u *gateway.Upstream) string { return u.Name })
+		c := gateway.NewCollector(rep.p.gw, func(u *gateway.Upstream) string { return u.Name })
 		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ttftlens_quota_fallbacks_total"); err != nil {
 			t.Errorf("replica %d: %v", i, err)
 		}
@@ -253,28 +189,20 @@ func TestReplicasShareQuota(t *testing.T) {
 // request is refused with 503, the OpenAI error shape and the end detail
 // quota_unavailable; with Redis back it is admitted again.
 func TestReplicaQuotaFailClosed(t *testing.T) {
-	r := gateway.StartRedis(t)
+	r := redistest.Start(t)
 	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 	rep := startReplica(t, replicaConfig("redis", r.Addr, prefix, "closed", cheapUpstream(t)))
 	if n, _ := send(t, []*replica{rep}, 1); n != 1 {
 		t.Fatal("not admitted with Redis up")
 	}
 	r.Stop()
-	req, _ := http.NewRequest("POST", "http://"+rep.addr+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Authorization", "Bearer sk-shared")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := postShared(t, rep, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" ||
 		string(body) != `{"error":{"message":"The quota service is unavailable; retry shortly.","type":"server_error","param":null,"code":"quota_unavailable"}}` {
 		t.Fatalf("redis down: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	if recs := rep.sink.take(); len(recs) != 1 || recs[0].detail != "quota_unavailable" || recs[0].fallback || !recs[0].checked {
-		t.Fatalf("redis down: records %+v", recs)
+	if rec := rep.sink.next(t); rec.Detail != "quota_unavailable" || rec.QuotaFallback || !rec.QuotaChecked {
+		t.Fatalf("redis down: record %s fallback %v checked %v", rec.Detail, rec.QuotaFallback, rec.QuotaChecked)
 	}
 	r.Start()
 	for try := 0; ; try++ {

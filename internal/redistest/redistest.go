@@ -1,0 +1,134 @@
+// Package redistest runs Debian's redis-server for tests (the gateway's
+// Redis quota backend, and proxies sharing one).
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Timeout is a Redis quota backend's timeout in tests: long, so that a
+// round trip under -race on a loaded machine never falls back; the tests
+// that want Redis to time out set their own.
+const Timeout = 2 * time.Second
+
+// Server is Debian's redis-server run by a test on its own port and data
+// directory (never the system service), without persistence, stopped by
+// its PID. The test command installs redis-server when it is missing.
+type Server struct {
+	t    testing.TB
+	Addr string
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server for t, stopped when t ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed (scripts/test.sh installs it): ", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := &Server{t: t, Addr: addr, dir: t.TempDir()}
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Start runs the server (again, after Stop: empty, as a restarted Redis
+// without persistence is) and waits until it answers PING.
+func (r *Server) Start() {
+	r.t.Helper()
+	_, port, _ := net.SplitHostPort(r.Addr)
+	r.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", r.dir,
+		"--save", "", "--appendonly", "no", "--logfile", "")
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	for range 500 {
+		if r.ping() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Stop()
+	r.t.Fatalf("redis-server on %s did not answer PING", r.Addr)
+}
+
+// Stop ends the server by its PID and waits for it to exit.
+func (r *Server) Stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
+
+func (r *Server) ping() bool {
+	reply, err := r.Do("PING")
+	return err == nil && reply == "+PONG"
+}
+
+// Get sends one command whose reply is a bulk string and returns it ("" for
+// nil).
+func (r *Server) Get(args ...string) (string, error) {
+	return r.do(true, args)
+}
+
+// Do sends one command on a new connection and returns the first line of
+// the reply.
+func (r *Server) Do(args ...string) (string, error) {
+	return r.do(false, args)
+}
+
+func (r *Server) do(bulk bool, args []string) (string, error) {
+	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	cmd := "*" + strconv.Itoa(len(args)) + "\r\n"
+	for _, a := range args {
+		cmd += "$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n"
+	}
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		return "", err
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = line[:len(line)-2]
+	if !bulk || line == "$-1" {
+		return strings.TrimPrefix(line, "$-1"), nil
+	}
+	if !strings.HasPrefix(line, "$") {
+		return "", fmt.Errorf("not a bulk string: %s", line)
+	}
+	v, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return v[:len(v)-2], nil
+}
+
+// KeyPrefix is a key prefix of the test's own, unique to this process.
+func (r *Server) KeyPrefix() string {
+	return "test:" + strconv.Itoa(os.Getpid()) + ":" + r.t.Name() + ":"
+}
