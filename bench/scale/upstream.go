@@ -169,7 +169,7 @@ func readUpstreamRequest(br *bufio.Reader) (upstreamRequest, error) {
 
 // upstreamMain is the upstream mode's entry point.
 func upstreamMain(listen string) {
-	if err := runUpstream(listen); err != nil && err != io.EOF {
+	if err := runUpstream(listen); err != io.EOF { // it serves until its listener fails
 		fmt.Fprintln(os.Stderr, "upstream:", err)
 		os.Exit(1)
 	}
