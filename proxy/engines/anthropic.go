@@ -37,7 +37,6 @@ import (
 // OpenAI's prompt_tokens counts it); CachedTokens the cache reads. A whole
 // non-streamed Message ("type":"message") is read the same way. No timing.
 type AnthropicReader struct {
-	p              fastjson.Parser
 	prompt, cached int // of message_start, for message_delta
 }
 
@@ -51,7 +50,9 @@ func (*AnthropicReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 
 // Event reads one event's data (or a whole Message body).
 func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}

@@ -43,7 +43,6 @@ import (
 // "stop": true with "stop_type" (eos, word, limit), "tokens_evaluated" and
 // "tokens_predicted"; they map to content, finish and usage.
 type LlamaCppReader struct {
-	p fastjson.Parser
 	// prefillFinal: a chunk's timings counted a generated token, so the
 	// prefill recorded is final.
 	prefillFinal bool
@@ -59,7 +58,9 @@ func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
 
 // Event reads a chunk or body and its timings.
 func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}

@@ -35,9 +35,7 @@ import (
 // final line lacks load_duration gets its queue inferred by InferQueue).
 // Ollama's OpenAI-compatible /v1 endpoints carry no timing: use "generic"
 // for them, or this reader (it reads OpenAI chunks too).
-type OllamaReader struct {
-	p fastjson.Parser
-}
+type OllamaReader struct{}
 
 // Kind returns "ollama".
 func (*OllamaReader) Kind() string { return KindOllama }
@@ -46,8 +44,10 @@ func (*OllamaReader) Kind() string { return KindOllama }
 func (*OllamaReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
 
 // Event reads one NDJSON line (or a whole body).
-func (r *OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+func (*OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}

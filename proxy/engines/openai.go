@@ -95,27 +95,32 @@ func (e *Event) add(o output) {
 }
 
 // OpenAI reads OpenAI-compatible chat and text completion chunks, streamed
-// or whole. Not safe for concurrent use; reuse one per request.
-type OpenAI struct {
-	p fastjson.Parser
-}
+// or whole. It keeps nothing between events.
+type OpenAI struct{}
 
 var doneMarker = []byte("[DONE]")
 
 // Inspect reads one event's data (the SSE data field, or a whole
 // non-streamed response body).
-func (o *OpenAI) Inspect(data []byte) Event {
-	ev, v := parseEvent(&o.p, data)
+func (*OpenAI) Inspect(data []byte) Event {
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAI(v, &ev)
 	}
 	return ev
 }
 
+// eventParsers parse events' data. They are shared, not one per reader: a
+// parser keeps the memory of the largest event it parsed, which an open
+// stream would otherwise hold between its events.
+var eventParsers fastjson.ParserPool
+
 // parseEvent handles what every protocol shares: the [DONE] marker, UTF-8
 // validity and JSON syntax. It returns the parsed object, or nil with the
-// event already complete (Done or Malformed). The value is valid until the
-// parser's next use.
+// event already complete (Done or Malformed). The value is valid until p
+// parses again or goes back to eventParsers.
 func parseEvent(p *fastjson.Parser, data []byte) (Event, *fastjson.Value) {
 	var ev Event
 	data = bytes.TrimSpace(data)

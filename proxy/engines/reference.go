@@ -3,8 +3,6 @@ package engines
 import (
 	"bytes"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -61,9 +59,7 @@ func ParsePhase(v []byte) endreason.Phase {
 // response header or HTTP trailer (queue, tokenize, media, prefill, sync,
 // decode1, recv, emit; milliseconds). The in-band SSE comment ": server-timing …" is
 // not data: the relay reads it with ParseServerTiming.
-type ReferenceReader struct {
-	p fastjson.Parser
-}
+type ReferenceReader struct{}
 
 // Kind returns "reference".
 func (*ReferenceReader) Kind() string { return KindReference }
@@ -77,8 +73,10 @@ func (*ReferenceReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 }
 
 // Event reads an OpenAI-compatible chunk or body.
-func (r *ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+func (*ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAIExt(v, &ev)
 	}
@@ -91,9 +89,7 @@ func (*ReferenceReader) Reset() {}
 // GenericReader reads any OpenAI-compatible server that says nothing about
 // its own timing (TRT-LLM, Triton, NIM, Ollama's /v1, SGLang's /v1, hosted
 // APIs): the upstream window stays unsplit.
-type GenericReader struct {
-	p fastjson.Parser
-}
+type GenericReader struct{}
 
 // Kind returns "generic".
 func (*GenericReader) Kind() string { return KindGeneric }
@@ -102,8 +98,10 @@ func (*GenericReader) Kind() string { return KindGeneric }
 func (*GenericReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
 
 // Event reads an OpenAI-compatible chunk or body.
-func (r *GenericReader) Event(data []byte, _ *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+func (*GenericReader) Event(data []byte, _ *stages.Timeline) Event {
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAIExt(v, &ev)
 	}

@@ -40,7 +40,6 @@ import (
 // SGLang's OpenAI-compatible /v1 endpoints carry no timing; their chunks
 // are read with the common OpenAI fields.
 type SGLangReader struct {
-	p fastjson.Parser
 	// Per choice index, the previous event's text length and first bytes.
 	prev [sglangChoices]sglangText
 }
@@ -64,7 +63,9 @@ func (*SGLangReader) Header(h func(string) []byte, tl *stages.Timeline) bool { r
 
 // Event reads a native /generate event (or an OpenAI-compatible chunk).
 func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}

@@ -41,7 +41,6 @@ import (
 // /generate body's details have no input_length: the prompt's token count
 // is taken from the x-prompt-tokens header.
 type TGIReader struct {
-	p            fastjson.Parser
 	promptTokens int // x-prompt-tokens, for a body whose details lack input_length
 }
 
@@ -98,7 +97,9 @@ func headerCount(v []byte) (int, bool) {
 
 // Event reads an OpenAI-compatible or native chunk or body.
 func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}

@@ -26,9 +26,7 @@ import (
 // Null values are not reported; 0 is a measurement. A null queue with a
 // prefill sets Event.Inferred: InferQueue infers the queue at done. metrics is null for
 // n > 1 and omitted for multi-prompt completions: nothing is recorded then.
-type VLLMReader struct {
-	p fastjson.Parser
-}
+type VLLMReader struct{}
 
 // Kind returns "vllm".
 func (*VLLMReader) Kind() string { return KindVLLM }
@@ -37,8 +35,10 @@ func (*VLLMReader) Kind() string { return KindVLLM }
 func (*VLLMReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
 
 // Event reads an OpenAI-compatible chunk or body, and its metrics.
-func (r *VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
-	ev, v := parseEvent(&r.p, data)
+func (*VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
+	parser := eventParsers.Get()
+	defer eventParsers.Put(parser)
+	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
