@@ -102,7 +102,6 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	s.head = h.AppendBytes(s.head[:0])
 	// The request is sent: its body is let go of now, and its share of the
 	// body memory budget with it, not at the stream's end.
-	x.req.SetBodyRaw(nil)
 	x.sendBody = nil // a rewritten body is a copy of the prompt
 	x.p.bodies.give(x.client.bodyHeld)
 	x.client.bodyHeld = 0

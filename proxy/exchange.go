@@ -47,9 +47,7 @@ type exchange struct {
 	sig   engines.Report
 	tc    traceContext
 
-	req      fasthttp.Request  // to the upstream
 	resp     fasthttp.Response // from the upstream
-	peekReq  func(name string) []byte
 	peekResp func(name string) []byte
 	sendBody []byte // the upstream request body when it differs from the client's
 	scratch  []byte
@@ -79,7 +77,6 @@ func newExchange(p *Proxy) *exchange {
 	x.fin.log = &p.log
 	x.relay = newRelay(relayWiring{cfg: &p.cfg, fin: &x.fin, ctl: &x.ctl, sig: &x.sig,
 		onFirstToken: x.firstTokenParsed})
-	x.peekReq = func(name string) []byte { return x.req.Header.Peek(name) }
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	return x
 }
@@ -99,7 +96,6 @@ func (x *exchange) reset() {
 	x.lease = lease{}
 	x.relay.reset()
 	x.sig.Reset()
-	x.req.Reset()
 	x.resp.Reset()
 	x.client = clientSide{}
 	x.out = clientStream{head: x.out.head[:0], buf: x.out.buf[:0]}
@@ -287,16 +283,20 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route
 // roundTrip builds the upstream request for up's engine, sends it and reads
 // the response headers.
 func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion, stripAuth bool) error {
-	x.buildUpstreamRequest(ctx, up, stripAuth)
-	x.sig.Begin(engines.KindFor(ctx.Path(), up.kind.get()), x.peekReq)
+	// The upstream request is needed until its response's headers are read:
+	// it comes from fasthttp's pool, so an open stream does not hold one.
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	x.buildUpstreamRequest(ctx, req, up, stripAuth)
+	x.sig.Begin(engines.KindFor(ctx.Path(), up.kind.get()), req.Header.Peek)
 	send, drop := x.sig.UpstreamBody(ctx.Request.Body(), x.sendBody, completion, x.fin.rec.Streaming, x.client.usage)
 	if drop {
 		x.sendBody = send
-		x.req.SetBodyRaw(send)
+		req.SetBodyRaw(send)
 	}
 	x.relay.dropUsage = drop
 	var err error
-	x.fin.rec.UpstreamConn, err = up.roundTrip(&x.req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
 	return err
 }
 

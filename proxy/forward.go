@@ -15,12 +15,11 @@ var hopByHop = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// buildUpstreamRequest copies the client's request for the upstream, with
+// buildUpstreamRequest copies the client's request into req for the upstream, with
 // the trace and request-id headers and without hop-by-hop headers (nor the
 // client's key, when the gateway checked it: the key is ours, not the
 // engine's; nor the headers only the operator may pass, unless allowed).
-func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, up *upstream, stripAuth bool) {
-	req := &x.req
+func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *upstream, stripAuth bool) {
 	ctx.Request.Header.CopyTo(&req.Header)
 	for _, k := range connectionTokens(&ctx.Request.Header) {
 		req.Header.DelBytes(k)

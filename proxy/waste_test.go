@@ -203,7 +203,7 @@ func TestRelayStopsWhenTheClientLeft(t *testing.T) {
 		t.Run(tc.cause.Error(), func(t *testing.T) {
 			h := newRelayHarness(t, relayStream(n))
 			x, r := h.x, &h.x.relay
-			x.sig.Begin(engines.KindGeneric, x.peekReq)
+			x.sig.Begin(engines.KindGeneric, noRequestHeaders)
 			x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
 			gen := x.ctl.begin(x.fin.rec.Timeline.Now)
 			r.scan.Reset(h.src)
