@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,38 +24,81 @@ import (
 
 // clientStream is how a detached stream writes to its client.
 type clientStream struct {
-	head      []byte // the response head, written with the first event
-	buf       []byte // one write: a chunk's frame around an event
+	head      *[]byte  // the response head, written with the first event; from headBufs
+	size      [18]byte // an event's chunk size line
+	vec       [4][]byte
+	buf       []byte // one write copied whole, for a connection that cannot gather
 	firstErr  error  // writing the head and the first event failed
 	chunked   bool
 	keepAlive bool     // the connection serves another request after this one
 	handoff   *handoff // the connection's, between the hijack and the stream's end
 }
 
-// frame returns what one write sends for event p: p, framed as a chunk
-// when the body is chunked, after the head when it is the first.
-func (s *clientStream) frame(p []byte) []byte {
-	b := append(s.buf[:0], s.head...)
-	s.head = s.head[:0]
-	if !s.chunked {
-		return append(b, p...)
+// headBufs hold response heads until their first write: an open stream
+// holds none.
+var headBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// writeEvent writes event p in one write: framed as a chunk when the body
+// is chunked, after the head when it is the first.
+func (s *clientStream) writeEvent(conn net.Conn, p []byte) error {
+	n := 0
+	if s.head != nil {
+		s.vec[n] = *s.head
+		n++
 	}
-	b = strconv.AppendInt(b, int64(len(p)), 16)
-	b = append(b, "\r\n"...)
-	b = append(b, p...)
-	return append(b, "\r\n"...)
+	if s.chunked {
+		s.vec[n] = append(strconv.AppendInt(s.size[:0], int64(len(p)), 16), "\r\n"...)
+		n++
+	}
+	s.vec[n] = p
+	n++
+	if s.chunked {
+		s.vec[n] = crlf
+		n++
+	}
+	err := s.write(conn, n)
+	if s.head != nil {
+		*s.head = (*s.head)[:0]
+		headBufs.Put(s.head)
+		s.head = nil
+	}
+	return err
 }
 
-// lastChunk is the end of a chunked body, with the Server-Timing trailer
-// when there is one.
-func (s *clientStream) lastChunk(serverTiming []byte) []byte {
-	b := append(s.buf[:0], "0\r\n"...)
-	if len(serverTiming) > 0 {
-		b = append(b, "Server-Timing: "...)
-		b = append(b, serverTiming...)
-		b = append(b, "\r\n"...)
+// writeLastChunk ends a chunked body, with the Server-Timing trailer when
+// there is one.
+func (s *clientStream) writeLastChunk(conn net.Conn, serverTiming []byte) error {
+	if len(serverTiming) == 0 {
+		s.vec[0] = lastChunk
+		return s.write(conn, 1)
 	}
-	return append(b, "\r\n"...)
+	s.vec[0], s.vec[1], s.vec[2] = lastChunkTrailer, serverTiming, crlfCRLF
+	return s.write(conn, 3)
+}
+
+var (
+	crlf             = []byte("\r\n")
+	crlfCRLF         = []byte("\r\n\r\n")
+	lastChunk        = []byte("0\r\n\r\n")
+	lastChunkTrailer = []byte("0\r\nServer-Timing: ")
+)
+
+// write writes s.vec[:n] in one write: gathered by the raw writer, or
+// copied into buf.
+func (s *clientStream) write(conn net.Conn, n int) error {
+	vec := s.vec[:n]
+	defer clear(vec) // the event's bytes are the scanner's, not ours to keep
+	if raw := rawWriter(conn); raw != nil {
+		_, err := raw.writeVec(vec)
+		return err
+	}
+	b := s.buf[:0]
+	for _, v := range vec {
+		b = append(b, v...)
+	}
+	s.buf = b
+	_, err := conn.Write(b)
+	return err
 }
 
 // streamWriter is the io.Writer the relay's WriteTo writes each event to.
@@ -64,9 +108,7 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil // an empty chunk would end the body
 	}
-	s := &w.x.out
-	s.buf = s.frame(p)
-	if _, err := w.x.client.conn.Write(s.buf); err != nil {
+	if err := w.x.out.writeEvent(w.x.client.conn, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -99,7 +141,8 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 			h.SetConnectionClose()
 		}
 	}
-	s.head = h.AppendBytes(s.head[:0])
+	s.head = headBufs.Get().(*[]byte)
+	*s.head = h.AppendBytes(*s.head)
 	// The request is sent: its body is let go of now, and its share of the
 	// body memory budget with it, not at the stream's end.
 	x.sendBody = nil // a rewritten body is a copy of the prompt
@@ -188,8 +231,7 @@ func (x *exchange) relayToClient() (keep bool) {
 	if ours || err != nil || !x.out.chunked {
 		return false
 	}
-	x.out.buf = x.out.lastChunk(r.serverTiming)
-	_, err = x.client.conn.Write(x.out.buf)
+	err = x.out.writeLastChunk(x.client.conn, r.serverTiming)
 	return x.out.keepAlive && err == nil
 }
 

@@ -98,7 +98,7 @@ func (x *exchange) reset() {
 	x.sig.Reset()
 	x.resp.Reset()
 	x.client = clientSide{}
-	x.out = clientStream{head: x.out.head[:0], buf: x.out.buf[:0]}
+	x.out = clientStream{buf: x.out.buf[:0]}
 	x.streaming = false
 }
 

@@ -4,11 +4,13 @@ package proxy
 
 import "testing"
 
-// TestRawIOAllocs proves an event's raw read and write allocate nothing.
+// TestRawIOAllocs proves an event's raw read and gathered write allocate
+// nothing.
 func TestRawIOAllocs(t *testing.T) {
 	local, peer := tcpEnds(t)
 	raw := newRawIO(local)
 	event := []byte("data: {\"choices\":[{\"delta\":{\"content\":\" hi\"}}]}\n\n")
+	framed := [3][]byte{[]byte("35\r\n"), event, []byte("\r\n")} // as a chunk
 	buf := make([]byte, 4096)
 	roundTrip := func() {
 		if _, err := peer.Write(event); err != nil {
@@ -17,7 +19,7 @@ func TestRawIOAllocs(t *testing.T) {
 		if _, err := raw.read(buf); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := raw.write(event); err != nil {
+		if _, err := raw.writeVec(framed[:]); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := peer.Read(buf); err != nil {

@@ -35,10 +35,14 @@ type rawIO struct {
 	msg     syscall.Msghdr
 	iov     syscall.Iovec
 	oob     [64]byte
-	wbuf    []byte
+	wvec    [][]byte // what the write in progress writes, in order
+	one     [1][]byte
 	wn      int
 	werr    syscall.Errno
 }
+
+// maxWriteVec bounds the buffers one writeVec gathers.
+const maxWriteVec = 4
 
 // newRawIO returns the raw reader and writer of conn's socket, nil when
 // conn is not a TCP socket.
@@ -52,7 +56,7 @@ func newRawIO(conn net.Conn) *rawIO {
 		return nil
 	}
 	r := &rawIO{conn: conn, rc: rc}
-	r.readFn, r.writeFn, r.stampFn = r.readOnce, r.writeAll, r.recvOnce
+	r.readFn, r.writeFn, r.stampFn = r.readOnce, r.writeGathered, r.recvOnce
 	return r
 }
 
@@ -154,25 +158,48 @@ func (r *rawIO) receiveWait(now time.Time) time.Duration {
 // write writes all of p as net.Conn.Write does, waiting for the socket to
 // take more when its buffer is full (within the write deadline).
 func (r *rawIO) write(p []byte) (int, error) {
-	r.wbuf, r.wn, r.werr = p, 0, 0
+	r.one[0] = p
+	return r.writeVec(r.one[:])
+}
+
+// writeVec writes all of bufs (at most maxWriteVec of them) in order, as
+// write does, gathered in writev calls: one call for all of them when the
+// socket has room.
+func (r *rawIO) writeVec(bufs [][]byte) (int, error) {
+	r.wvec, r.wn, r.werr = bufs, 0, 0
 	err := r.rc.Write(r.writeFn)
 	n := r.wn
-	r.wbuf = nil
+	r.wvec, r.one[0] = nil, nil
 	switch {
 	case err != nil:
 		return n, r.opError("write", err)
 	case r.werr != 0:
-		return n, r.opError("write", os.NewSyscallError("write", r.werr))
+		return n, r.opError("write", os.NewSyscallError("writev", r.werr))
 	}
 	return n, nil
 }
 
-func (r *rawIO) writeAll(fd uintptr) bool {
-	for r.wn < len(r.wbuf) {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.wbuf[r.wn])), uintptr(len(r.wbuf)-r.wn))
+func (r *rawIO) writeGathered(fd uintptr) bool {
+	for {
+		var iov [maxWriteVec]syscall.Iovec
+		n, skip := 0, r.wn // skip what was written already
+		for _, b := range r.wvec {
+			if skip >= len(b) {
+				skip -= len(b)
+				continue
+			}
+			b, skip = b[skip:], 0
+			iov[n].Base = &b[0]
+			iov[n].SetLen(len(b))
+			n++
+		}
+		if n == 0 {
+			return true
+		}
+		w, _, errno := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
 		switch errno {
 		case 0:
-			r.wn += int(n)
+			r.wn += int(w)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false // the poller waits for room
@@ -181,7 +208,6 @@ func (r *rawIO) writeAll(fd uintptr) bool {
 			return true
 		}
 	}
-	return true
 }
 
 // opError wraps err as net.Conn's methods would; an error RawConn already
@@ -203,6 +229,14 @@ type rawClientConn struct {
 
 func (c *rawClientConn) Read(p []byte) (int, error)  { return c.raw.read(p) }
 func (c *rawClientConn) Write(p []byte) (int, error) { return c.raw.write(p) }
+
+// rawWriter returns conn's raw writer, nil when it has none.
+func rawWriter(conn net.Conn) *rawIO {
+	if c, ok := conn.(*rawClientConn); ok {
+		return c.raw
+	}
+	return nil
+}
 
 // rawClientListener hands out its TCP connections as rawClientConns.
 type rawClientListener struct{ net.Listener }

@@ -18,6 +18,12 @@ func (*rawIO) readStamped([]byte) (int, time.Duration, error) {
 	panic("proxy: no raw reads here")
 }
 func (*rawIO) write([]byte) (int, error) { panic("proxy: no raw writes here") }
+func (*rawIO) writeVec([][]byte) (int, error) {
+	panic("proxy: no raw writes here")
+}
+
+// rawWriter: no connection has a raw writer here.
+func rawWriter(net.Conn) *rawIO { return nil }
 
 // rawClientListener hands out its connections as they are.
 type rawClientListener struct{ net.Listener }
