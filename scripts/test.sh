@@ -62,10 +62,11 @@ heavy='/deploy/deploytest$'
 echo "== go vet"
 go vet $(go list ./... | grep -v "$heavy")
 go vet -race ./deploy/deploytest
-# The allocation budgets (zero per event on the hot path) are built without
-# -race, which instruments allocations: run them on their own.
+# The allocation budgets (zero per event on the hot path) and an open
+# stream's stack budget are built without -race, which instruments
+# allocations and enlarges frames: run them on their own.
 echo "== allocation budgets"
-go test -count=1 -run 'Allocs$' $(go list ./... | grep -v "$heavy")
+go test -count=1 -run 'Allocs$|Stack$' $(go list ./... | grep -v "$heavy")
 # Tests that measure time run last, alone: beside the other packages'
 # compiles and tests, two cores' worth of contention would be part of what
 # they measure. They are the proof (bench/lab: how a slow first token's time
