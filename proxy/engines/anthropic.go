@@ -1,8 +1,6 @@
 package engines
 
 import (
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -50,13 +48,13 @@ func (*AnthropicReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 
 // Event reads one event's data (or a whole Message body).
 func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
-	if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
+	if e := v.Get("error"); e != nil && e.Type() != jsonNull {
 		ev.Error = true
 	}
 	switch string(v.GetStringBytes("type")) {
@@ -108,8 +106,8 @@ func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
 }
 
 // usage remembers the prompt counts of a usage object.
-func (r *AnthropicReader) usage(u *fastjson.Value) {
-	if u == nil || u.Type() != fastjson.TypeObject {
+func (r *AnthropicReader) usage(u *jsonValue) {
+	if u == nil || u.Type() != jsonObject {
 		return
 	}
 	in, ok := intField(u, "input_tokens")
@@ -122,8 +120,8 @@ func (r *AnthropicReader) usage(u *fastjson.Value) {
 }
 
 // report fills the event's usage from a message_delta (or Message) usage.
-func (r *AnthropicReader) report(u *fastjson.Value, ev *Event) {
-	if u == nil || u.Type() != fastjson.TypeObject {
+func (r *AnthropicReader) report(u *jsonValue, ev *Event) {
+	if u == nil || u.Type() != jsonObject {
 		return
 	}
 	out, ok := intField(u, "output_tokens")
@@ -137,7 +135,7 @@ func (r *AnthropicReader) report(u *fastjson.Value, ev *Event) {
 
 // blockOutput is the output a content block, as started or as a whole,
 // carries: a tool use or text is answer, thinking is reasoning.
-func blockOutput(b *fastjson.Value) output {
+func blockOutput(b *jsonValue) output {
 	if b == nil {
 		return 0
 	}

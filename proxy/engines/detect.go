@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -54,9 +52,9 @@ func Detect(h func(name string) []byte, modelsBody []byte, serverHeader []byte) 
 	if len(modelsBody) == 0 {
 		return KindGeneric
 	}
-	var p fastjson.Parser
-	v, err := p.ParseBytes(modelsBody)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	var p jsonParser
+	v, err := p.parse(modelsBody)
+	if err != nil || v.Type() != jsonObject {
 		return KindGeneric
 	}
 	if data := v.GetArray("data"); len(data) > 0 {

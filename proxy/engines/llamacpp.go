@@ -1,8 +1,6 @@
 package engines
 
 import (
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -58,8 +56,8 @@ func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
 
 // Event reads a chunk or body and its timings.
 func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
@@ -80,7 +78,7 @@ func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
 		}
 	}
 	t := v.Get("timings")
-	if t == nil || t.Type() != fastjson.TypeObject {
+	if t == nil || t.Type() != jsonObject {
 		return ev
 	}
 	const ms = 1e6 // nanoseconds

@@ -3,8 +3,6 @@ package engines
 import (
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -45,14 +43,14 @@ func (*OllamaReader) Header(h func(string) []byte, tl *stages.Timeline) bool { r
 
 // Event reads one NDJSON line (or a whole body).
 func (*OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
 	readOpenAIExt(v, &ev)
-	if m := v.Get("message"); m != nil && m.Type() == fastjson.TypeObject {
+	if m := v.Get("message"); m != nil && m.Type() == jsonObject {
 		ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
 	}
 	ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
@@ -90,7 +88,7 @@ func (*OllamaReader) Reset() {}
 
 // ollamaOutput is the output of a chat message or a generate line: answer
 // when it has any, otherwise reasoning when its thinking is not empty.
-func ollamaOutput(answer bool, v *fastjson.Value) output {
+func ollamaOutput(answer bool, v *jsonValue) output {
 	switch {
 	case answer:
 		return outAnswer

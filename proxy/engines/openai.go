@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 )
 
@@ -103,8 +101,8 @@ var doneMarker = []byte("[DONE]")
 // Inspect reads one event's data (the SSE data field, or a whole
 // non-streamed response body).
 func (*OpenAI) Inspect(data []byte) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAI(v, &ev)
@@ -112,16 +110,11 @@ func (*OpenAI) Inspect(data []byte) Event {
 	return ev
 }
 
-// eventParsers parse events' data. They are shared, not one per reader: a
-// parser keeps the memory of the largest event it parsed, which an open
-// stream would otherwise hold between its events.
-var eventParsers fastjson.ParserPool
-
 // parseEvent handles what every protocol shares: the [DONE] marker, UTF-8
 // validity and JSON syntax. It returns the parsed object, or nil with the
 // event already complete (Done or Malformed). The value is valid until p
-// parses again or goes back to eventParsers.
-func parseEvent(p *fastjson.Parser, data []byte) (Event, *fastjson.Value) {
+// parses again or goes back to jsonParsers.
+func parseEvent(p *jsonParser, data []byte) (Event, *jsonValue) {
 	var ev Event
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, doneMarker) {
@@ -132,8 +125,8 @@ func parseEvent(p *fastjson.Parser, data []byte) (Event, *fastjson.Value) {
 		ev.Malformed, ev.BadUTF8 = true, true
 		return ev, nil
 	}
-	v, err := p.ParseBytes(data)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	v, err := p.parse(data)
+	if err != nil || v.Type() != jsonObject {
 		ev.Malformed = true
 		return ev, nil
 	}
@@ -142,8 +135,8 @@ func parseEvent(p *fastjson.Parser, data []byte) (Event, *fastjson.Value) {
 
 // readOpenAI reads the OpenAI-compatible fields of a chunk or body: error,
 // content, finish reason and usage. These are Inspect's semantics exactly.
-func readOpenAI(v *fastjson.Value, ev *Event) {
-	if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
+func readOpenAI(v *jsonValue, ev *Event) {
+	if e := v.Get("error"); e != nil && e.Type() != jsonNull {
 		ev.Error = true
 	}
 	for _, c := range v.GetArray("choices") {
@@ -159,7 +152,7 @@ func readOpenAI(v *fastjson.Value, ev *Event) {
 			ev.Finish = f
 		}
 	}
-	if u := v.Get("usage"); u != nil && u.Type() == fastjson.TypeObject {
+	if u := v.Get("usage"); u != nil && u.Type() == jsonObject {
 		ev.Usage = true
 		ev.PromptTokens = u.GetInt("prompt_tokens")
 		ev.CompletionTokens = u.GetInt("completion_tokens")
@@ -168,7 +161,7 @@ func readOpenAI(v *fastjson.Value, ev *Event) {
 
 // readOpenAIExt reads the OpenAI-compatible fields the engine readers add
 // to Inspect's: cached prompt tokens and the usage-only chunk.
-func readOpenAIExt(v *fastjson.Value, ev *Event) {
+func readOpenAIExt(v *jsonValue, ev *Event) {
 	readOpenAI(v, ev)
 	if !ev.Usage {
 		return
@@ -177,7 +170,7 @@ func readOpenAIExt(v *fastjson.Value, ev *Event) {
 	if d := v.Get("usage", "completion_tokens_details"); d != nil {
 		ev.ReasoningTokens, ev.ReasoningUsage = intField(d, "reasoning_tokens")
 	}
-	if c := v.Get("choices"); c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 {
+	if c := v.Get("choices"); c != nil && c.Type() == jsonArray && len(c.GetArray()) == 0 {
 		ev.UsageOnly = true
 	}
 }
@@ -186,7 +179,7 @@ func readOpenAIExt(v *fastjson.Value, ev *Event) {
 // (content, tool_calls), reasoning (reasoning_content: llama.cpp, DeepSeek's
 // API, vLLM before it was renamed; reasoning: vLLM since), or answer when it
 // has both. Reasoning is looked at only when there is no answer.
-func messageOutput(m *fastjson.Value) output {
+func messageOutput(m *jsonValue) output {
 	switch {
 	case len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0:
 		return outAnswer

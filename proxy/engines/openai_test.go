@@ -180,7 +180,7 @@ func TestOpenAIInspect(t *testing.T) {
 }
 
 // TestInspectDoesNotModifyInput: the proxy forwards the bytes it inspected,
-// so Inspect must leave them as they were (fastjson unescapes in place only
+// so Inspect must leave them as they were (the parser unescapes in place only
 // in its own copy).
 func TestInspectDoesNotModifyInput(t *testing.T) {
 	var o OpenAI

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -169,9 +167,9 @@ func toDur(f float64, unit time.Duration) (time.Duration, bool) {
 
 // numField returns v[key] as a number; ok is false when it is missing, null
 // or not a number.
-func numField(v *fastjson.Value, key string) (float64, bool) {
+func numField(v *jsonValue, key string) (float64, bool) {
 	x := v.Get(key)
-	if x == nil || x.Type() != fastjson.TypeNumber {
+	if x == nil || x.Type() != jsonNumber {
 		return 0, false
 	}
 	f, err := x.Float64()
@@ -182,7 +180,7 @@ func numField(v *fastjson.Value, key string) (float64, bool) {
 }
 
 // durField reads v[key] as a duration in unit.
-func durField(v *fastjson.Value, key string, unit time.Duration) (time.Duration, bool) {
+func durField(v *jsonValue, key string, unit time.Duration) (time.Duration, bool) {
 	f, ok := numField(v, key)
 	if !ok {
 		return 0, false
@@ -192,9 +190,9 @@ func durField(v *fastjson.Value, key string, unit time.Duration) (time.Duration,
 
 // intField reads v[key] as a non-negative count; ok is false when it is
 // missing or not an integer (GetInt would say 0 for both).
-func intField(v *fastjson.Value, key string) (int, bool) {
+func intField(v *jsonValue, key string) (int, bool) {
 	x := v.Get(key)
-	if x == nil || x.Type() != fastjson.TypeNumber {
+	if x == nil || x.Type() != jsonNumber {
 		return 0, false
 	}
 	n, err := x.Int()

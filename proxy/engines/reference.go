@@ -74,8 +74,8 @@ func (*ReferenceReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 
 // Event reads an OpenAI-compatible chunk or body.
 func (*ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAIExt(v, &ev)
@@ -99,8 +99,8 @@ func (*GenericReader) Header(h func(string) []byte, tl *stages.Timeline) bool { 
 
 // Event reads an OpenAI-compatible chunk or body.
 func (*GenericReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v != nil {
 		readOpenAIExt(v, &ev)

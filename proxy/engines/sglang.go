@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -63,18 +61,18 @@ func (*SGLangReader) Header(h func(string) []byte, tl *stages.Timeline) bool { r
 
 // Event reads a native /generate event (or an OpenAI-compatible chunk).
 func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
 	readOpenAIExt(v, &ev)
 	m := v.Get("meta_info")
-	if m == nil || m.Type() != fastjson.TypeObject {
+	if m == nil || m.Type() != jsonObject {
 		return ev
 	}
-	if t := v.Get("text"); t != nil && t.Type() == fastjson.TypeString {
+	if t := v.Get("text"); t != nil && t.Type() == jsonString {
 		idx, _ := intField(v, "index")
 		if r.grew(idx, t.GetStringBytes()) {
 			ev.Content = true
@@ -83,9 +81,9 @@ func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
 	if f := m.Get("finish_reason"); f != nil {
 		var fr endreason.Finish
 		switch f.Type() {
-		case fastjson.TypeObject:
+		case jsonObject:
 			fr = endreason.ParseFinish(f.GetStringBytes("type"))
-		case fastjson.TypeString:
+		case jsonString:
 			fr = endreason.ParseFinish(f.GetStringBytes())
 		}
 		if fr != endreason.FinishNone {
@@ -103,12 +101,12 @@ func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
 }
 
 // timing records the scheduler's durations, 0 and null meaning unknown.
-func (r *SGLangReader) timing(m *fastjson.Value, tl *stages.Timeline, ev *Event) {
+func (r *SGLangReader) timing(m *jsonValue, tl *stages.Timeline, ev *Event) {
 	const s = time.Second
 	queue, okq := positive(m, "queue_time")
 	fwd, okf := positive(m, "forward_entry_time")
 	done, okd := positive(m, "prefill_finished_time")
-	if ts := m.Get("time_stats"); ts != nil && ts.Type() == fastjson.TypeObject {
+	if ts := m.Get("time_stats"); ts != nil && ts.Type() == jsonObject {
 		if !okf {
 			fwd, okf = positive(ts, "forward_entry_time")
 		}
@@ -137,7 +135,7 @@ func (r *SGLangReader) timing(m *fastjson.Value, tl *stages.Timeline, ev *Event)
 }
 
 // positive reads v[key] as a number, reporting only values above 0.
-func positive(v *fastjson.Value, key string) (float64, bool) {
+func positive(v *jsonValue, key string) (float64, bool) {
 	f, ok := numField(v, key)
 	return f, ok && f > 0
 }

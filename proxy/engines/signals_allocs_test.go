@@ -10,12 +10,10 @@ import (
 )
 
 // TestInspectAllocs: once warm, reading an event allocates nothing (the
-// package promise), for every shape on the hot path. Invalid JSON is left
-// out: fastjson builds an error value (9 allocs), once per request at most,
-// since a malformed event ends the stream.
+// package promise), for every shape on the hot path, invalid JSON included.
 func TestInspectAllocs(t *testing.T) {
 	for _, s := range []string{openaiContent, openaiRole, vllmUsage, llamacppFinal, toolCallArgs, escapedContent,
-		wholeChat, tgiError, vllmReason, vllmReasonToAnswer, "[DONE]", "\xff"} {
+		wholeChat, tgiError, vllmReason, vllmReasonToAnswer, "[DONE]", "\xff", `{"choices":[`, "nope"} {
 		var o OpenAI
 		data := []byte(s)
 		o.Inspect(data) // warm the parser's buffers

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -97,24 +95,24 @@ func headerCount(v []byte) (int, bool) {
 
 // Event reads an OpenAI-compatible or native chunk or body.
 func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
 	readOpenAIExt(v, &ev)
-	if t := v.Get("token"); t != nil && t.Type() == fastjson.TypeObject {
+	if t := v.Get("token"); t != nil && t.Type() == jsonObject {
 		if len(t.GetStringBytes("text")) > 0 && !t.GetBool("special") {
 			ev.Content = true
 		}
-		if g := v.Get("generated_text"); g != nil && g.Type() == fastjson.TypeString {
+		if g := v.Get("generated_text"); g != nil && g.Type() == jsonString {
 			ev.Done = true // the last /generate_stream event
 		}
 	} else if len(v.GetStringBytes("generated_text")) > 0 {
 		ev.Content = true // a whole /generate body
 	}
-	if d := v.Get("details"); d != nil && d.Type() == fastjson.TypeObject {
+	if d := v.Get("details"); d != nil && d.Type() == jsonObject {
 		if f := endreason.ParseFinish(d.GetStringBytes("finish_reason")); f != endreason.FinishNone {
 			ev.Finish = f
 		}

@@ -1,8 +1,6 @@
 package engines
 
 import (
-	"github.com/valyala/fastjson"
-
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -36,15 +34,15 @@ func (*VLLMReader) Header(h func(string) []byte, tl *stages.Timeline) bool { ret
 
 // Event reads an OpenAI-compatible chunk or body, and its metrics.
 func (*VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := eventParsers.Get()
-	defer eventParsers.Put(parser)
+	parser := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
 	if v == nil {
 		return ev
 	}
 	readOpenAIExt(v, &ev)
 	m := v.Get("metrics")
-	if m == nil || m.Type() != fastjson.TypeObject {
+	if m == nil || m.Type() != jsonObject {
 		return ev
 	}
 	const ms = 1e6 // nanoseconds
@@ -67,22 +65,20 @@ func (*VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
 // Reset does nothing: the reader keeps no per-request state.
 func (*VLLMReader) Reset() {}
 
-var usageParsers fastjson.ParserPool
-
 // IsUsageOnlyChunk reports whether data is an OpenAI usage-only chunk:
 // "choices" an empty array and "usage" an object. It is the chunk
 // include_usage adds before [DONE]; the relay drops it when it added the
 // option itself (after the reader has read it: with vLLM it carries the
 // metrics). Event.UsageOnly says the same without parsing again.
 func IsUsageOnlyChunk(data []byte) bool {
-	p := usageParsers.Get()
-	defer usageParsers.Put(p)
-	v, err := p.ParseBytes(data)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	p := jsonParsers.Get().(*jsonParser)
+	defer jsonParsers.Put(p)
+	v, err := p.parse(data)
+	if err != nil || v.Type() != jsonObject {
 		return false
 	}
 	c := v.Get("choices")
 	u := v.Get("usage")
-	return c != nil && c.Type() == fastjson.TypeArray && len(c.GetArray()) == 0 &&
-		u != nil && u.Type() == fastjson.TypeObject
+	return c != nil && c.Type() == jsonArray && len(c.GetArray()) == 0 &&
+		u != nil && u.Type() == jsonObject
 }
