@@ -40,6 +40,7 @@ type relay struct {
 	client       net.Conn
 	stallArmedAt time.Duration
 
+	ev sse.Event // the upstream block read last
 	// The event being handed out.
 	out        []byte        // its bytes not yet handed out
 	outParsed  time.Duration // when it was parsed
@@ -243,9 +244,11 @@ func (r *relay) start(ndjson bool, encoding []byte) bool {
 
 // nextEvent parses upstream events until one is to be forwarded, and makes
 // it the current output. The engine's protocol comments are consumed, not
-// forwarded, unless configured otherwise.
+// forwarded, unless configured otherwise. Its frame is on the path where a
+// stream waits for the upstream, so what an event holds lives in the relay
+// (ev) and is read in take: an open stream's goroutine lives in a 4 KiB
+// stack (ARCHITECTURE.md).
 func (r *relay) nextEvent() error {
-	tl := &r.fin.rec.Timeline
 	hb := r.cfg.Heartbeat
 	for {
 		if r.ctl.clientLeft.Load() {
@@ -256,55 +259,70 @@ func (r *relay) nextEvent() error {
 		if hb > 0 && !r.ndjson {
 			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
 		}
-		ev, err := r.next()
-		if err != nil {
+		if err := r.next(); err != nil {
 			if hb > 0 && isTimeout(err) && r.ctl.aborted() == nil {
 				// The client is always between two whole events here (an
 				// upstream event arriving in pieces stays in the scanner), so
 				// the heartbeat never splits one.
-				r.out, r.outParsed, r.outContent = heartbeat, tl.Now(), false
+				r.out, r.outParsed, r.outContent = heartbeat, r.fin.rec.Timeline.Now(), false
 				return nil
 			}
 			return r.streamEnd(err)
 		}
-		now := tl.Now()
-		if ev.Comments > 0 && r.sig.Comment(ev.Comment, tl) && !ev.HasData && !r.cfg.PassEngineTiming {
-			continue
-		}
-		content := false
-		if ev.HasData {
-			tl.Mark(stages.FirstEvent)
-			r.fin.rec.Stream.Events++
-			s := r.sig.Event(ev.Data, tl)
-			if s.BadUTF8 {
-				r.fin.facts.Read = endreason.ReadBadUTF8
-				return r.fin.fail(errInvalidUTF8)
-			}
-			if s.Malformed {
-				r.fin.facts.Read = endreason.ReadMalformed
-				return r.fin.fail(errMalformedEvent)
-			}
-			r.observe(s, now)
-			content, r.outAnswer = s.Content, s.Answer()
-			if r.dropUsage && s.UsageOnly {
-				continue // we asked for it; the client did not
-			}
-		}
-		r.out, r.outParsed, r.outContent = ev.Raw, now, content
-		if len(r.out) > 0 {
-			return nil
+		if out, err := r.take(); out || err != nil {
+			return err
 		}
 	}
 }
 
-// next returns the next upstream block: an SSE event, or an NDJSON line in
-// the same shape.
-func (r *relay) next() (sse.Event, error) {
-	if !r.ndjson {
-		return r.scan.Next()
+// take parses the event just read (ev) and makes it the current output;
+// false when it is not forwarded (a protocol comment, the usage chunk the
+// client did not ask for, an empty block).
+func (r *relay) take() (bool, error) {
+	tl := &r.fin.rec.Timeline
+	ev := &r.ev
+	now := tl.Now()
+	if ev.Comments > 0 && r.sig.Comment(ev.Comment, tl) && !ev.HasData && !r.cfg.PassEngineTiming {
+		return false, nil
 	}
+	content := false
+	if ev.HasData {
+		tl.Mark(stages.FirstEvent)
+		r.fin.rec.Stream.Events++
+		s := r.sig.Event(ev.Data, tl)
+		if s.BadUTF8 {
+			r.fin.facts.Read = endreason.ReadBadUTF8
+			return false, r.fin.fail(errInvalidUTF8)
+		}
+		if s.Malformed {
+			r.fin.facts.Read = endreason.ReadMalformed
+			return false, r.fin.fail(errMalformedEvent)
+		}
+		r.observe(s, now)
+		content, r.outAnswer = s.Content, s.Answer()
+		if r.dropUsage && s.UsageOnly {
+			return false, nil // we asked for it; the client did not
+		}
+	}
+	r.out, r.outParsed, r.outContent = ev.Raw, now, content
+	return len(r.out) > 0, nil
+}
+
+// next reads the next upstream block into ev: an SSE event, or an NDJSON
+// line in the same shape.
+func (r *relay) next() error {
+	if r.ndjson {
+		return r.nextLine()
+	}
+	var err error
+	r.ev, err = r.scan.Next()
+	return err
+}
+
+func (r *relay) nextLine() error {
 	raw, line, err := r.lines.Next()
-	return sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}, err
+	r.ev = sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}
+	return err
 }
 
 // observe folds what an event said into the request's facts and clock.
@@ -473,15 +491,12 @@ func (r *relay) undelivered() int {
 	}
 	r.out, r.handedOut, r.outContent = nil, false, false
 	tl := &r.fin.rec.Timeline
-	for {
-		ev, err := r.next()
-		if err != nil {
-			return n
-		}
-		if ev.HasData && r.sig.Event(ev.Data, tl).Content {
+	for r.next() == nil {
+		if r.ev.HasData && r.sig.Event(r.ev.Data, tl).Content {
 			n++
 		}
 	}
+	return n
 }
 
 // closeUpstream lets go of the upstream body, closing the connection unless
