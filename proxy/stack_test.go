@@ -5,9 +5,13 @@ package proxy
 import (
 	"bufio"
 	"net"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"testing"
+
+	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // stackFigures are the process's goroutine stacks at one moment.
@@ -27,21 +31,69 @@ func (f stackFigures) since(earlier stackFigures) (stack int64, goroutines int) 
 	return int64(f.stackInuse) - int64(earlier.stackInuse), f.goroutines - earlier.goroutines
 }
 
-// TestOpenStreamStack holds an open stream's goroutine to a 4 KiB stack:
-// n streams held open mid-stream through the proxy, less the same n held
-// open directly against the upstream (which runs in this process), is the
-// proxy's stack per open stream. Each stream measured has relayed its
-// second event, which its own goroutine read, parsed and wrote.
+// stackCase is the environment variable that makes this test binary measure
+// one case of TestOpenStreamStack (in a process of its own).
+const stackCase = "TTFTLENS_STACK_CASE"
+
+// stackCases are the streams TestOpenStreamStack measures: each second
+// event takes one of the deepest paths of parsing an event.
+var stackCases = []struct {
+	name, engine, second string
+}{
+	{"generic content", "", `{"choices":[{"index":0,"delta":{"content":"second"}}]}`},
+	{"vllm metrics, long floats", engines.KindVLLM, `{"choices":[{"index":0,"delta":{"content":"second"}}],` +
+		`"metrics":{"queue_time_ms":0.12345678901234567,"time_to_first_token_ms":123.45678901234567,"generation_time_ms":9.876543210987654e-1}}`},
+}
+
+// TestOpenStreamStack holds an open stream's goroutine to a 4 KiB stack.
+// Each case runs in a process of its own: stacks freed by what ran before
+// in a process are reused without new spans, which the measure would miss.
 func TestOpenStreamStack(t *testing.T) {
+	if name := os.Getenv(stackCase); name != "" {
+		for _, tc := range stackCases {
+			if tc.name == name {
+				measureOpenStreamStack(t, tc.engine, tc.second)
+				return
+			}
+		}
+		t.Fatalf("%s=%q: no such case", stackCase, name)
+	}
+	for _, tc := range stackCases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestOpenStreamStack$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), stackCase+"="+tc.name)
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s", out)
+			if err != nil {
+				t.Fatalf("the measuring process: %v", err)
+			}
+		})
+	}
+}
+
+// measureOpenStreamStack: n streams held open mid-stream through the proxy,
+// less the same n held open directly against the upstream (which runs in
+// this process), is the proxy's stack per open stream. Each stream measured
+// has relayed its second event, which its own goroutine read, parsed and
+// wrote.
+func measureOpenStreamStack(t *testing.T, engine, second string) {
 	const (
 		n      = 400
 		budget = 4*1024 + 512 // a 4 KiB stack per stream goroutine, and noise
 	)
 	release := make(chan struct{})
-	hold := func(c *upConn) { c.holdStream(release, "second", "rest") }
+	hold := func(c *upConn) {
+		c.role()
+		c.event(second)
+		<-release
+		c.content("rest")
+		c.finish("stop")
+		c.done()
+		c.end()
+	}
 	viaUp := startUpstream(t, hold)
 	directUp := startUpstream(t, hold)
-	proxyAddr, _, _ := startProxy(t, viaUp.url, nil)
+	proxyAddr, _, _ := startProxy(t, viaUp.url, func(c *Config) { c.Engine = engine })
 	directAddr := directUp.ln.Addr().String()
 	var conns []net.Conn
 	defer func() { // before the proxy's and the upstreams' cleanups
