@@ -314,9 +314,7 @@ func (r *relay) next() error {
 	if r.ndjson {
 		return r.nextLine()
 	}
-	var err error
-	r.ev, err = r.scan.Next()
-	return err
+	return r.scan.NextInto(&r.ev)
 }
 
 func (r *relay) nextLine() error {

@@ -182,17 +182,28 @@ func (s *Scanner) Buffered() int { return s.w - s.r }
 // reader error whose Timeout() is true (a read deadline passed): it is returned with
 // an empty Event, nothing is lost, and the next call reads on.
 func (s *Scanner) Next() (Event, error) {
+	var ev Event
+	err := s.NextInto(&ev)
+	return ev, err
+}
+
+// NextInto is Next writing the block into ev, which it overwrites whole.
+// The Event stays off the caller's stack: a goroutine per stream that waits
+// in Next holds its frames while it waits.
+func (s *Scanner) NextInto(ev *Event) error {
+	*ev = Event{Retry: -1}
 	if s.stop != nil {
-		return Event{Retry: -1}, s.stop
+		return s.stop
 	}
 	for {
 		end, st := s.scan()
 		switch st {
 		case haveBlock:
-			return s.take(end), nil
+			s.take(end, ev)
+			return nil
 		case tooLarge:
 			s.stop = ErrEventTooLarge
-			return Event{Retry: -1}, ErrEventTooLarge
+			return ErrEventTooLarge
 		}
 		if s.rerr != nil {
 			err := s.rerr
@@ -201,19 +212,19 @@ func (s *Scanner) Next() (Event, error) {
 				// go on. Report it without ending the stream; the partial
 				// block stays buffered (Buffered() > 0 says one is pending).
 				s.rerr = nil
-				return Event{Retry: -1}, err
+				return err
 			}
 			if err == io.EOF {
 				if s.r == s.w {
 					s.stop = io.EOF
-					return Event{Retry: -1}, io.EOF
+					return io.EOF
 				}
 				err = io.ErrUnexpectedEOF
 			}
 			s.stop = err
-			raw := s.buf[s.r:s.w:s.w]
+			ev.Raw = s.buf[s.r:s.w:s.w]
 			s.r, s.p, s.ln = s.w, s.w, s.w
-			return Event{Raw: raw, Retry: -1}, err
+			return err
 		}
 		s.fill()
 	}
@@ -386,11 +397,11 @@ func parseRetry(v []byte) (int64, bool) {
 	return n, true
 }
 
-// take returns the complete block buf[r:end] and starts the next one.
-func (s *Scanner) take(end int) Event {
+// take writes the complete block buf[r:end] into ev and starts the next one.
+func (s *Scanner) take(end int, ev *Event) {
 	raw := s.buf[s.r:end:end]
 	c := &s.cur
-	ev := Event{
+	*ev = Event{
 		Raw:      raw,
 		HasData:  c.nData > 0,
 		Type:     raw[c.typeOff:c.typeEnd:c.typeEnd],
@@ -412,7 +423,6 @@ func (s *Scanner) take(end int) Event {
 	}
 	s.r, s.p, s.ln = end, end, end
 	*c = block{retry: -1}
-	return ev
 }
 
 // fill reads once from the reader into the free end of buf, first moving the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -456,4 +457,34 @@ func TestTimeoutIsTransient(t *testing.T) {
 	if pendingAtTimeout[0] != 0 || pendingAtTimeout[1] == 0 || pendingAtTimeout[2] != 0 {
 		t.Errorf("pending bytes at the timeouts %v, want [0 >0 0]", pendingAtTimeout)
 	}
+}
+
+// TestNextIntoOverwrites: NextInto leaves nothing of the event it was given
+// (a relay reuses one Event for a whole stream), at a block and at the end.
+func TestNextIntoOverwrites(t *testing.T) {
+	s := sse.NewScanner(strings.NewReader("id: 7\n: note\nevent: e\nretry: 5\ndata: a\n\ndata: b\n\n"), 0)
+	var ev sse.Event
+	for i, want := range []sse.Event{
+		{Raw: []byte("id: 7\n: note\nevent: e\nretry: 5\ndata: a\n\n"), Data: []byte("a"), HasData: true, Type: []byte("e"), ID: []byte("7"), HasID: true, Retry: 5, Comment: []byte("note"), Comments: 1},
+		{Raw: []byte("data: b\n\n"), Data: []byte("b"), HasData: true, Retry: -1},
+		{Retry: -1},
+	} {
+		err := s.NextInto(&ev)
+		if (err == io.EOF) != (i == 2) || err != nil && err != io.EOF {
+			t.Fatalf("block %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(normal(ev), normal(want)) {
+			t.Errorf("block %d:\n got %+v\nwant %+v", i, ev, want)
+		}
+	}
+}
+
+// normal makes empty slices nil, so that events compare by content.
+func normal(ev sse.Event) sse.Event {
+	for _, b := range []*[]byte{&ev.Raw, &ev.Data, &ev.Type, &ev.ID, &ev.Comment} {
+		if len(*b) == 0 {
+			*b = nil
+		}
+	}
+	return ev
 }
