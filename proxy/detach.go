@@ -24,11 +24,11 @@ import (
 
 // clientStream is how a detached stream writes to its client.
 type clientStream struct {
-	head      *[]byte  // the response head, written with the first event; from headBufs
-	size      [18]byte // an event's chunk size line
-	vec       [4][]byte
-	buf       []byte // one write copied whole, for a connection that cannot gather
-	firstErr  error  // writing the head and the first event failed
+	head      *[]byte   // the response head, written with the first event; from headBufs
+	size      [18]byte  // an event's chunk size line
+	vec       [4][]byte // one write's parts: head, size line, event, CRLF
+	buf       []byte    // one write copied whole, for a connection that cannot gather
+	firstErr  error     // writing the head and the first event failed
 	chunked   bool
 	keepAlive bool     // the connection serves another request after this one
 	handoff   *handoff // the connection's, between the hijack and the stream's end
