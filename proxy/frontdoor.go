@@ -28,8 +28,8 @@ import (
 // readBody reads the request body once the client is authenticated:
 // within the body limit (413 over it, unread) and the body memory budget
 // (503 over it, unread), which the body holds until a stream's first event
-// or the exchange's release. When the body cannot be had it answers and finishes the
-// request, and returns false.
+// or the exchange's release. When the body cannot be had it answers and
+// finishes the request, and returns false.
 func (x *exchange) readBody(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot) bool {
 	stream := ctx.RequestBodyStream()
 	if stream == nil { // no body: neither Content-Length nor chunked
