@@ -164,13 +164,17 @@ func TestRedisQuotaFailure(t *testing.T) {
 func TestRedisQuotaTimeout(t *testing.T) {
 	r := redistest.Start(t)
 	backend := redisBackend(r, QuotaFailOpen)
-	backend.Redis.Timeout = 20 * time.Millisecond
+	// Long enough that a Redis that is up answers in time however loaded
+	// the machine (the first admission dials and loads the script). The
+	// pause below outlasts it by as much, and ends before the give-back's
+	// settlement, sent at the timeout, gives up (settleTimeout).
+	backend.Redis.Timeout = 500 * time.Millisecond
 	g, k, _ := redisQuotaGateway(t, backend, Quota{Interval: time.Hour, Requests: 3})
 	if res, rej := g.Snapshot().Admit(k, 0); rej != nil || res.Fallback() {
 		t.Fatalf("with Redis up: %+v (fallback %v)", rej, res.Fallback())
 	}
 	// CLIENT PAUSE holds every other client's commands on the server.
-	if reply, err := r.Do("CLIENT", "PAUSE", "500", "ALL"); err != nil || reply != "+OK" {
+	if reply, err := r.Do("CLIENT", "PAUSE", "1000", "ALL"); err != nil || reply != "+OK" {
 		t.Fatal(reply, err)
 	}
 	res, rej := g.Snapshot().Admit(k, 0)
