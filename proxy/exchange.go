@@ -47,9 +47,10 @@ type exchange struct {
 	sig   engines.Report
 	tc    traceContext
 
-	resp     fasthttp.Response // from the upstream
-	peekResp func(name string) []byte
-	sendBody []byte // the upstream request body when it differs from the client's
+	resp     fasthttp.Response        // from the upstream
+	peekResp func(name string) []byte // its headers
+	peekEnd  func(name string) []byte // its trailers, then its headers
+	sendBody []byte                   // the upstream request body when it differs from the client's
 	scratch  []byte
 
 	client    clientSide
@@ -78,6 +79,12 @@ func newExchange(p *Proxy) *exchange {
 	x.relay = newRelay(relayWiring{cfg: &p.cfg, fin: &x.fin, ctl: &x.ctl, sig: &x.sig,
 		onFirstToken: x.firstTokenParsed})
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
+	x.peekEnd = func(name string) []byte {
+		if v := x.relay.body.trailer(name); v != nil {
+			return v
+		}
+		return x.resp.Header.Peek(name)
+	}
 	return x
 }
 
@@ -522,7 +529,7 @@ func (x *exchange) finish() {
 		rec.Buffering |= arrivalBuffering(&rec.Stream)
 	}
 	// The body is read: trailers have arrived.
-	rec.EngineInferred = x.sig.End(x.peekResp, tl)
+	rec.EngineInferred = x.sig.End(x.peekEnd, tl)
 	rec.EngineSource = x.sig.Source()
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)

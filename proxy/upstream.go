@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"sync"
 	"syscall"
 	"time"
 
@@ -32,16 +31,13 @@ type upstream struct {
 
 // An upstream response's status line and headers are parsed whole in a
 // pooled read buffer, so the buffer's size is their limit; an exchange
-// holds it while it reads them, and gives it back at its body's first read.
-// The body is read through a smaller buffer, held for the whole stream.
+// holds it while it reads them, and gives it back once the body has taken
+// what it read past them. The body is read straight into its reader's
+// buffer (the SSE scanner's), its framing taken off in place.
 const (
 	defaultUpstreamHeaderBytes = 16 << 10
 	minUpstreamHeaderBytes     = 1 << 10
-	upstreamBodyBufferBytes    = 1 << 10
 )
-
-// bodyReaders are the read buffers of upstream bodies.
-var bodyReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBodyBufferBytes) }}
 
 // UpstreamName checks an upstream base URL as the proxy reads it and
 // returns the upstream's label in records and metrics: name, or its
@@ -229,7 +225,7 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 
 	resp.StreamBody = true
-	resp.SkipBody = true // the headers only: upstreamBody.start reads the body through its own buffer
+	resp.SkipBody = true // the headers only: upstreamBody reads the body
 	resp.Header.DisableNormalizing()
 	br := hc.AcquireReader(conn)
 	err = resp.ReadLimitBody(br, 0)
@@ -289,36 +285,35 @@ func headersTooLarge(err error) bool {
 
 // upstreamBody is a streamed upstream response body. Read and close run on
 // the request's goroutine only; a concurrent abort closes the connection,
-// which makes a blocked Read return. It mirrors fasthttp's clientStreamBody.
+// which makes a blocked Read return.
 type upstreamBody struct {
 	hc      *fasthttp.HostClient
 	release func(reuse bool)
 	conn    net.Conn
 	src     bodySource
-	br      *bufio.Reader // from bodyReaders, reading src; nil for no body
+	frame   framing
 	resp    *fasthttp.Response
 	ab      *control
-	r       io.Reader
 	counted *countingConn // the connection, when it counts arrivals
+	err     error         // the framing error that ended the body
 	eof     bool
 	open    bool
-	// trailerDropped: the trailers did not fit the read buffer and were
-	// left unread.
-	trailerDropped bool
 }
 
 // start streams resp's body, the headers having been read through head.
 func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, head *bufio.Reader, resp *fasthttp.Response, ab *control) {
-	*b = upstreamBody{hc: hc, release: release, conn: conn, src: bodySource{hc: hc, head: head, conn: conn}, resp: resp, ab: ab, counted: countedConn(conn), open: true}
-	if hasBody(resp.Header.StatusCode()) {
-		b.br = bodyReaders.Get().(*bufio.Reader)
-		b.br.Reset(&b.src)
-		_ = resp.ReadBody(b.br, 0) // a streamed body: only sets up the stream
-		b.r = resp.BodyStream()
+	*b = upstreamBody{hc: hc, release: release, conn: conn, src: bodySource{hc: hc, head: head, conn: conn}, frame: b.frame, resp: resp, ab: ab, counted: countedConn(conn), open: true}
+	switch n := resp.Header.ContentLength(); {
+	case !hasBody(resp.Header.StatusCode()):
+		b.frame.reset(framingLength, 0)
+	case n == -1:
+		b.frame.reset(framingChunked, 0)
+	case n >= 0:
+		b.frame.reset(framingLength, int64(n))
+	default: // -2: neither a length nor chunked
+		b.frame.reset(framingClose, 0)
 	}
-	if b.r == nil {
-		b.eof = true
-	}
+	b.eof = b.frame.done
 }
 
 // hasBody reports a status whose response has a body, as fasthttp's own
@@ -363,24 +358,39 @@ func (s *bodySource) releaseHead() {
 	}
 }
 
-// Read reads the body. It returns io.EOF at the body's clean end.
-// Trailers longer than the body's read buffer end it too: what they say is
-// dropped (an engine's timing then comes from elsewhere, or not at all),
-// and the connection, not read to its end, is not used again.
+// Read reads the body into p. It returns io.EOF at the body's clean end,
+// io.ErrUnexpectedEOF when the connection ends before it.
 func (b *upstreamBody) Read(p []byte) (int, error) {
-	if b.eof {
-		return 0, io.EOF
+	for len(p) > 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		if b.eof {
+			return 0, io.EOF
+		}
+		n, err := b.src.Read(p)
+		n, ferr := b.frame.decode(p[:n])
+		switch {
+		case ferr != nil:
+			b.err = ferr
+		case b.frame.done:
+			b.eof = true
+		case err == io.EOF && b.frame.kind == framingClose:
+			b.eof = true
+		case err == io.EOF:
+			b.err = io.ErrUnexpectedEOF
+		case err != nil:
+			return n, err // the connection's error, as it is (a deadline may pass and reading go on)
+		}
+		if n > 0 {
+			return n, nil
+		}
 	}
-	n, err := b.r.Read(p)
-	var long *fasthttp.ErrSmallBuffer
-	if err != nil && errors.As(err, &long) {
-		err, b.trailerDropped = io.EOF, true
-	}
-	if err == io.EOF {
-		b.eof = true
-	}
-	return n, err
+	return 0, nil
 }
+
+// trailer returns the body's trailer field name, nil when it had none.
+func (b *upstreamBody) trailer(name string) []byte { return b.frame.trailer(name) }
 
 // arrival returns when the connection's last read that returned bytes
 // did, on the request's clock (an event the relay has just parsed arrived
@@ -407,16 +417,10 @@ func (b *upstreamBody) close(discard bool) {
 	if b.counted != nil {
 		b.counted.clock(nil) // the connection may serve another request
 	}
-	reuse := b.eof && !discard && !b.trailerDropped && !b.resp.ConnectionClose()
+	reuse := b.eof && !discard && !b.frame.extra && b.frame.kind != framingClose && !b.resp.ConnectionClose()
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
 	}
-	b.resp.CloseBodyStream()
 	b.src.releaseHead()
-	if b.br != nil {
-		b.br.Reset(nil)
-		bodyReaders.Put(b.br)
-		b.br = nil
-	}
 	b.release(reuse)
 }

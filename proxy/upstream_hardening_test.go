@@ -29,13 +29,19 @@ func TestUpstreamLimits(t *testing.T) {
 	bigBody := func(c *upConn) {
 		c.whole(200, "application/json", `{"choices":[{"index":0,"message":{"content":"`+strings.Repeat("x", 4<<10)+`"},"finish_reason":"stop"}]}`)
 	}
-	longTrailer := func(c *upConn) {
+	withTrailers := func(fields string) func(c *upConn) {
+		return func(c *upConn) {
+			c.sse()
+			c.role()
+			c.content("t")
+			c.finish("stop")
+			c.done()
+			c.write("0\r\n" + fields + "\r\n")
+		}
+	}
+	badChunk := func(c *upConn) {
 		c.sse()
-		c.role()
-		c.content("t")
-		c.finish("stop")
-		c.done()
-		c.write("0\r\nServer-Timing: x;dur=1\r\nX-Filler: " + strings.Repeat("x", 3<<10) + "\r\n\r\n")
+		c.write("zz\r\ndata: {}\n\n\r\n")
 	}
 	tests := []struct {
 		name   string
@@ -52,8 +58,12 @@ func TestUpstreamLimits(t *testing.T) {
 			502, endreason.WorkerFailure, endreason.DetailHeadersTooLarge},
 		{"headers of 6 KiB, over a limit of 4 KiB", withHeaders(6 << 10), func(c *Config) { c.MaxUpstreamHeaderBytes = 4 << 10 }, chatBody,
 			502, endreason.WorkerFailure, endreason.DetailHeadersTooLarge},
-		{"trailers of 3 KiB, over the body's read buffer: dropped", longTrailer, nil, chatBody,
+		{"trailers of 3 KiB, read whole", withTrailers("Server-Timing: x;dur=1\r\nX-Filler: " + strings.Repeat("x", 3<<10) + "\r\n"), nil, chatBody,
 			200, endreason.Stop, endreason.DetailStop},
+		{"trailers of 64 KiB, over what is kept", withTrailers("X-Filler: " + strings.Repeat("x", 64<<10) + "\r\nServer-Timing: x;dur=1\r\n"), nil, chatBody,
+			200, endreason.Stop, endreason.DetailStop},
+		{"malformed chunked framing", badChunk, nil, chatBody,
+			502, endreason.UpstreamDisconnect, endreason.DetailReadFailed},
 		{"malformed headers", malformed, nil, chatBody,
 			502, endreason.UpstreamDisconnect, endreason.DetailClosedBeforeResp},
 		{"non-streamed body over the limit", bigBody, func(c *Config) { c.MaxBodyBytes = 1 << 10 }, wholeRequest,
