@@ -89,6 +89,8 @@ func arrivalBuffering(s *stages.Stream) record.Buffering {
 type countingConn struct {
 	net.Conn
 	raw      *rawIO // reads and writes the socket; nil: Conn does
+	watcher  *watcher
+	watch    watchToken // the registration that reports the connection's end (rawIO.ended)
 	kernel   segmentCounter
 	reads    uint64 // reads that began an arrival
 	lastFull bool   // the last read filled its buffer
@@ -114,6 +116,15 @@ func (c *countingConn) Write(p []byte) (int, error) {
 		return c.raw.write(p)
 	}
 	return c.Conn.Write(p)
+}
+
+// Close ends the watcher's registration, then the connection.
+func (c *countingConn) Close() error {
+	if c.watcher != nil {
+		c.watcher.unwatch(c.watch)
+		c.watcher = nil
+	}
+	return c.Conn.Close()
 }
 
 func (c *countingConn) Read(p []byte) (n int, err error) {

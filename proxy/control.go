@@ -39,7 +39,7 @@ type control struct {
 	conn      net.Conn             // upstream connection abort closes
 	cause     error
 	abortedAt time.Duration // when the abort was requested
-	closedAt  time.Duration // when the upstream connection was closed for it (0: none was open)
+	closedAt  time.Duration // when the upstream connection was cut for it (0: none was open)
 	timer     *time.Timer
 	abortCh   chan struct{} // closed by the abort, for waits that select on it
 	// clientLeft is set with cause when the cause is the client's doing,
@@ -82,7 +82,7 @@ func (c *control) end() (abortedAt, closedAt time.Duration, cause error) {
 	return c.abortedAt, c.closedAt, c.cause
 }
 
-// abort records cause (the first one wins) and closes the attached upstream
+// abort records cause (the first one wins) and cuts the attached upstream
 // connection, so a blocked upstream read or header wait returns at once and
 // the upstream sees the request go away. Callable from any goroutine.
 func (c *control) abort(gen uint64, cause error) {
@@ -100,9 +100,23 @@ func (c *control) abortLocked(cause error) {
 	c.abortedAt = c.clock()
 	close(c.abortCh)
 	if c.conn != nil {
-		_ = c.conn.Close()
+		cut(c.conn)
 		c.closedAt = c.clock()
 	}
+}
+
+// cut ends an upstream connection for an abort without waiting for its
+// reader: a TCP socket is shut down, which the upstream sees at once and
+// which ends a read blocked on it (Close would wait for a pump, which
+// holds the connection's read lock while it relays events, and a pump may
+// be waiting for c's lock); the request's goroutine closes it. A
+// connection without a socket of its own is closed.
+func cut(conn net.Conn) {
+	if c := countedConn(conn); c != nil && c.raw != nil {
+		c.raw.shutdown() // fails only for a socket no longer connected, whose reads end anyway
+		return
+	}
+	_ = conn.Close()
 }
 
 // attach makes conn the one abort closes. When the request was aborted

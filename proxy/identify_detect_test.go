@@ -58,7 +58,7 @@ func TestIdentifyRetries(t *testing.T) {
 	addr := closedAddr(t)
 	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
-	u, err := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes)
+	u, err := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestIdentifyStopsWithProxy(t *testing.T) {
 	addr := closedAddr(t)
 	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
-	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes)
+	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -150,7 +150,7 @@ func TestIdentifyReachableButUnknown(t *testing.T) {
 	serveAt(t, addr, http.NotFoundHandler())
 	logs := &logtest.Lines{}
 	p := &Proxy{log: zerolog.New(logs)}
-	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes)
+	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	p.identify(context.Background(), u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
 	got := logs.All(t)
 	if len(got) != 1 || got[0]["message"] != msgIdentified || got[0]["engine"] != engines.KindGeneric || got[0]["attempts"] != nil {

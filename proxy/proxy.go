@@ -506,7 +506,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	if c, ok := p.clients.Load(u.URL); ok {
 		return c.(*upstream), nil
 	}
-	c, err := newUpstream(u.URL, p.UpstreamLabel(u), p.cfg.MaxUpstreamHeaderBytes)
+	c, err := newUpstream(u.URL, p.UpstreamLabel(u), p.cfg.MaxUpstreamHeaderBytes, p.watcher)
 	if err != nil {
 		return nil, err
 	}

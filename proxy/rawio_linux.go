@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -29,6 +30,14 @@ type rawIO struct {
 	rbuf []byte
 	rn   int
 	rerr syscall.Errno
+	// In a pump (pump), reads are made on fd within the pump's one wait
+	// for the socket; drained: the last one found the socket empty, so
+	// the next returns errWouldBlock without a system call.
+	pumping bool
+	drained bool
+	fd      uintptr
+	// peerEnded: the watcher saw the peer end the connection (ended).
+	peerEnded atomic.Bool
 	// stamped reads (readStamped): recvmsg's header and control buffer,
 	// kept here so that a read allocates nothing.
 	stampFn func(fd uintptr) bool
@@ -71,7 +80,18 @@ func (r *rawIO) readWith(fn func(fd uintptr) bool, call string, p []byte) (int, 
 		return 0, nil
 	}
 	r.rbuf, r.rn, r.rerr = p, 0, 0
-	err := r.rc.Read(fn)
+	var err error
+	switch {
+	case !r.pumping:
+		err = r.rc.Read(fn)
+	case r.drained && !r.peerEnded.Load(), !fn(r.fd):
+		r.rbuf, r.drained = nil, true
+		return 0, errWouldBlock
+	case r.rn < len(p):
+		// A stream socket's short read took all the bytes it held; not
+		// its end, which the next read returns (see ended).
+		r.drained = true
+	}
 	r.rbuf = nil
 	switch {
 	case err != nil:
@@ -82,6 +102,24 @@ func (r *rawIO) readWith(fn func(fd uintptr) bool, call string, p []byte) (int, 
 		return 0, io.EOF
 	}
 	return r.rn, nil
+}
+
+// pump calls step inside one wait of Go's poller for the socket, as long
+// as step asks for more (true) after a read returned errWouldBlock. A
+// read then waits for the socket's readiness without asking the socket
+// first: RawConn.Read forgets a readiness it saw before it was called, so
+// outside one such wait, the first read of every event would find the
+// socket empty (one system call an event, in vain). step must not take
+// the socket's read lock (no other read or Close of the connection), and
+// reads only the socket in the pump. It returns the error that ended a
+// wait (a deadline, the connection closed), nil when step was done.
+func (r *rawIO) pump(step func() (more bool)) error {
+	return r.rc.Read(func(fd uintptr) bool {
+		r.pumping, r.drained, r.fd = true, false, fd
+		more := step()
+		r.pumping = false
+		return !more
+	})
 }
 
 // readCall makes the read system call trap(fd, a1, a2) until it is not
@@ -105,6 +143,27 @@ func (r *rawIO) readCall(trap, fd, a1, a2 uintptr) bool {
 
 func (r *rawIO) readOnce(fd uintptr) bool {
 	return r.readCall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rbuf[0])), uintptr(len(r.rbuf)))
+}
+
+// ended is the watcher's report that the peer ended the connection (FIN
+// or RST). A short read does not take the end with the bytes before it: a
+// pump that made one may be waiting for a readiness that came with those
+// bytes and will not come again. From here on a pump reads after every
+// short read (a pump that starts later sees peerEnded), and shutting the
+// socket's reading side makes it ready again for one already waiting,
+// which then reads the end. Callable from any goroutine, also after Close.
+func (r *rawIO) ended() {
+	r.peerEnded.Store(true)
+	_ = r.rc.Control(func(fd uintptr) {
+		_ = syscall.Shutdown(int(fd), syscall.SHUT_RD)
+	})
+}
+
+// shutdown shuts the socket down both ways (shutdown(2)).
+func (r *rawIO) shutdown() {
+	_ = r.rc.Control(func(fd uintptr) {
+		_ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR)
+	})
 }
 
 // stampReceives asks the kernel to timestamp what the socket receives

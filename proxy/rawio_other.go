@@ -14,10 +14,13 @@ func newRawIO(net.Conn) *rawIO { return nil }
 
 func (*rawIO) read([]byte) (int, error) { panic("proxy: no raw reads here") }
 func (*rawIO) stampReceives() bool      { return false }
+func (*rawIO) shutdown()                {}
+func (*rawIO) ended()                   {}
 func (*rawIO) readStamped([]byte) (int, time.Duration, error) {
 	panic("proxy: no raw reads here")
 }
 func (*rawIO) write([]byte) (int, error) { panic("proxy: no raw writes here") }
+func (*rawIO) pump(func() bool) error    { panic("proxy: no raw reads here") }
 func (*rawIO) writeVec([][]byte) (int, error) {
 	panic("proxy: no raw writes here")
 }

@@ -26,6 +26,7 @@ type relay struct {
 	relayWiring
 
 	body upstreamBody
+	pump *rawIO   // the upstream socket, when the stream is relayed in a pump (pumpTo)
 	dec  decoder  // for a compressed upstream stream
 	enc  *encoder // for a compressed stream to the client
 	scan *sse.Scanner
@@ -109,8 +110,16 @@ func (r *relay) reset() {
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	var written int64
 	for {
-		n, err := r.writeNext(w)
-		written += int64(n)
+		var n int64
+		var err error
+		if r.pump != nil {
+			n, err = r.pumpTo(w)
+		} else {
+			var k int
+			k, err = r.writeNext(w)
+			n = int64(k)
+		}
+		written += n
 		if err == io.EOF {
 			return written, nil
 		}
@@ -118,6 +127,32 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 			return written, err
 		}
 	}
+}
+
+// pumpTo writes events as writeNext does, for as long as the upstream
+// sends them, in one pump of the upstream socket (rawIO.pump): an event
+// costs one read of the socket, not two. When the pump's wait fails (a
+// read deadline passed, the connection closed), one writeNext reads that
+// end as any read would.
+func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
+	waitErr := r.pump.pump(func() bool {
+		for {
+			n, e := r.writeNext(w)
+			written += int64(n)
+			if e == errWouldBlock {
+				return true
+			}
+			if e != nil {
+				err = e
+				return false
+			}
+		}
+	})
+	if waitErr != nil {
+		n, e := r.writeNext(w)
+		written, err = written+int64(n), e
+	}
+	return written, err
 }
 
 // writeNext writes the next block to w; io.EOF at the stream's clean end.
@@ -138,7 +173,7 @@ func (r *relay) block() (b []byte, err error) {
 		if v := recover(); v != nil {
 			b, err = nil, r.fin.panicked(v)
 		}
-		if err != nil && err != io.EOF {
+		if err != nil && err != io.EOF && err != errWouldBlock {
 			r.readErr = err
 		}
 	}()
@@ -231,6 +266,9 @@ func (r *relay) start(ndjson bool, encoding []byte) bool {
 		}
 		src = &r.dec
 	}
+	if !ndjson && len(encoding) == 0 {
+		r.pump = r.body.pumpable()
+	}
 	if ndjson {
 		if r.lines == nil {
 			r.lines = engines.NewLineScanner(src, r.cfg.MaxEventBytes)
@@ -260,6 +298,9 @@ func (r *relay) nextEvent() error {
 			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
 		}
 		if err := r.next(); err != nil {
+			if err == errWouldBlock {
+				return err // the pump waits for the upstream
+			}
 			if hb > 0 && isTimeout(err) && r.ctl.aborted() == nil {
 				// The client is always between two whole events here (an
 				// upstream event arriving in pieces stays in the scanner), so

@@ -43,7 +43,7 @@ const (
 // returns the upstream's label in records and metrics: name, or its
 // host:port when name is empty.
 func UpstreamName(rawURL, name string) (string, error) {
-	up, err := newUpstream(rawURL, name, defaultUpstreamHeaderBytes)
+	up, err := newUpstream(rawURL, name, defaultUpstreamHeaderBytes, nil)
 	if err != nil {
 		return "", err
 	}
@@ -52,8 +52,9 @@ func UpstreamName(rawURL, name string) (string, error) {
 
 // newUpstream parses an http:// or https:// base URL. name labels the
 // upstream in records and metrics; empty means its host:port. maxHeaderBytes
-// bounds a response's status line and headers.
-func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
+// bounds a response's status line and headers. The connections it dials
+// are registered with w, when not nil, which wakes their pumps at their end.
+func newUpstream(rawURL, name string, maxHeaderBytes int, w *watcher) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -92,6 +93,9 @@ func newUpstream(rawURL, name string, maxHeaderBytes int) (*upstream, error) {
 				cc := &countingConn{Conn: c, raw: newRawIO(c)}
 				if cc.raw != nil {
 					cc.raw.stampReceives() // without: arrivals are the reads'
+					if w != nil {
+						cc.watcher, cc.watch = w, w.watch(c, cc.raw.ended)
+					}
 				}
 				return cc, nil
 			},
@@ -387,6 +391,26 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// errWouldBlock is a read in a pump finding the socket empty: the pump
+// waits for more. It is a Timeout, so readers above keep what they hold
+// and read on at the next call (sse.Scanner's rule for deadlines).
+var errWouldBlock error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string { return "the upstream socket has no bytes yet" }
+func (wouldBlock) Timeout() bool { return true }
+
+// pumpable returns the raw reader of the body's socket when the body can
+// be read in a pump (rawIO.pump): a plain TCP connection on Linux whose
+// end the watcher reports (rawIO.ended).
+func (b *upstreamBody) pumpable() *rawIO {
+	if c, ok := b.conn.(*countingConn); ok && c.watch.ok() {
+		return c.raw
+	}
+	return nil
 }
 
 // trailer returns the body's trailer field name, nil when it had none.

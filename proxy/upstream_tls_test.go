@@ -41,7 +41,7 @@ func TestHTTPSUpstream(t *testing.T) {
 	addr, sink, p := startProxy(t, up.URL, nil)
 	// Trust the test server's certificate: the proxy's pool for this
 	// upstream, made before the first request would make its own.
-	c, err := newUpstream(up.URL, "", defaultUpstreamHeaderBytes)
+	c, err := newUpstream(up.URL, "", defaultUpstreamHeaderBytes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

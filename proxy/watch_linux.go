@@ -17,7 +17,9 @@ import (
 )
 
 // watcher learns that clients went away while their requests are in flight,
-// also when nothing is being written to them (prefill, a silent upstream).
+// also when nothing is being written to them (prefill, a silent upstream),
+// and that upstreams ended their connections (for the relay's pump, which
+// cannot see that end itself: rawIO.ended).
 //
 // It keeps one epoll instance, separate from Go's network poller, in which
 // each watched client socket is registered for EPOLLRDHUP only: the kernel
@@ -89,7 +91,7 @@ type watchToken struct {
 	rc syscall.RawConn
 }
 
-// watch calls gone (once, from the watcher's goroutine) if the client behind
+// watch calls gone (once, from the watcher's goroutine) if the peer behind
 // conn disconnects before unwatch. It returns a zero token when conn has no
 // socket to watch (an in-memory pipe in tests, a wrapper hiding the fd).
 func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
@@ -119,6 +121,9 @@ func (w *watcher) watch(conn net.Conn, gone func()) watchToken {
 	}
 	return watchToken{id: id, rc: rc}
 }
+
+// ok reports a registration made.
+func (t watchToken) ok() bool { return t.id != 0 }
 
 // unwatch stops watching. It must be called while the connection is still
 // open (before fasthttp closes or reuses it). A gone callback already taken

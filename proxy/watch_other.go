@@ -10,6 +10,8 @@ type watcher struct{}
 
 type watchToken struct{}
 
+func (watchToken) ok() bool { return false }
+
 type connWatch struct{}
 
 func (w *watcher) watchConn(conn net.Conn) *connWatch { return nil }
