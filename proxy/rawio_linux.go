@@ -116,9 +116,8 @@ func (r *rawIO) readWith(fn func(fd uintptr) bool, call string, p []byte) (int, 
 func (r *rawIO) pump(step func() (more bool)) error {
 	return r.rc.Read(func(fd uintptr) bool {
 		r.pumping, r.drained, r.fd = true, false, fd
-		more := step()
-		r.pumping = false
-		return !more
+		defer func() { r.pumping = false }() // also when step panics: later reads are the poller's again
+		return !step()
 	})
 }
 

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fastjson"
+	"github.com/valyala/fastjson/fastfloat"
 )
 
 // jsonCases are documents whose parse the readers' parser must agree on
@@ -187,4 +189,42 @@ func BenchmarkEventParse(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestParseNumber: a long mantissa is cut where fastfloat would give the
+// number to strconv, and the duration read from it is the whole number's.
+func TestParseNumber(t *testing.T) {
+	for _, tc := range []struct{ in, short string }{
+		{"0.12345678901234567", "0.12345678901234"},
+		{"-123.45678901234567", "-123.456789012345"},
+		{"86399.123456789012345", "86399.1234567890"},
+		{"0.12345678901234", "0.12345678901234"}, // 16 characters: whole
+		{"9.876543210987654e-1", "9.87654321098765"},
+		{"9.876543210987654E+2", "9.87654321098765"},
+		{"1.2345678901234567e400", "1.23456789012345"},
+		{"12345678901234567.5", "12345678901234567.5"}, // a long integer part: whole
+		{"5", "5"},
+		{"", ""},
+	} {
+		mant := tc.in
+		if i := strings.IndexAny(mant, "eE"); i >= 0 {
+			mant = mant[:i]
+		}
+		if got := shortMantissa(mant); got != tc.short {
+			t.Errorf("shortMantissa(%q) = %q, want %q", mant, got, tc.short)
+		}
+		whole, err1 := fastfloat.Parse(tc.in) // strconv's slow path, for these
+		got, err2 := parseNumber(tc.in)
+		if (err1 == nil) != (err2 == nil) {
+			t.Errorf("%q: fastfloat %v, parseNumber %v", tc.in, err1, err2)
+			continue
+		}
+		for _, unit := range []time.Duration{time.Second, time.Millisecond} {
+			w, ok1 := toDur(whole, unit)
+			c, ok2 := toDur(got, unit)
+			if ok1 != ok2 || w != c {
+				t.Errorf("%q in %v: %v (%v) whole, %v (%v) read", tc.in, unit, w, ok1, c, ok2)
+			}
+		}
+	}
 }

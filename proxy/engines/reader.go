@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fastjson/fastfloat"
+
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -172,11 +174,55 @@ func numField(v *jsonValue, key string) (float64, bool) {
 	if x == nil || x.Type() != jsonNumber {
 		return 0, false
 	}
-	f, err := x.Float64()
+	f, err := parseNumber(x.s)
 	if err != nil {
 		return 0, false
 	}
 	return f, true
+}
+
+// parseNumber reads a JSON number as fastfloat does, its mantissa cut to
+// the first 16 characters from its first digit ('.' included) when it is
+// longer: fastfloat would hand it to strconv, whose slow path takes a
+// ~950-byte frame that an open stream's 4 KiB stack cannot hold
+// (ARCHITECTURE.md). What the cut drops is below a float64's precision for
+// any duration of a day or less (maxDur): tenths of a nanosecond or
+// finer. A mantissa whose integer part alone is that long is read whole.
+func parseNumber(s string) (float64, error) {
+	mant, exp := s, ""
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, exp = s[:i], s[i+1:]
+	}
+	short := shortMantissa(mant)
+	if len(short) == len(mant) {
+		return fastfloat.Parse(s)
+	}
+	f, err := fastfloat.Parse(short)
+	if err != nil || exp == "" {
+		return f, err
+	}
+	e, err := fastfloat.ParseInt64(strings.TrimPrefix(exp, "+"))
+	if err != nil {
+		return 0, err
+	}
+	return f * math.Pow10(int(max(min(e, 400), -400))), nil
+}
+
+// shortMantissa is m cut after 16 characters from its first digit, when
+// the cut leaves its integer part whole.
+func shortMantissa(m string) string {
+	const keep = 16 // what fastfloat parses itself
+	j := 0
+	if len(m) > 0 && (m[0] == '-' || m[0] == '+') {
+		j = 1
+	}
+	if len(m)-j <= keep {
+		return m
+	}
+	if dot := strings.IndexByte(m, '.'); dot < 0 || dot >= j+keep-1 {
+		return m
+	}
+	return m[:j+keep]
 }
 
 // durField reads v[key] as a duration in unit.
