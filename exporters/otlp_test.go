@@ -319,7 +319,7 @@ func TestOTLPReasoningAttrs(t *testing.T) {
 	s.Fill(reasoningFixture.record())
 	attrs := map[string]string{}
 	for _, kv := range requestAttrs(nil, &s) {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, v := range map[string]string{
 		"gen_ai.usage.reasoning.output_tokens": "120", "gen_ai.usage.output_tokens": "160",
@@ -332,7 +332,7 @@ func TestOTLPReasoningAttrs(t *testing.T) {
 	s.Fill(fixtureByName(t, "stop_engine_report"))
 	for _, kv := range requestAttrs(nil, &s) {
 		if kv.Key == "gen_ai.usage.reasoning.output_tokens" || kv.Key == "ttftlens.first_answer_ms" {
-			t.Errorf("attribute %s = %s on a record with no reasoning and no first answer mark", kv.Key, kv.Value.Emit())
+			t.Errorf("attribute %s = %s on a record with no reasoning and no first answer mark", kv.Key, kv.Value.String())
 		}
 	}
 }
@@ -409,7 +409,7 @@ func TestOTLPResourceInstance(t *testing.T) {
 				}
 				got := map[string]string{}
 				for _, kv := range res.Attributes() {
-					got[string(kv.Key)] = kv.Value.Emit()
+					got[string(kv.Key)] = kv.Value.String()
 				}
 				if got["service.name"] != tt.wantName || got["service.version"] != "v1" {
 					t.Errorf("service %q version %q, want %q v1", got["service.name"], got["service.version"], tt.wantName)
