@@ -45,6 +45,11 @@ type control struct {
 	// clientLeft is set with cause when the cause is the client's doing,
 	// for the relay to check on every event without taking mu.
 	clientLeft atomic.Bool
+	// cut is set with any cause: the upstream connection is only shut
+	// down, and what the kernel still holds of it would be readable, so
+	// the body's reads check it (upstreamBody.Read) and end as a closed
+	// connection's would.
+	cut atomic.Bool
 }
 
 // begin readies c for a new request and returns its generation.
@@ -56,6 +61,7 @@ func (c *control) begin(clock func() time.Duration) uint64 {
 	c.clock = clock
 	c.conn, c.cause, c.abortedAt, c.closedAt = nil, nil, 0, 0
 	c.clientLeft.Store(false)
+	c.cut.Store(false)
 	c.abortCh = make(chan struct{})
 	return c.gen
 }
@@ -97,6 +103,7 @@ func (c *control) abort(gen uint64, cause error) {
 func (c *control) abortLocked(cause error) {
 	c.cause = cause
 	c.clientLeft.Store(clientCause(cause))
+	c.cut.Store(true)
 	c.abortedAt = c.clock()
 	close(c.abortCh)
 	if c.conn != nil {
@@ -113,6 +120,9 @@ func (c *control) abortLocked(cause error) {
 // connection without a socket of its own is closed.
 func cut(conn net.Conn) {
 	if c := countedConn(conn); c != nil && c.raw != nil {
+		// The end is ours: a pump reads on to it after a short read
+		// without waiting for the watcher's report (rawIO.ended).
+		c.raw.peerEnded.Store(true)
 		c.raw.shutdown() // fails only for a socket no longer connected, whose reads end anyway
 		return
 	}

@@ -41,7 +41,8 @@ type relay struct {
 	client       net.Conn
 	stallArmedAt time.Duration
 
-	ev sse.Event // the upstream block read last
+	ev      sse.Event // the upstream block read last
+	waitErr error     // the error that ended the pump's wait, for nextEvent to take as its read's
 	// The event being handed out.
 	out        []byte        // its bytes not yet handed out
 	outParsed  time.Duration // when it was parsed
@@ -131,10 +132,15 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 
 // pumpTo writes events as writeNext does, for as long as the upstream
 // sends them, in one pump of the upstream socket (rawIO.pump): an event
-// costs one read of the socket, not two. When the pump's wait fails (a
-// read deadline passed, the connection closed), one writeNext reads that
-// end as any read would.
+// costs one read of the socket, not two. When the pump's wait fails (the
+// heartbeat's read deadline passed), one writeNext takes that as its
+// read's end (waitErr).
 func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
+	if hb := r.cfg.Heartbeat; hb > 0 {
+		// A deadline already passed (the one a heartbeat answered) would
+		// end the pump before its first read.
+		_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
+	}
 	waitErr := r.pump.pump(func() bool {
 		for {
 			n, e := r.writeNext(w)
@@ -149,6 +155,7 @@ func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 		}
 	})
 	if waitErr != nil {
+		r.waitErr = waitErr
 		n, e := r.writeNext(w)
 		written, err = written+int64(n), e
 	}
@@ -294,10 +301,16 @@ func (r *relay) nextEvent() error {
 			// for undelivered to count.
 			return r.ctl.aborted()
 		}
-		if hb > 0 && !r.ndjson {
-			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
+		var err error
+		if r.waitErr != nil {
+			err, r.waitErr = r.waitErr, nil // the pump's wait ended with it: this read's end
+		} else {
+			if hb > 0 && !r.ndjson {
+				_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
+			}
+			err = r.next()
 		}
-		if err := r.next(); err != nil {
+		if err != nil {
 			if err == errWouldBlock {
 				return err // the pump waits for the upstream
 			}

@@ -363,9 +363,13 @@ func (s *bodySource) releaseHead() {
 }
 
 // Read reads the body into p. It returns io.EOF at the body's clean end,
-// io.ErrUnexpectedEOF when the connection ends before it.
+// io.ErrUnexpectedEOF when the connection ends before it, net.ErrClosed
+// once the request was aborted (its connection cut).
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	for len(p) > 0 {
+		if b.ab.cut.Load() {
+			return 0, net.ErrClosed
+		}
 		if b.err != nil {
 			return 0, b.err
 		}

@@ -187,14 +187,17 @@ func numField(v *jsonValue, key string) (float64, bool) {
 // ~950-byte frame that an open stream's 4 KiB stack cannot hold
 // (ARCHITECTURE.md). What the cut drops is below a float64's precision for
 // any duration of a day or less (maxDur): tenths of a nanosecond or
-// finer. A mantissa whose integer part alone is that long is read whole.
+// finer. A mantissa whose integer part alone is that long is read whole,
+// as is one with an exponent and a leading zero.
 func parseNumber(s string) (float64, error) {
 	mant, exp := s, ""
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		mant, exp = s[:i], s[i+1:]
 	}
 	short := shortMantissa(mant)
-	if len(short) == len(mant) {
+	if len(short) == len(mant) || exp != "" && strings.TrimLeft(mant, "+-")[0] == '0' {
+		// Whole: short, or zeros first, which the cut would keep instead
+		// of the digits that an exponent may raise into a duration.
 		return fastfloat.Parse(s)
 	}
 	f, err := fastfloat.Parse(short)
