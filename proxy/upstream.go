@@ -93,7 +93,7 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *watcher) (*upstream
 				cc := &countingConn{Conn: c, raw: newRawIO(c)}
 				if cc.raw != nil {
 					cc.raw.stampReceives() // without: arrivals are the reads'
-					if w != nil {
+					if w != nil && u.Scheme != "https" { // a TLS body is never pumped
 						cc.watcher, cc.watch = w, w.watch(c, cc.raw.ended)
 					}
 				}
