@@ -36,7 +36,7 @@ type control struct {
 	gen       uint64
 	active    bool
 	clock     func() time.Duration // offset on the request's clock
-	conn      net.Conn             // upstream connection abort closes
+	conn      net.Conn             // upstream connection abort cuts
 	cause     error
 	abortedAt time.Duration // when the abort was requested
 	closedAt  time.Duration // when the upstream connection was cut for it (0: none was open)
@@ -129,7 +129,7 @@ func cut(conn net.Conn) {
 	_ = conn.Close()
 }
 
-// attach makes conn the one abort closes. When the request was aborted
+// attach makes conn the one abort cuts. When the request was aborted
 // already it closes conn and returns false.
 func (c *control) attach(conn net.Conn) bool {
 	c.mu.Lock()

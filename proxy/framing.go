@@ -18,11 +18,12 @@ type framing struct {
 	state chunkState
 	size  int64 // the chunk size being read
 	run   int   // bytes of the current size line (extensions included), or trailer line
-	done  bool  // the body ended
+	done  bool  // the body ended (a close-delimited one: set by its reader at the connection's end)
 	// extra: bytes came after the body's end, which only a broken upstream
 	// sends; the connection is not used again.
 	extra    bool
 	trailers []byte // the trailer section's field lines, each ending in LF, CRs dropped
+	dropping bool   // the trailer line being read is not kept
 }
 
 type framingKind uint8
@@ -206,34 +207,25 @@ func (f *framing) endSizeLine() {
 	f.state = chunkData
 }
 
-// keepTrailer appends a piece of a trailer line, CRs dropped, while the
-// kept fields are within maxTrailerBytes; a line that does not fit whole
-// is dropped whole.
+// keepTrailer appends a piece of a trailer line (its LF, if there, last),
+// CRs dropped. A line that would take the kept fields past
+// maxTrailerBytes is dropped whole.
 func (f *framing) keepTrailer(b []byte) {
-	if f.run < 0 { // this line is being dropped
-		if b[len(b)-1] == '\n' {
-			f.run = 0
-		}
-		return
-	}
-	for _, c := range b {
-		if c == '\r' {
-			continue
-		}
-		if len(f.trailers) >= maxTrailerBytes {
-			// Drop the line's start too: no half field is kept.
+	if !f.dropping {
+		if len(f.trailers)+len(b) > maxTrailerBytes { // CRs counted: a bound, not a measure
 			f.trailers = f.trailers[:len(f.trailers)-f.run]
-			f.run = -1
-			if b[len(b)-1] == '\n' {
-				f.run = 0
+			f.dropping = true
+		} else {
+			for _, c := range b {
+				if c != '\r' {
+					f.trailers = append(f.trailers, c)
+					f.run++
+				}
 			}
-			return
 		}
-		f.trailers = append(f.trailers, c)
-		f.run++
-		if c == '\n' {
-			f.run = 0
-		}
+	}
+	if b[len(b)-1] == '\n' {
+		f.run, f.dropping = 0, false
 	}
 }
 

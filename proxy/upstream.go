@@ -93,7 +93,8 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *watcher) (*upstream
 				cc := &countingConn{Conn: c, raw: newRawIO(c)}
 				if cc.raw != nil {
 					cc.raw.stampReceives() // without: arrivals are the reads'
-					if w != nil && u.Scheme != "https" { // a TLS body is never pumped
+					// A TLS body is never pumped: only plain sockets are watched.
+					if w != nil && u.Scheme != "https" {
 						cc.watcher, cc.watch = w, w.watch(c, cc.raw.ended)
 					}
 				}
@@ -288,8 +289,8 @@ func headersTooLarge(err error) bool {
 }
 
 // upstreamBody is a streamed upstream response body. Read and close run on
-// the request's goroutine only; a concurrent abort closes the connection,
-// which makes a blocked Read return.
+// the request's goroutine only; a concurrent abort cuts the connection
+// (cut), which makes a blocked Read return, and Read reads nothing after.
 type upstreamBody struct {
 	hc      *fasthttp.HostClient
 	release func(reuse bool)
@@ -299,8 +300,7 @@ type upstreamBody struct {
 	resp    *fasthttp.Response
 	ab      *control
 	counted *countingConn // the connection, when it counts arrivals
-	err     error         // the framing error that ended the body
-	eof     bool
+	err     error         // what ended the body before its end: bad framing, the connection's end
 	open    bool
 }
 
@@ -317,7 +317,6 @@ func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn n
 	default: // -2: neither a length nor chunked
 		b.frame.reset(framingClose, 0)
 	}
-	b.eof = b.frame.done
 }
 
 // hasBody reports a status whose response has a body, as fasthttp's own
@@ -373,7 +372,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		if b.err != nil {
 			return 0, b.err
 		}
-		if b.eof {
+		if b.frame.done {
 			return 0, io.EOF
 		}
 		n, err := b.src.Read(p)
@@ -381,10 +380,9 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		switch {
 		case ferr != nil:
 			b.err = ferr
-		case b.frame.done:
-			b.eof = true
+		case b.frame.done: // io.EOF at the next call, after these bytes
 		case err == io.EOF && b.frame.kind == framingClose:
-			b.eof = true
+			b.frame.done = true // the connection's end is this body's
 		case err == io.EOF:
 			b.err = io.ErrUnexpectedEOF
 		case err != nil:
@@ -445,7 +443,7 @@ func (b *upstreamBody) close(discard bool) {
 	if b.counted != nil {
 		b.counted.clock(nil) // the connection may serve another request
 	}
-	reuse := b.eof && !discard && !b.frame.extra && b.frame.kind != framingClose && !b.resp.ConnectionClose()
+	reuse := b.frame.done && !discard && !b.frame.extra && b.frame.kind != framingClose && !b.resp.ConnectionClose()
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
 	}
