@@ -120,10 +120,7 @@ func (c *control) abortLocked(cause error) {
 // connection without a socket of its own is closed.
 func cut(conn net.Conn) {
 	if c := countedConn(conn); c != nil && c.raw != nil {
-		// The end is ours: a pump reads on to it after a short read
-		// without waiting for the watcher's report (rawIO.ended).
-		c.raw.peerEnded.Store(true)
-		c.raw.shutdown() // fails only for a socket no longer connected, whose reads end anyway
+		c.raw.shutdown()
 		return
 	}
 	_ = conn.Close()

@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,14 +39,24 @@ func startGateway(t *testing.T, yaml string, urls map[string]string, mod ...func
 	})
 }
 
-// deadURL is an address nothing listens on.
+// deadURL is an address nothing listens on, for the test's whole run: its
+// port is held by a socket bound to it that does not listen, so a connect
+// is refused. (A port taken and let go at once could be another test's
+// listener by the time the proxy dials it.)
 func deadURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln.Close()
-	return "http://" + ln.Addr().String()
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 const gatewayYAML = `

@@ -158,8 +158,12 @@ func (r *rawIO) ended() {
 	})
 }
 
-// shutdown shuts the socket down both ways (shutdown(2)).
+// shutdown shuts the socket down both ways (shutdown(2)). The end is
+// ours: a pump reads on to it after a short read without waiting for the
+// watcher's report (ended). It fails only for a socket no longer
+// connected, whose reads end anyway.
 func (r *rawIO) shutdown() {
+	r.peerEnded.Store(true)
 	_ = r.rc.Control(func(fd uintptr) {
 		_ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR)
 	})
