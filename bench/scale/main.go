@@ -88,14 +88,15 @@ type workload struct {
 
 // run is one client run and, for a proxy run, what the proxy spent on it.
 type run struct {
-	res      clientResult
-	proxy    bool
-	cpu      time.Duration
-	perf     perfCounts
-	idleKB   int64
-	plateau  int64 // KiB, 0 when not measured
-	peakKB   int64
-	proxyPID int
+	res       clientResult
+	proxy     bool
+	cpu       time.Duration
+	kernelCPU time.Duration // of cpu, in the kernel (stime)
+	perf      perfCounts
+	idleKB    int64
+	plateau   int64 // KiB, 0 when not measured
+	peakKB    int64
+	proxyPID  int
 }
 
 type workloadResult struct {
@@ -309,6 +310,7 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 	}
 	r.peakKB, _ = memKB(pid, "VmHWM")
 	r.cpu = after.cpu - before.cpu
+	r.kernelCPU = after.kernel - before.kernel
 	return r, err
 }
 

@@ -18,7 +18,8 @@ import (
 
 // procUsage is what /proc says about a process at one moment.
 type procUsage struct {
-	cpu time.Duration // utime + stime, every thread, dead ones too
+	cpu    time.Duration // utime + stime, every thread, dead ones too
+	kernel time.Duration // stime alone
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).
@@ -42,6 +43,7 @@ func readUsage(pid int) (procUsage, error) {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	u.cpu = time.Duration(utime+stime) * clockTick
+	u.kernel = time.Duration(stime) * clockTick
 	return u, nil
 }
 

@@ -32,6 +32,9 @@ var figures = []figure{
 	{"proxy CPU per event", func(p, _, _ run, _ workload) (float64, bool) {
 		return p.cpu.Seconds() * 1e6 / eventsOf(p), p.res.Events > 0
 	}, "µs", 1, true},
+	{"proxy CPU per event in the kernel", func(p, _, _ run, _ workload) (float64, bool) {
+		return p.kernelCPU.Seconds() * 1e6 / eventsOf(p), p.res.Events > 0
+	}, "µs", 1, true},
 	{"proxy syscalls per event", func(p, _, _ run, _ workload) (float64, bool) {
 		return float64(p.perf.syscalls) / eventsOf(p), p.res.Events > 0 && p.perf.syscalls >= 0
 	}, "", 2, true},
