@@ -127,7 +127,7 @@ const definitions = `
   medians of the direct runs before and after it.
 - Proxy CPU: the proxy process's utime + stime (/proc/PID/stat, every
   thread) over the measured run, divided by its requests, or by the token
-  events the client received.
+  events the client received; "in the kernel" is the stime part alone.
 - Syscalls and context switches per event: every system call the proxy's
   threads made during the run (perf stat, raw_syscalls:sys_enter), and
   every time one of them was switched out (context-switches), per token
