@@ -45,8 +45,15 @@ type clientResult struct {
 	// The plateau, wall clock (Unix ns): from every stream's first event
 	// to the first stream's end (open streams only).
 	AllOpen, FirstEnd int64
-	Seconds           float64
+	// Token events by arrival (open streams only): Arrivals[i] arrived in
+	// the arrivalBucket starting i buckets after ArrivalBase (Unix ns).
+	ArrivalBase int64
+	Arrivals    []int32
+	Seconds     float64
 }
+
+// arrivalBucket is the resolution of clientResult.Arrivals.
+const arrivalBucket = 10 * time.Millisecond
 
 // timedConn remembers when its last Read returned: the arrival time of
 // everything that read brought.
@@ -83,6 +90,7 @@ type clientRun struct {
 	failed   atomic.Int64
 	allOpen  atomic.Int64
 	firstEnd atomic.Int64
+	arrivals []atomic.Int32 // open streams: token events by arrival, per arrivalBucket since base
 }
 
 func runClient(cfg clientConfig) clientResult {
@@ -91,6 +99,11 @@ func runClient(cfg clientConfig) clientResult {
 	r.head = fmt.Appendf(nil, "POST /v1/chat/completions HTTP/1.1\r\nHost: scale\r\nContent-Type: application/json\r\n%s: %d\r\n%s: %d\r\nContent-Length: %d\r\n\r\n",
 		headerTokens, cfg.Tokens, headerInterval, cfg.Interval.Microseconds(), len(r.body))
 	r.res.Requests = cfg.Requests
+	if cfg.Open {
+		// Twice the run's length, in case the path is slow; later events
+		// count in the last bucket.
+		r.arrivals = make([]atomic.Int32, 2*(cfg.Ramp+time.Duration(cfg.Tokens)*cfg.Interval)/arrivalBucket+100)
+	}
 	stop := make(chan struct{})
 	go r.progress(stop)
 	t0 := time.Now()
@@ -127,6 +140,13 @@ func runClient(cfg clientConfig) clientResult {
 	r.res.TTFTP50 = percentile(r.ttfts, 50)
 	r.res.GapP50, r.res.GapP99, r.res.GapMax = percentile(r.gaps, 50), percentile(r.gaps, 99), percentile(r.gaps, 100)
 	r.res.AllOpen, r.res.FirstEnd = r.allOpen.Load(), r.firstEnd.Load()
+	if cfg.Open {
+		r.res.ArrivalBase = r.base.UnixNano()
+		r.res.Arrivals = make([]int32, len(r.arrivals))
+		for i := range r.arrivals {
+			r.res.Arrivals[i] = r.arrivals[i].Load()
+		}
+	}
 	return r.res
 }
 
@@ -241,6 +261,9 @@ func (r *clientRun) exchange(cp **timedConn) (streamStats, error) {
 				}
 				st.tokens++
 				lastTS, lastAt = ts, at
+				if n := len(r.arrivals); n > 0 {
+					r.arrivals[min(int(at/int64(arrivalBucket)), n-1)].Add(1)
+				}
 			} else if bytes.Contains(ev, []byte("[DONE]")) {
 				done = true
 			}

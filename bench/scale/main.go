@@ -95,6 +95,7 @@ type run struct {
 	perf      perfCounts
 	idleKB    int64
 	plateau   int64 // KiB, 0 when not measured
+	phases    phaseCPU
 	peakKB    int64
 	proxyPID  int
 }
@@ -292,7 +293,7 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 	if err != nil {
 		return r, err
 	}
-	rss := sampleRSS(pid)
+	sampler := sampleProc(pid)
 	count := func() perfCounts { return perfCounts{-1, -1} }
 	if s.countSyscalls {
 		count = countPerf(s.dir, pid)
@@ -303,10 +304,11 @@ func (s *suite) proxied(w workload, name string) (run, error) {
 	if err == nil {
 		err = uerr
 	}
+	samples := sampler.finish()
 	if w.cfg.Open && r.res.AllOpen > 0 && r.res.FirstEnd > r.res.AllOpen {
-		r.plateau, _ = rss.plateau(r.res.AllOpen, r.res.FirstEnd)
-	} else {
-		rss.plateau(0, 0)
+		r.plateau, _ = plateau(samples, r.res.AllOpen, r.res.FirstEnd)
+		r.phases = splitPhases(before, samples, arrivalCounts{r.res.ArrivalBase, r.res.Arrivals},
+			r.res.AllOpen, r.res.FirstEnd, w.cfg.Requests)
 	}
 	r.peakKB, _ = memKB(pid, "VmHWM")
 	r.cpu = after.cpu - before.cpu

@@ -18,6 +18,7 @@ import (
 
 // procUsage is what /proc says about a process at one moment.
 type procUsage struct {
+	at     int64         // when it was read, Unix ns
 	cpu    time.Duration // utime + stime, every thread, dead ones too
 	kernel time.Duration // stime alone
 }
@@ -26,7 +27,7 @@ type procUsage struct {
 const clockTick = 10 * time.Millisecond
 
 func readUsage(pid int) (procUsage, error) {
-	var u procUsage
+	u := procUsage{at: time.Now().UnixNano()}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return u, err
@@ -107,29 +108,33 @@ func memKB(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
-// rssSampler samples a process's VmRSS every 50 ms, with the wall clock.
-type rssSampler struct {
+// procSampler samples a process's VmRSS and CPU time every 50 ms, with
+// the wall clock.
+type procSampler struct {
 	mu      sync.Mutex
-	samples []rssSample
+	samples []procSample
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-type rssSample struct {
-	at int64 // Unix ns
-	kb int64
+type procSample struct {
+	at  int64 // Unix ns
+	kb  int64
+	cpu time.Duration
 }
 
-func sampleRSS(pid int) *rssSampler {
-	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{})}
+func sampleProc(pid int) *procSampler {
+	s := &procSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb, err := memKB(pid, "VmRSS"); err == nil {
+			kb, err1 := memKB(pid, "VmRSS")
+			u, err2 := readUsage(pid)
+			if err1 == nil && err2 == nil {
 				s.mu.Lock()
-				s.samples = append(s.samples, rssSample{time.Now().UnixNano(), kb})
+				s.samples = append(s.samples, procSample{time.Now().UnixNano(), kb, u.cpu})
 				s.mu.Unlock()
 			}
 			select {
@@ -142,13 +147,18 @@ func sampleRSS(pid int) *rssSampler {
 	return s
 }
 
-// plateau stops sampling and returns the median VmRSS sampled between
-// from and to (Unix ns), false when no sample fell in it.
-func (s *rssSampler) plateau(from, to int64) (int64, bool) {
+// finish stops sampling and returns the samples.
+func (s *procSampler) finish() []procSample {
 	close(s.stop)
 	<-s.done
+	return s.samples
+}
+
+// plateau returns the median VmRSS sampled between from and to (Unix ns),
+// false when no sample fell in it.
+func plateau(samples []procSample, from, to int64) (int64, bool) {
 	var in []int64
-	for _, x := range s.samples {
+	for _, x := range samples {
 		if x.at >= from && x.at <= to {
 			in = append(in, x.kb)
 		}

@@ -35,6 +35,12 @@ var figures = []figure{
 	{"proxy CPU per event in the kernel", func(p, _, _ run, _ workload) (float64, bool) {
 		return p.kernelCPU.Seconds() * 1e6 / eventsOf(p), p.res.Events > 0
 	}, "µs", 1, true},
+	{"proxy CPU per event, every stream open", func(p, _, _ run, _ workload) (float64, bool) {
+		return us(int64(p.phases.perEvent)), p.phases.ok
+	}, "µs", 1, true},
+	{"proxy CPU per stream start", func(p, _, _ run, _ workload) (float64, bool) {
+		return us(int64(p.phases.perStart)), p.phases.ok
+	}, "µs", 0, true},
 	{"proxy syscalls per event", func(p, _, _ run, _ workload) (float64, bool) {
 		return float64(p.perf.syscalls) / eventsOf(p), p.res.Events > 0 && p.perf.syscalls >= 0
 	}, "", 2, true},
@@ -128,6 +134,13 @@ const definitions = `
 - Proxy CPU: the proxy process's utime + stime (/proc/PID/stat, every
   thread) over the measured run, divided by its requests, or by the token
   events the client received; "in the kernel" is the stime part alone.
+- Proxy CPU by phase (open streams): CPU is also sampled every 50 ms.
+  "Every stream open" is the CPU between the first and the last sample
+  taken from the last stream's first event to the first stream's end,
+  divided by the token events the client received meanwhile. "Per stream
+  start" is the CPU from the run's start to that first sample, less the
+  events received meanwhile at the open streams' CPU per event, divided by
+  the streams: accepting, dialing, the request, the first event.
 - Syscalls and context switches per event: every system call the proxy's
   threads made during the run (perf stat, raw_syscalls:sys_enter), and
   every time one of them was switched out (context-switches), per token
