@@ -69,6 +69,7 @@ func checkGrafanaDashboard(raw []byte) error {
 	}
 	delete(top, "__requires")
 	model, _ := json.Marshal(top)
+	//lint:ignore SA1019 our dashboards are the classic JSON model, which dashboardv2 does not read
 	var d grafanamodel.Dashboard
 	if err := sdkErr(d.UnmarshalJSONStrict(model)); err != nil {
 		return err
