@@ -48,7 +48,7 @@ type Phase uint8
 
 // The phases. PhaseNone is used for every reason but ClientCancel. Between
 // admission and the first token the engine's own word decides (the
-// reference engine's progress comments, engine/PROTOCOL.md); an engine
+// reference engine's progress comments, refengine/PROTOCOL.md); an engine
 // that says nothing leaves PhaseUpstream.
 const (
 	PhaseNone      Phase = iota

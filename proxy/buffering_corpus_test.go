@@ -22,7 +22,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/bench"
 	"github.com/ttftlens/ttftlens/bench/lab"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
 )
@@ -121,7 +121,7 @@ type corpus struct {
 // refEngine returns the URL of the shared reference engine, faults allowed.
 func (c *corpus) refEngine(t *testing.T) string {
 	if c.ref == "" {
-		srv, err := engine.New(engine.Config{AllowFaults: true})
+		srv, err := refengine.New(refengine.Config{AllowFaults: true})
 		if err != nil {
 			t.Fatal(err)
 		}

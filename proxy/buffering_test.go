@@ -18,7 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -262,7 +262,7 @@ func TestNoFalseBuffering(t *testing.T) {
 // TestEngineBufferedFault checks that the reference engine's buffered fault
 // is flagged and its normal streams are not.
 func TestEngineBufferedFault(t *testing.T) {
-	_, url := startEngine(t, engine.Config{})
+	_, url := startEngine(t, refengine.Config{})
 	addr, sink, _ := startProxy(t, url, func(c *Config) { c.AllowFaults = true })
 	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":24,"ignore_eos":true,"messages":[{"role":"user","content":"hello"}]}`
 	for _, tc := range []struct {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // maxCloseDelay is how soon after the client leaves the upstream must see
@@ -154,7 +154,7 @@ func TestClientCancelKeepAlive(t *testing.T) {
 // the record names the phase the engine was in: preparing (before its
 // headers), queued and prefill (from its progress comments).
 func TestCancelPhaseFromEngine(t *testing.T) {
-	_, url := startEngine(t, engine.Config{})
+	_, url := startEngine(t, refengine.Config{})
 	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine, c.AllowFaults = "reference", true })
 	tests := []struct {
 		fault  string

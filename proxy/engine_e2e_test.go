@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
 // startEngine runs the reference engine on loopback, taking faults from
 // requests: the proxy decides whether they reach it.
-func startEngine(t testing.TB, cfg engine.Config) (*engine.Server, string) {
+func startEngine(t testing.TB, cfg refengine.Config) (*refengine.Server, string) {
 	t.Helper()
 	cfg.AllowFaults = true
-	srv, err := engine.New(cfg)
+	srv, err := refengine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func startEngine(t testing.TB, cfg engine.Config) (*engine.Server, string) {
 // checks the record against the engine's own ground truth: the engine
 // durations the proxy attributes are the ones the engine measured.
 func TestWithReferenceEngine(t *testing.T) {
-	eng, url := startEngine(t, engine.Config{})
+	eng, url := startEngine(t, refengine.Config{})
 	addr, sink, _ := startProxy(t, url, func(c *Config) { c.AllowFaults = true })
 	tests := []struct {
 		name   string
@@ -118,7 +118,7 @@ func TestWithReferenceEngine(t *testing.T) {
 // only when the operator allows faults; otherwise the proxy strips it and
 // the engine serves the request unharmed.
 func TestFaultsOnlyWhenAllowed(t *testing.T) {
-	eng, url := startEngine(t, engine.Config{})
+	eng, url := startEngine(t, refengine.Config{})
 	for _, tc := range []struct {
 		allow      bool
 		wantStatus int

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // TestEngineLoadOnRecords scrapes the reference engine's vLLM-named gauges:
 // a request routed while another one runs on the engine (one running slot)
 // carries the engine's load as last scraped, which shows it busy.
 func TestEngineLoadOnRecords(t *testing.T) {
-	_, url := startEngine(t, engine.Config{MaxRunning: 1})
+	_, url := startEngine(t, refengine.Config{MaxRunning: 1})
 	addr, sink, p := startProxy(t, url, func(c *Config) { c.ScrapeEngineMetrics = 20 * time.Millisecond })
 	short := `{"model":"ttftlens-ref","stream":true,"max_tokens":5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
 	post(t, addr, short) // first use starts the scraper
@@ -77,7 +77,7 @@ func (w *wasteCounts) get(upstream string) ([2]int64, bool) {
 // the engine's /metrics hands on the engine's counts under the upstream's
 // name: those nine tokens, and the request the engine then aborted.
 func TestEngineWasteScraped(t *testing.T) {
-	srv, url := startEngine(t, engine.Config{})
+	srv, url := startEngine(t, refengine.Config{})
 	waste := &wasteCounts{last: map[string][2]int64{}}
 	addr, sink, _ := startProxy(t, url, func(c *Config) {
 		c.UpstreamName, c.AllowFaults = "ref", true

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
 )
 
@@ -54,8 +54,8 @@ func busyEngine(t *testing.T, url string) []net.Conn {
 // ignores the engines' load: of two requests one goes to the busy engine,
 // and its record shows the queue it met.
 func TestLeastLoadAvoidsBusyEngine(t *testing.T) {
-	_, busyURL := startEngine(t, engine.Config{MaxRunning: 1})
-	_, idleURL := startEngine(t, engine.Config{MaxRunning: 1})
+	_, busyURL := startEngine(t, refengine.Config{MaxRunning: 1})
+	_, idleURL := startEngine(t, refengine.Config{MaxRunning: 1})
 	yaml := strings.ReplaceAll(leastLoadYAML, "POLICY", gateway.PolicyLeastLoad)
 	addr, sink, p := startGateway(t, yaml, map[string]string{"UP_A": busyURL, "UP_B": idleURL})
 	pool := p.Gateway().Snapshot().Pools()[0]
@@ -127,8 +127,8 @@ func waitRecord(t *testing.T, sink *captureSink, upstream string) gotRecord {
 // engine until the next scrape, so six requests in flight at once end
 // three on each, where the scrape alone would send all six to A.
 func TestLeastLoadBurstSpreads(t *testing.T) {
-	_, urlA := startEngine(t, engine.Config{})
-	_, urlB := startEngine(t, engine.Config{})
+	_, urlA := startEngine(t, refengine.Config{})
+	_, urlB := startEngine(t, refengine.Config{})
 	_, br := rawClient(t, strings.TrimPrefix(urlB, "http://"), refChat("1900"))
 	readUntil(t, br, `"content"`)
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/record"
 )
@@ -45,8 +45,8 @@ func BenchmarkLeastLoadSkewed(b *testing.B) {
 }
 
 func benchSkewed(b *testing.B, policy string) {
-	_, urlA := startEngine(b, engine.Config{MaxRunning: 2})
-	_, urlB := startEngine(b, engine.Config{MaxRunning: 2})
+	_, urlA := startEngine(b, refengine.Config{MaxRunning: 2})
+	_, urlB := startEngine(b, refengine.Config{MaxRunning: 2})
 	cfg, err := gateway.Parse([]byte(strings.NewReplacer("UP_A", urlA, "UP_B", urlB, "POLICY", policy).Replace(leastLoadYAML)), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)

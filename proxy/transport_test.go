@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // TestSlowClientIsTransport has a client read a fast stream slowly: the
@@ -87,7 +87,7 @@ func TestSlowClientIsTransport(t *testing.T) {
 // proxy closes the connection, and with the keep_decoding fault (an engine
 // that ignores disconnects) the waste shows in the engine's count.
 func TestCancellationCost(t *testing.T) {
-	eng, url := startEngine(t, engine.Config{})
+	eng, url := startEngine(t, refengine.Config{})
 	addr, sink, _ := startProxy(t, url, func(c *Config) { c.Engine, c.AllowFaults = "reference", true })
 	body := `{"model":"ttftlens-ref","stream":true,"max_tokens":400,"ignore_eos":true,"messages":[{"role":"user","content":"go on"}]}`
 	for _, tc := range []struct {
@@ -115,7 +115,7 @@ func TestCancellationCost(t *testing.T) {
 			if r.CancelToClose <= 0 || r.CancelToClose > maxCloseDelay {
 				t.Errorf("cancel_to_close %v", r.CancelToClose)
 			}
-			var truth engine.Truth
+			var truth refengine.Truth
 			deadline := time.Now().Add(10 * time.Second)
 			for { // the engine finishes its account when its handler returns
 				var ok bool

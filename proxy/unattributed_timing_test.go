@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -59,7 +59,7 @@ const unattributedBody = `{"model":"ttftlens-ref","stream":true,"max_tokens":4,"
 func BenchmarkUnattributed(b *testing.B) {
 	for _, conc := range []int{1, 4} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
-			eng, up := startEngine(b, engine.Config{})
+			eng, up := startEngine(b, refengine.Config{})
 			sink := new(shareSink)
 			via, client := benchProxy(b, up, sink, conc)
 			run := func(n int) {

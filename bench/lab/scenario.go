@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/bench"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
@@ -22,8 +22,8 @@ type Scenario struct {
 	Cause string
 	// Engine is the engine of both runs; InjectedEngine, when set,
 	// replaces it for the injected run (a server-side cause).
-	Engine         engine.Config
-	InjectedEngine *engine.Config
+	Engine         refengine.Config
+	InjectedEngine *refengine.Config
 	// Load is the probe's load for both runs (URL and Admin are filled in).
 	Load bench.Config
 	// Fault is sent as X-Ttftlens-Fault on every injected request.
@@ -59,7 +59,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{
 			Name: "queue", Cause: "the engine runs one sequence at a time (--max-running 1) under 4 concurrent clients",
-			InjectedEngine: &engine.Config{MaxRunning: 1},
+			InjectedEngine: &refengine.Config{MaxRunning: 1},
 			Load:           load(4, 12, 12), Expect: bench.Part(stages.Queue),
 		},
 		{
@@ -68,7 +68,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "slow_tokenizer", Cause: "one tokenizer worker, each job 50 ms slower (slow_tokenizer=50ms), 2 concurrent clients",
-			Engine: engine.Config{TokenizerWorkers: 1},
+			Engine: refengine.Config{TokenizerWorkers: 1},
 			Load:   load(2, 8, 8), Fault: "slow_tokenizer=50ms", Expect: bench.Part(stages.Preparation), ExpectEngine: "tokenize",
 		},
 		{
@@ -77,7 +77,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name: "slow_rank", Cause: "two tensor-parallel ranks, rank 1 sleeps 12 ms per layer (straggler=1:12ms)",
-			Engine: engine.Config{Ranks: 2},
+			Engine: refengine.Config{Ranks: 2},
 			Load:   load(1, 5, 8), Fault: "straggler=1:12ms", Expect: bench.Part(stages.Prefill), ExpectEngine: "sync",
 		},
 		{

@@ -18,7 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
@@ -29,7 +29,7 @@ import (
 type StackConfig struct {
 	// Engine is the reference engine's configuration (faults from requests
 	// are always on).
-	Engine engine.Config
+	Engine refengine.Config
 	// Proxy adjusts the proxy's configuration (Upstream is set already, and
 	// AllowFaults).
 	Proxy func(*proxy.Config)
@@ -49,7 +49,7 @@ type StackConfig struct {
 // loopback ports, with the ring of records on an admin listener, wired as
 // "ttftlens serve" wires them.
 type Stack struct {
-	Engine *engine.Server
+	Engine *refengine.Server
 	// EngineURL, URL and Admin are the base URLs of the engine, the proxy
 	// and the proxy's admin listener.
 	EngineURL, URL, Admin string
@@ -69,7 +69,7 @@ func Start(cfg StackConfig) (*Stack, error) {
 	// The lab injects its causes per request: faults on in the engine and
 	// through the proxy.
 	cfg.Engine.AllowFaults = true
-	eng, err := engine.New(cfg.Engine)
+	eng, err := refengine.New(cfg.Engine)
 	if err != nil {
 		return nil, err
 	}

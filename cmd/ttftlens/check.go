@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
 
-	"github.com/ttftlens/ttftlens/engine"
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine"
+	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
@@ -242,11 +242,11 @@ func engineVars(env []string) []string {
 	return out
 }
 
-// checkEngine checks the embedded engine's flags as engine.New would,
+// checkEngine checks the embedded engine's flags as refengine.New would,
 // without building the model: its own validation (faults, a tokenizer
 // without a model), the checkpoint's header and size, the ranks against
 // the model's heads, and that the tokenizer file opens.
-func checkEngine(cfg engine.Config) error {
+func checkEngine(cfg refengine.Config) error {
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("embedded engine: %w", err)

@@ -9,13 +9,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 const engineHelp = `usage: ttftlens engine [flags]
 
 Runs the reference CPU engine alone: an OpenAI-compatible server with vLLM's
-metric names and fault injection (engine/FAULTS.md; per request only with
+metric names and fault injection (refengine/FAULTS.md; per request only with
 --allow-faults). Every flag is also an environment variable: TTFTLENS_ENGINE_
 and the name in upper case with - as _.
 
@@ -24,10 +24,10 @@ flags:
 
 // runEngine runs the reference engine alone: "ttftlens engine".
 func runEngine(args []string, std stdio) error {
-	var cfg engine.Config
+	var cfg refengine.Config
 	fs := newFlagSet("engine", engineHelp, "TTFTLENS_ENGINE_")
 	listen := fs.String("listen", ":8000", "address for clients")
-	fs.BoolVar(&cfg.AllowFaults, "allow-faults", false, "let requests inject faults with the X-Ttftlens-Fault header (engine/FAULTS.md); off: the header is ignored")
+	fs.BoolVar(&cfg.AllowFaults, "allow-faults", false, "let requests inject faults with the X-Ttftlens-Fault header (refengine/FAULTS.md); off: the header is ignored")
 	cfg.RegisterFlags(fs.FlagSet)
 	if err := fs.parse(args, std); err != nil {
 		return err
@@ -36,7 +36,7 @@ func runEngine(args []string, std stdio) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(std.err, &slog.HandlerOptions{ReplaceAttr: lowerLevel}))
-	srv, err := engine.New(cfg)
+	srv, err := refengine.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -69,8 +69,8 @@ func prefixedFlags(fs *flag.FlagSet, prefix string, fn func(*flag.FlagSet)) {
 
 // startEmbeddedEngine runs the reference engine in this process on a
 // loopback port and returns it and its base URL. Close stops it.
-func startEmbeddedEngine(cfg engine.Config) (*engine.Server, string, error) {
-	srv, err := engine.New(cfg)
+func startEmbeddedEngine(cfg refengine.Config) (*refengine.Server, string, error) {
+	srv, err := refengine.New(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded engine: %w", err)
 	}

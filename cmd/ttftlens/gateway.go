@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 )
@@ -119,6 +119,6 @@ func listen(addr string, cert *tls.Certificate) (net.Listener, error) {
 
 // engineMetrics serves the embedded engine's /metrics (vLLM's names) on the
 // admin listener, since the engine itself listens on a private port.
-func engineMetrics(srv *engine.Server) fasthttp.RequestHandler {
+func engineMetrics(srv *refengine.Server) fasthttp.RequestHandler {
 	return fasthttpadaptor.NewFastHTTPHandler(http.StripPrefix("/engine", srv.Handler()))
 }

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/gateway"
@@ -31,7 +31,7 @@ type serveFlags struct {
 	logLevel            string
 	grace               time.Duration
 	cfg                 proxy.Config
-	engine              engine.Config
+	engine              refengine.Config
 	// engineFlags are the --engine-* flags given on the command line
 	// (not from the environment).
 	engineFlags []string
@@ -61,7 +61,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxConnsPerClient, "max-conns-per-client", proxy.DefaultMaxConnsPerClient, "client connections open at once from one IP address (429 over it; negative: no cap; raise it behind a load balancer that connects from one address)")
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request holds a read buffer of this size while it reads them")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
-	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (engine/FAULTS.md); off: stripped")
+	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (refengine/FAULTS.md); off: stripped")
 	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval: the engine's waiting and running counts on every request, and its own counts of tokens generated and requests aborted for clients that left (ttftlens_upstream_tokens_after_cancel_total, ttftlens_upstream_aborted_requests_total) (0: off)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")

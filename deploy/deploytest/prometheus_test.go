@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/bench/lab"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
 )
@@ -148,7 +148,7 @@ func startReplicas(t *testing.T) (engineAddr string, proxyAddrs, adminAddrs []st
 		sinks := exporters.NewFanout(exporters.Named{Name: "metrics", Sink: metrics})
 		sinks.Track(metrics)
 		s, err := lab.Start(lab.StackConfig{
-			Engine: engine.Config{ModelName: modelName},
+			Engine: refengine.Config{ModelName: modelName},
 			Proxy: func(c *proxy.Config) {
 				if engineURL != "" {
 					c.Upstream = engineURL

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
@@ -82,7 +82,7 @@ func TestTokensAfterCancelAlert(t *testing.T) {
 	// The engine generated afterLeaving tokens for each after the proxy
 	// closed the connection, then aborted it.
 	for _, id := range []string{"leaves", "stops-reading"} {
-		var tr engine.Truth
+		var tr refengine.Truth
 		eventually(t, "the engine's truth of "+id, func() bool { var ok bool; tr, ok = st.engine.Truth(id); return ok })
 		if tr.FinishReason != "abort" || !tr.ClientGone || tr.TokensAfterClientLeft != afterLeaving {
 			t.Errorf("engine truth of %s: finish %q, client gone %v, %d tokens after it left; want abort, true, %d",
@@ -139,14 +139,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // small socket send buffers towards the clients, so a client that stops
 // reading blocks the proxy within a few events.
 type wasteStack struct {
-	engine                 *engine.Server
+	engine                 *refengine.Server
 	engineAddr, url, admin string // host:port
 	records                *recordQueue
 }
 
 func startWasteStack(t *testing.T) *wasteStack {
 	t.Helper()
-	eng, err := engine.New(engine.Config{ModelName: modelName, AllowFaults: true})
+	eng, err := refengine.New(refengine.Config{ModelName: modelName, AllowFaults: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,12 @@ import (
 // documentation, as cited in testdata/README.md):
 //
 //  1. A Server-Timing header with a metric of the reference protocol
-//     (queue, prefill, …; engine/PROTOCOL.md) → reference.
+//     (queue, prefill, …; refengine/PROTOCOL.md) → reference.
 //  2. An X-Compute-Type header → tgi (TGI sends it on every generate
 //     response, streamed or not: router/src/server.rs).
 //  3. Server: llama.cpp → llamacpp (llama-server's default header,
 //     tools/server/server.cpp set_default_headers).
-//  4. /v1/models data[0].owned_by: "ttftlens" → reference (engine/server.go),
+//  4. /v1/models data[0].owned_by: "ttftlens" → reference (refengine/server.go),
 //     "vllm" → vllm, "llamacpp" → llamacpp, "sglang" → sglang, "library" →
 //     ollama (Ollama sets the model name's namespace, "library" for the
 //     official models: openai/openai.go ToListCompletion). A data[0] with

@@ -8,11 +8,11 @@ import (
 )
 
 // PhasePrefix starts the reference engine's progress comment
-// (engine/PROTOCOL.md, "Progress"): ": ttftlens-phase queued|prefill".
+// (refengine/PROTOCOL.md, "Progress"): ": ttftlens-phase queued|prefill".
 var PhasePrefix = []byte("ttftlens-phase ")
 
 // FaultHeader is the reference engine's per-request fault list
-// (engine.FaultHeader; engine/FAULTS.md).
+// (engine.FaultHeader; refengine/FAULTS.md).
 const FaultHeader = "X-Ttftlens-Fault"
 
 // operatorHeaders: see OperatorHeaders.
@@ -54,7 +54,7 @@ func ParsePhase(v []byte) endreason.Phase {
 	return endreason.PhaseNone
 }
 
-// ReferenceReader reads the ttftlens reference engine (engine/PROTOCOL.md):
+// ReferenceReader reads the ttftlens reference engine (refengine/PROTOCOL.md):
 // OpenAI-compatible events, and its durations in a W3C Server-Timing
 // response header or HTTP trailer (queue, tokenize, media, prefill, sync,
 // decode1, recv, emit; milliseconds). The in-band SSE comment ": server-timing …" is

@@ -5,13 +5,13 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/engine"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
 func TestFaultHeaderIsTheEngines(t *testing.T) {
-	if FaultHeader != engine.FaultHeader {
-		t.Fatalf("FaultHeader %q, the engine reads %q", FaultHeader, engine.FaultHeader)
+	if FaultHeader != refengine.FaultHeader {
+		t.Fatalf("FaultHeader %q, the engine reads %q", FaultHeader, refengine.FaultHeader)
 	}
 }
 

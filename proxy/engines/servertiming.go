@@ -10,7 +10,7 @@ import (
 )
 
 // ServerTimingPrefix starts the in-band SSE comment of the reference
-// engine's protocol (engine/PROTOCOL.md): ": server-timing <header value>".
+// engine's protocol (refengine/PROTOCOL.md): ": server-timing <header value>".
 var ServerTimingPrefix = []byte("server-timing ")
 
 // serverTimingNames maps the protocol's metric names to engine durations.

@@ -89,7 +89,7 @@ func TestParseServerTiming(t *testing.T) {
 }
 
 // TestServerTimingMicrosecondRoundTrip: the reference engine writes whole
-// microseconds as milliseconds with up to three decimals (engine/generate.go,
+// microseconds as milliseconds with up to three decimals (refengine/generate.go,
 // strconv.AppendFloat(us/1000, 'f', -1)). Reading them back must give the
 // same duration, not one nanosecond less from truncating 1.005*1e6 =
 // 1004999.9999999999.

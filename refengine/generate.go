@@ -1,4 +1,4 @@
-package engine
+package refengine
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/sse"
 )
 

@@ -1,12 +1,12 @@
 // Package engine is ttftlens' reference CPU engine server: an
 // OpenAI-compatible model server over net/http in front of the pure-Go
-// transformer of package engine/model, with a continuous-batching scheduler,
+// transformer of package refengine/model, with a continuous-batching scheduler,
 // a tokenizer worker pool, media fetch, vLLM-named Prometheus metrics, the
 // Server-Timing protocol of PROTOCOL.md, and fault injection (FAULTS.md).
 //
 // It knows the ground truth of every request (Truth), which makes it the
 // judge of whether a proxy attributes time to first token correctly.
-package engine
+package refengine
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // Server is a running reference engine. Create it with New, serve its

@@ -1,4 +1,4 @@
-package engine
+package refengine
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // Config configures a reference engine Server. The zero value works: every
@@ -87,7 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ImageTokens, "image-tokens", c.ImageTokens, "placeholder prompt tokens per image (0: 64)")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "max_tokens when a request has none (0: 256)")
 	fs.StringVar(&c.ModelName, "served-model-name", c.ModelName, "model id served (empty: ttftlens-ref)")
-	fs.StringVar(&c.Faults, "fault", c.Faults, "server-wide faults, e.g. queue_delay=200ms,slow_tokenizer=50ms (see engine/FAULTS.md)")
+	fs.StringVar(&c.Faults, "fault", c.Faults, "server-wide faults, e.g. queue_delay=200ms,slow_tokenizer=50ms (see refengine/FAULTS.md)")
 	fs.IntVar(&c.TruthCapacity, "truth-capacity", c.TruthCapacity, "recent requests kept for ground truth (0: 4096)")
 }
 

@@ -1,4 +1,4 @@
-package engine
+package refengine
 
 import (
 	"math/rand/v2"
@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // Control values a handler sets on a request to make the scheduler drop it.

@@ -1,4 +1,4 @@
-package engine
+package refengine
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ttftlens/ttftlens/engine/model"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // errClosed is returned by stages when the server is shutting down.
