@@ -22,9 +22,9 @@ import (
 
 	"github.com/ttftlens/ttftlens/bench"
 	"github.com/ttftlens/ttftlens/bench/lab"
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 var corpusRuns = flag.Int("buffering.runs", 10, "runs of each case of TestBufferingCorpus")

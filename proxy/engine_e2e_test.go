@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/stages"
 )
 

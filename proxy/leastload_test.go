@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 const leastLoadYAML = `

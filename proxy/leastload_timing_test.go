@@ -12,9 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // ttftSink keeps each record's TTFT, as the proxy measured it.

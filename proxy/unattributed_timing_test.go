@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/stages"
 )
 

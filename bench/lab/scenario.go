@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/bench"
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/stages"
 )
 

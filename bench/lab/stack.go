@@ -18,11 +18,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // StackConfig shapes a Stack.

@@ -16,12 +16,12 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
 
-	"github.com/ttftlens/ttftlens/refengine"
-	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/refengine"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // servePlan is what serve runs, checked and prepared from the flags before

@@ -13,9 +13,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 const hashKeyHelp = `usage: ttftlens hash-key [KEY]

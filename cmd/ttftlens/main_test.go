@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // TestMain clears the variables that would change what the commands read,

@@ -12,12 +12,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/exporters/web"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // serveFlags are the flags of "ttftlens serve".

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/bench/lab"
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 const (

@@ -16,10 +16,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
-	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/refengine"
 )
 
 // afterLeaving is how many tokens the engine generates after its client
