@@ -72,7 +72,7 @@ func (p Phase) String() string {
 // Detail is a short machine-readable refinement of a Reason.
 type Detail string
 
-// The details. Each belongs to one reason; the README's table lists them.
+// The details. Each belongs to one reason; docs/record.md's table lists them.
 const (
 	DetailStop                 Detail = "finish_stop"
 	DetailToolCalls            Detail = "finish_tool_calls"

@@ -54,8 +54,8 @@ type OTLPOptions struct {
 
 // OTLPSink turns every record into a trace: one SERVER span
 // for the request, continuing the caller's trace, with a child span per
-// TTFT stage and one for decoding, all on the request's own clock. See the
-// README's "Traces" section for the layout and the attributes.
+// TTFT stage and one for decoding, all on the request's own clock. See
+// docs/traces.md for the layout and the attributes.
 //
 // Emit copies the record (Summary.Fill) and hands the copy to a bounded
 // queue without blocking; one goroutine turns queued records into spans

@@ -6,7 +6,7 @@ import "fmt"
 // constants' order: the log line writes them from Field(0) to NumFields-1,
 // leaving out those that do not apply to the request; GET
 // /debug/requests/{id} serves the same fields but the log's framing
-// (level, msg); the README's record table lists them in this order.
+// (level, msg); docs/record.md's record table lists them in this order.
 type Field uint8
 
 // The fields, in order.

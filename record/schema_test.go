@@ -9,24 +9,19 @@ import (
 	"testing"
 )
 
-// readmeRecordFields returns the field names the README's record table
-// lists, in order: the backquoted names in the first column of the table
-// under "## The record".
-func readmeRecordFields(t *testing.T) []string {
+// docRecordFields returns the field names the record table of
+// docs/record.md lists, in order: the backquoted names in the first column
+// of the page's first table.
+func docRecordFields(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/record.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## The record\n")
-	if !ok {
-		t.Fatal(`README: no "## The record" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
 	name := regexp.MustCompile("`([^`]+)`")
 	var fields []string
 	inTable := false
-	sc := bufio.NewScanner(strings.NewReader(section))
+	sc := bufio.NewScanner(strings.NewReader(string(page)))
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, "|") {
@@ -47,12 +42,12 @@ func readmeRecordFields(t *testing.T) []string {
 	return fields
 }
 
-// TestReadmeListsTheFields checks that the README's record table lists
+// TestDocListsTheFields checks that docs/record.md's record table lists
 // exactly the fields of the JSON form, in their order.
-func TestReadmeListsTheFields(t *testing.T) {
-	got := readmeRecordFields(t)
+func TestDocListsTheFields(t *testing.T) {
+	got := docRecordFields(t)
 	if !slices.Equal(got, fieldNames[:]) {
-		t.Errorf("the README's record table lists\n%v\nthe record's fields are\n%v", got, fieldNames)
+		t.Errorf("docs/record.md's record table lists\n%v\nthe record's fields are\n%v", got, fieldNames)
 	}
 }
 
