@@ -36,12 +36,12 @@ func (s *Snapshot) Admit(k *Key, est int) (Reservation, *Rejection) {
 	}
 	res, ref := k.quota.Admit(est)
 	switch {
+	case !ref.Refused():
+		return res, nil
 	case ref.Unavailable:
 		return res, rejQuotaUnavailable
-	case ref.Over != "":
-		return res, quotaRejection(ref.Over, ref.Wait)
 	}
-	return res, nil
+	return res, quotaRejection(ref.Over, ref.Wait)
 }
 
 func quotaRejection(which string, wait time.Duration) *Rejection {

@@ -38,7 +38,7 @@ import (
 // when Redis cannot answer in time and on_failure is open, this replica's
 // buckets decide as if the backend were local, counting what this replica
 // already admitted. After a failure, admissions skip Redis for
-// RetryAfter and then try it again: a Redis that came back is used
+// retryAfter and then try it again: a Redis that came back is used
 // from the next admission on, with no restart.
 
 // quotaScript adjusts one key's buckets.
@@ -87,9 +87,9 @@ return {1}
 `)
 
 const (
-	// RetryAfter is how long admissions skip Redis after it failed (fail
+	// retryAfter is how long admissions skip Redis after it failed (fail
 	// open or closed at once instead of waiting for the timeout).
-	RetryAfter = time.Second
+	retryAfter = time.Second
 	// settleQueue bounds the settlements waiting for the settler, and
 	// settleBatch the settlements one pipeline sends.
 	settleQueue = 4096
@@ -202,7 +202,7 @@ func NewRedis(c Conn, now func() int64, log zerolog.Logger) *Redis {
 		ContextTimeoutEnabled: true,
 		MaxRetries:            1,
 		// One dial per attempt, given up within seconds: the breaker
-		// (RetryAfter) is what retries a Redis that is down.
+		// (retryAfter) is what retries a Redis that is down.
 		DialTimeout:     2 * time.Second,
 		DialerRetries:   1,
 		DisableIdentity: true, // no CLIENT SETINFO round trip per connection
@@ -320,20 +320,20 @@ func isReply(err error) bool {
 
 var errUnexpectedReply = errors.New("quota script: unexpected reply")
 
-// failed skips Redis for RetryAfter and logs the first failure of a
+// failed skips Redis for retryAfter and logs the first failure of a
 // run of them.
 func (st *Redis) failed(err error) {
-	st.downUntil.Store(st.now() + int64(RetryAfter))
+	st.downUntil.Store(st.now() + int64(retryAfter))
 	if !st.down.Swap(true) {
 		st.log.Warn().Err(err).Str("address", st.opts.Addr).Msg("quota backend unavailable")
 	}
 }
 
 // replyError logs an error reply for one key, at most once per
-// RetryAfter (a key broken on the server fails every admission).
+// retryAfter (a key broken on the server fails every admission).
 func (st *Redis) replyError(sk *Shared, err error) {
 	now := st.now()
-	if last := st.replyLogged.Load(); (last == 0 || now-last >= int64(RetryAfter)) && st.replyLogged.CompareAndSwap(last, now) {
+	if last := st.replyLogged.Load(); (last == 0 || now-last >= int64(retryAfter)) && st.replyLogged.CompareAndSwap(last, now) {
 		st.log.Warn().Err(err).Str("redis_key", sk.redisKey).Msg("quota backend refused a key's admission")
 	}
 }

@@ -102,7 +102,7 @@ func TestRedisShared(t *testing.T) {
 // TestRedisFailure: with Redis stopped, the policy decides (fail open:
 // this replica's buckets, which counted what it admitted through Redis,
 // flagged and counted; fail closed: Unavailable), admissions skip Redis for
-// RetryAfter after a failure, and a Redis that is back is used again
+// retryAfter after a failure, and a Redis that is back is used again
 // without a restart.
 func TestRedisFailure(t *testing.T) {
 	type want struct {
@@ -138,9 +138,9 @@ func TestRedisFailure(t *testing.T) {
 			}
 			r.Start() // empty: a restarted Redis without persistence has full buckets
 			if res, _ := k.Admit(0); !tc.failClosed && !res.Fallback() {
-				t.Fatal("Redis tried again before RetryAfter")
+				t.Fatal("Redis tried again before retryAfter")
 			}
-			rp.clk.advance(RetryAfter)
+			rp.clk.advance(retryAfter)
 			for i := range 3 {
 				if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
 					t.Fatalf("Redis back, admission %d: %+v (fallback %v)", i, ref, res.Fallback())
