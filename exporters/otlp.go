@@ -57,7 +57,7 @@ type OTLPOptions struct {
 // TTFT stage and one for decoding, all on the request's own clock. See
 // docs/traces.md for the layout and the attributes.
 //
-// Emit copies the record (Summary.Fill) and hands the copy to a bounded
+// Emit copies the record (record.Record.CopyTo) and hands the copy to a bounded
 // queue without blocking; one goroutine turns queued records into spans
 // through the OpenTelemetry SDK, whose batch span processor sends them
 // with the OTLP/HTTP exporter. A record the queue cannot take is dropped
@@ -73,7 +73,7 @@ type OTLPOptions struct {
 type OTLPSink struct {
 	mu     sync.RWMutex // Emit holds it shared; Close exclusively to close queue
 	closed bool
-	queue  chan Summary
+	queue  chan kept
 	done   chan struct{}
 
 	stopping atomic.Bool // Close gave up waiting: remaining records are dropped
@@ -131,7 +131,7 @@ func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
 		sdktrace.WithSpanProcessor(bsp),
 	)
 	s := &OTLPSink{
-		queue:  make(chan Summary, opts.QueueSize),
+		queue:  make(chan kept, opts.QueueSize),
 		done:   make(chan struct{}),
 		tp:     tp,
 		tracer: tp.Tracer("github.com/ttftlens/ttftlens/exporters"),
@@ -145,8 +145,7 @@ func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
 // queue is full or the sink closed. It never blocks and does not keep r;
 // it sorts r's inter-token gaps in place (stages.Stream.Gaps).
 func (s *OTLPSink) Emit(r *record.Record) {
-	var sum Summary
-	sum.Fill(r)
+	k := keep(r)
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -154,7 +153,7 @@ func (s *OTLPSink) Emit(r *record.Record) {
 		return
 	}
 	select {
-	case s.queue <- sum:
+	case s.queue <- k:
 	default:
 		s.dropped.Add(1)
 	}
@@ -202,12 +201,12 @@ func (s *OTLPSink) run() {
 	defer close(s.done)
 	var segs []Segment
 	var attrs []attribute.KeyValue
-	for sum := range s.queue {
+	for k := range s.queue {
 		if s.stopping.Load() {
 			s.dropped.Add(1)
 			continue
 		}
-		segs, attrs = s.export(&sum, segs[:0], attrs[:0])
+		segs, attrs = s.export(&k, segs[:0], attrs[:0])
 	}
 }
 
@@ -294,18 +293,18 @@ func Operation(path string) string {
 // SpanName is the request span's name: "{operation} {model}" per the
 // GenAI conventions ("chat llama-3-8b"), the operation alone without a
 // model, and the HTTP method for other paths (paths are not bounded).
-func SpanName(s *Summary) string {
-	op := Operation(s.Path)
+func SpanName(r *record.Record) string {
+	op := Operation(r.Path)
 	switch {
 	case op == "":
-		if s.Method == "" {
+		if r.Method == "" {
 			return "HTTP"
 		}
-		return s.Method
-	case s.Model == "":
+		return r.Method
+	case r.Model == "":
 		return op
 	}
-	return op + " " + s.Model
+	return op + " " + r.Model
 }
 
 // finishReason maps an end detail to the model's finish reason
@@ -335,144 +334,146 @@ func serverFault(r endreason.Reason) bool {
 }
 
 // requestAttrs appends the request span's attributes.
-func requestAttrs(a []attribute.KeyValue, s *Summary) []attribute.KeyValue {
-	if op := Operation(s.Path); op != "" {
+func requestAttrs(a []attribute.KeyValue, k *kept) []attribute.KeyValue {
+	r, bd := &k.r, &k.bd
+	if op := Operation(r.Path); op != "" {
 		a = append(a, attribute.String("gen_ai.operation.name", op))
 	}
-	if s.Model != "" {
-		a = append(a, attribute.String("gen_ai.request.model", s.Model))
+	if r.Model != "" {
+		a = append(a, attribute.String("gen_ai.request.model", r.Model))
 	}
-	if f := finishReason(s.Detail); f != "" {
+	if f := finishReason(r.Detail); f != "" {
 		a = append(a, attribute.StringSlice("gen_ai.response.finish_reasons", []string{f}))
 	}
-	if s.TokensIn > 0 {
-		a = append(a, attribute.Int("gen_ai.usage.input_tokens", s.TokensIn))
+	if r.TokensIn > 0 {
+		a = append(a, attribute.Int("gen_ai.usage.input_tokens", r.TokensIn))
 	}
-	if s.TokensOut > 0 {
-		a = append(a, attribute.Int("gen_ai.usage.output_tokens", s.TokensOut))
+	if r.TokensOut > 0 {
+		a = append(a, attribute.Int("gen_ai.usage.output_tokens", r.TokensOut))
 	}
-	if s.ReasoningTokens > 0 {
-		a = append(a, attribute.Int("gen_ai.usage.reasoning.output_tokens", s.ReasoningTokens))
+	if r.ReasoningTokens > 0 {
+		a = append(a, attribute.Int("gen_ai.usage.reasoning.output_tokens", r.ReasoningTokens))
 	}
-	if s.Breakdown.OK {
-		a = append(a, attribute.Float64("gen_ai.response.time_to_first_chunk", s.Breakdown.TTFT.Seconds()))
+	if bd.OK {
+		a = append(a, attribute.Float64("gen_ai.response.time_to_first_chunk", bd.TTFT.Seconds()))
 	}
-	if s.Upstream != "" {
-		a = append(a, attribute.String("server.address", s.Upstream))
+	if r.Upstream != "" {
+		a = append(a, attribute.String("server.address", r.Upstream))
 	}
-	if s.UpstreamConn != record.ConnNone {
-		a = append(a, attribute.String(attrPrefix+"upstream_conn", s.UpstreamConn.String()))
+	if r.UpstreamConn != record.ConnNone {
+		a = append(a, attribute.String(attrPrefix+"upstream_conn", r.UpstreamConn.String()))
 	}
 	a = append(a,
-		attribute.String("http.request.method", s.Method),
-		attribute.String("url.path", s.Path),
+		attribute.String("http.request.method", r.Method),
+		attribute.String("url.path", r.Path),
 	)
-	if s.Status != 0 {
-		a = append(a, attribute.Int("http.response.status_code", s.Status))
+	if r.Status != 0 {
+		a = append(a, attribute.Int("http.response.status_code", r.Status))
 	}
-	if s.Reason != endreason.Stop && s.Reason != endreason.Length {
-		a = append(a, attribute.String("error.type", errorType(s)))
+	if r.Reason != endreason.Stop && r.Reason != endreason.Length {
+		a = append(a, attribute.String("error.type", errorType(r)))
 	}
 
 	a = append(a,
-		attribute.String(attrPrefix+"request_id", s.RequestID),
-		attribute.String(attrPrefix+"end_reason", s.Reason.String()),
-		attribute.String(attrPrefix+"end_detail", string(s.Detail)),
-		attribute.Bool(attrPrefix+"stream", s.Streaming),
-		attribute.Float64(attrPrefix+"e2e_ms", millis(s.E2E)),
-		attribute.Int(attrPrefix+"events", s.Events),
-		attribute.Int64(attrPrefix+"bytes_in", s.BytesIn),
-		attribute.Int64(attrPrefix+"bytes_out", s.BytesOut),
+		attribute.String(attrPrefix+"request_id", r.RequestID),
+		attribute.String(attrPrefix+"end_reason", r.Reason.String()),
+		attribute.String(attrPrefix+"end_detail", string(r.Detail)),
+		attribute.Bool(attrPrefix+"stream", r.Streaming),
+		attribute.Float64(attrPrefix+"e2e_ms", millis(r.E2E())),
+		attribute.Int(attrPrefix+"events", r.Stream.Events),
+		attribute.Int64(attrPrefix+"bytes_in", r.BytesIn),
+		attribute.Int64(attrPrefix+"bytes_out", r.BytesOut),
 	)
-	if s.Key != "" {
-		a = append(a, attribute.String(attrPrefix+"key", s.Key))
+	if r.Key != "" {
+		a = append(a, attribute.String(attrPrefix+"key", r.Key))
 	}
-	if s.Reason == endreason.ClientCancel {
+	if r.Reason == endreason.ClientCancel {
 		a = append(a,
-			attribute.String(attrPrefix+"phase", s.Phase.String()),
-			attribute.Float64(attrPrefix+"cancel_to_close_ms", millis(s.CancelToClose)),
-			attribute.Int(attrPrefix+"tokens_after_cancel", s.TokensAfterCancel),
+			attribute.String(attrPrefix+"phase", r.Phase.String()),
+			attribute.Float64(attrPrefix+"cancel_to_close_ms", millis(r.CancelToClose)),
+			attribute.Int(attrPrefix+"tokens_after_cancel", r.TokensAfterCancel),
 		)
 	}
-	if s.TokensOut > 0 {
-		a = append(a, attribute.Bool(attrPrefix+"usage_reported", s.UsageReported))
+	if r.TokensOut > 0 {
+		a = append(a, attribute.Bool(attrPrefix+"usage_reported", r.UsageReported))
 	}
-	if d, ok := record.FirstAnswer(&s.Timeline); ok {
+	if d, ok := record.FirstAnswer(&r.Timeline); ok {
 		a = append(a, attribute.Float64(attrPrefix+"first_answer_ms", millis(d)))
 	}
-	if s.Breakdown.OK {
-		a = append(a, attribute.Float64(attrPrefix+"ttft_ms", millis(s.Breakdown.TTFT)))
-		for i, d := range s.Breakdown.Stages {
+	if bd.OK {
+		a = append(a, attribute.Float64(attrPrefix+"ttft_ms", millis(bd.TTFT)))
+		for i, d := range bd.Stages {
 			a = append(a, attribute.Float64(string(stageAttrKeys[i]), millis(d)))
 		}
-		if s.Breakdown.Unsplit {
+		if bd.Unsplit {
 			a = append(a, attribute.Bool(attrPrefix+"upstream_unsplit", true))
 		}
-		if s.Breakdown.Inconsistent {
+		if bd.Inconsistent {
 			a = append(a, attribute.Bool(attrPrefix+"engine_report_inconsistent", true))
 		}
 	}
 	for d := range stages.NumEngineDurs {
-		if v, ok := s.Timeline.Engine(d); ok {
+		if v, ok := r.Timeline.Engine(d); ok {
 			a = append(a, attribute.Float64(string(engineAttrKeys[d]), millis(v)))
 		}
 	}
-	if s.EngineSource != "" {
-		a = append(a, attribute.String(attrPrefix+"engine_report", s.EngineSource))
+	if r.EngineSource != "" {
+		a = append(a, attribute.String(attrPrefix+"engine_report", r.EngineSource))
 	}
-	if s.Gaps.N > 0 {
+	if gaps := r.Stream.Gaps(); gaps.N > 0 {
 		a = append(a,
-			attribute.Float64(attrPrefix+"itl.p50_ms", millis(s.Gaps.P50)),
-			attribute.Float64(attrPrefix+"itl.p99_ms", millis(s.Gaps.P99)),
-			attribute.Float64(attrPrefix+"itl.max_ms", millis(s.Gaps.Max)),
+			attribute.Float64(attrPrefix+"itl.p50_ms", millis(gaps.P50)),
+			attribute.Float64(attrPrefix+"itl.p99_ms", millis(gaps.P99)),
+			attribute.Float64(attrPrefix+"itl.max_ms", millis(gaps.Max)),
 		)
 	}
-	if s.Stalls > 0 {
-		a = append(a, attribute.Int(attrPrefix+"stalls", s.Stalls))
+	if r.Stream.Stalls > 0 {
+		a = append(a, attribute.Int(attrPrefix+"stalls", r.Stream.Stalls))
 	}
 	return a
 }
 
 // errorType is error.type: the end detail, or the reason when the detail
 // is empty.
-func errorType(s *Summary) string {
-	if s.Detail != "" {
-		return string(s.Detail)
+func errorType(r *record.Record) string {
+	if r.Detail != "" {
+		return string(r.Detail)
 	}
-	return s.Reason.String()
+	return r.Reason.String()
 }
 
 // maxStatusDescription bounds the error text put on a span's status.
 const maxStatusDescription = 512
 
 // export turns one record into its spans. segs and attrs are scratch.
-func (s *OTLPSink) export(sum *Summary, segs []Segment, attrs []attribute.KeyValue) ([]Segment, []attribute.KeyValue) {
-	ids := spanIDs{trace: trace.TraceID(sum.TraceID), span: trace.SpanID(sum.SpanID)}
+func (s *OTLPSink) export(k *kept, segs []Segment, attrs []attribute.KeyValue) ([]Segment, []attribute.KeyValue) {
+	r := &k.r
+	ids := spanIDs{trace: trace.TraceID(r.TraceID), span: trace.SpanID(r.SpanID)}
 	ctx := context.WithValue(context.Background(), spanIDsKey{}, ids)
-	if !sum.ParentID.IsZero() {
+	if !r.ParentID.IsZero() {
 		// The caller's sampled flag reaches the sampler (by default
 		// parentbased_always_on: a caller that did not sample gets no
 		// spans from us either; OTEL_TRACES_SAMPLER may say otherwise).
 		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: ids.trace, SpanID: trace.SpanID(sum.ParentID), TraceFlags: trace.TraceFlags(sum.TraceFlags), Remote: true,
+			TraceID: ids.trace, SpanID: trace.SpanID(r.ParentID), TraceFlags: trace.TraceFlags(r.TraceFlags), Remote: true,
 		}))
 	}
-	segs = sum.Segments(segs)
-	wall := sum.Timeline.Wall()
-	end := sum.E2E
+	segs = Segments(segs, r)
+	wall := r.Timeline.Wall()
+	end := r.E2E()
 	for _, g := range segs {
 		end = max(end, g.End)
 	}
-	attrs = requestAttrs(attrs, sum)
-	_, span := s.tracer.Start(ctx, SpanName(sum),
+	attrs = requestAttrs(attrs, k)
+	_, span := s.tracer.Start(ctx, SpanName(r),
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithTimestamp(wall),
 		trace.WithAttributes(attrs...),
 	)
-	if serverFault(sum.Reason) {
-		desc := sum.Error
+	if serverFault(r.Reason) {
+		desc := r.Error
 		if desc == "" {
-			desc = errorType(sum)
+			desc = errorType(r)
 		}
 		if len(desc) > maxStatusDescription {
 			desc = desc[:maxStatusDescription]

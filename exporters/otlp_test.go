@@ -218,8 +218,7 @@ func TestOTLPSpans(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
 			r := recs[tt.fixture]
-			var s Summary
-			s.Fill(r)
+			bd := r.Breakdown()
 			root := findSpan(col.spans, r.SpanID[:])
 			if root == nil {
 				t.Fatalf("no span with the record's span id %s", r.SpanID)
@@ -238,8 +237,8 @@ func TestOTLPSpans(t *testing.T) {
 				t.Errorf("name %q kind %v", root.Name, root.Kind)
 			}
 			start := uint64(wall.UnixNano())
-			if root.StartTimeUnixNano != start || root.EndTimeUnixNano != start+uint64(s.E2E) {
-				t.Errorf("root %d..%d, want %d..%d", root.StartTimeUnixNano, root.EndTimeUnixNano, start, start+uint64(s.E2E))
+			if root.StartTimeUnixNano != start || root.EndTimeUnixNano != start+uint64(r.E2E()) {
+				t.Errorf("root %d..%d, want %d..%d", root.StartTimeUnixNano, root.EndTimeUnixNano, start, start+uint64(r.E2E()))
 			}
 			if tt.want.errored != (root.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR) {
 				t.Errorf("status %v, want error=%v", root.Status, tt.want.errored)
@@ -290,9 +289,9 @@ func TestOTLPSpans(t *testing.T) {
 				}
 				at = k.EndTimeUnixNano
 			}
-			if s.Breakdown.OK {
-				if at-start != uint64(s.Breakdown.TTFT) {
-					t.Errorf("stages end at +%d, want TTFT %d", at-start, s.Breakdown.TTFT)
+			if bd.OK {
+				if at-start != uint64(bd.TTFT) {
+					t.Errorf("stages end at +%d, want TTFT %d", at-start, bd.TTFT)
 				}
 				ft, _ := r.Timeline.At(stages.FirstToken)
 				lt, _ := r.Timeline.At(stages.LastToken)
@@ -315,10 +314,9 @@ func TestOTLPSpans(t *testing.T) {
 // reasoning tokens under the GenAI name and the time to the first answer
 // beside TTFT; a model that did not reason carries neither reasoning count.
 func TestOTLPReasoningAttrs(t *testing.T) {
-	var s Summary
-	s.Fill(reasoningFixture.record())
+	reasoning := keep(reasoningFixture.record())
 	attrs := map[string]string{}
-	for _, kv := range requestAttrs(nil, &s) {
+	for _, kv := range requestAttrs(nil, &reasoning) {
 		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, v := range map[string]string{
@@ -329,8 +327,8 @@ func TestOTLPReasoningAttrs(t *testing.T) {
 			t.Errorf("attribute %s = %q, want %q", k, attrs[k], v)
 		}
 	}
-	s.Fill(fixtureByName(t, "stop_engine_report"))
-	for _, kv := range requestAttrs(nil, &s) {
+	plain := keep(fixtureByName(t, "stop_engine_report"))
+	for _, kv := range requestAttrs(nil, &plain) {
 		if kv.Key == "gen_ai.usage.reasoning.output_tokens" || kv.Key == "ttftlens.first_answer_ms" {
 			t.Errorf("attribute %s = %s on a record with no reasoning and no first answer mark", kv.Key, kv.Value.String())
 		}
@@ -468,8 +466,8 @@ func TestSpanName(t *testing.T) {
 		{"", "/x", "", "HTTP"},
 	}
 	for _, tt := range tests {
-		s := Summary{Method: tt.method, Path: tt.path, Model: tt.model}
-		if got := SpanName(&s); got != tt.want {
+		r := record.Record{Method: tt.method, Path: tt.path, Model: tt.model}
+		if got := SpanName(&r); got != tt.want {
 			t.Errorf("%s %s %q: %q, want %q", tt.method, tt.path, tt.model, got, tt.want)
 		}
 	}
@@ -604,13 +602,12 @@ func BenchmarkOTLPSpans(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var s Summary
-	s.Fill(typical())
+	k := keep(typical())
 	var segs []Segment
 	var attrs []attribute.KeyValue
 	b.ReportAllocs()
 	for b.Loop() {
-		segs, attrs = sink.export(&s, segs[:0], attrs[:0])
+		segs, attrs = sink.export(&k, segs[:0], attrs[:0])
 	}
 	b.StopTimer()
 	_ = sink.Close(context.Background())

@@ -16,8 +16,8 @@ type RingOptions struct {
 	// The aggregates are computed over them.
 	Recent int
 	// Slowest is how many of the slowest records are kept (default 100),
-	// ranked by Summary.WaitedFirst: TTFT, or the whole duration for a
-	// request that got no first token.
+	// ranked by how long the client waited for its first token: TTFT, or
+	// the whole duration for a request that got no first token.
 	Slowest int
 }
 
@@ -34,22 +34,22 @@ func (o *RingOptions) normalize() {
 // has 8; the zero value and anything unknown count as index 0).
 const maxReasons = 16
 
-// Ring is a record.Sink that keeps compact copies (Summary) of the most
+// Ring is a record.Sink that keeps copies (record.Record.CopyTo) of the most
 // recent records and of the slowest ones since start, for the page and
 // the /debug/requests endpoints.
 //
-// Emit copies the record outside the lock, then takes one mutex for a
-// struct copy into a fixed slot and, when the record is among the slowest,
-// a heap update over Slowest entries (O(log n)). It allocates nothing and
+// Emit derives the record's stages outside the lock, then takes one mutex
+// for a struct copy into a fixed slot and, when the record is among the
+// slowest, a heap update over Slowest entries (O(log n)). It allocates nothing and
 // never drops. Readers (Recent, Slowest, Lookup, Stats) copy out under the
 // same mutex. A Ring is safe for concurrent use; the zero value is not
 // usable, use NewRing.
 type Ring struct {
 	mu      sync.Mutex
-	recent  []Summary // fixed length; recent[next-1] is the newest
+	recent  []kept // fixed length; recent[next-1] is the newest
 	next    int
 	filled  int
-	slow    []Summary  // fixed length; slots of the slowest heap
+	slow    []kept     // fixed length; slots of the slowest heap
 	heap    []slowItem // min-heap on key: heap[0] is the least slow kept
 	total   uint64
 	reasons [maxReasons]uint64 // since start
@@ -69,8 +69,8 @@ func (a slowItem) less(b slowItem) bool {
 func NewRing(opts RingOptions) *Ring {
 	opts.normalize()
 	return &Ring{
-		recent: make([]Summary, opts.Recent),
-		slow:   make([]Summary, opts.Slowest),
+		recent: make([]kept, opts.Recent),
+		slow:   make([]kept, opts.Slowest),
 		heap:   make([]slowItem, 0, opts.Slowest),
 	}
 }
@@ -78,18 +78,15 @@ func NewRing(opts RingOptions) *Ring {
 // Emit keeps a copy of r. It does not keep r and sorts r's inter-token
 // gaps in place (stages.Stream.Gaps).
 func (g *Ring) Emit(r *record.Record) {
-	var s Summary
-	s.Fill(r)
-	g.add(&s)
-}
-
-func (g *Ring) add(s *Summary) {
-	key := s.WaitedFirst()
+	bd := r.Breakdown()
+	r.Stream.Gaps() // derived outside the lock; the copy is made in place
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	k := &g.recent[g.next]
+	k.set(r, bd)
+	key := k.waitedFirst()
 	g.total++
-	g.reasons[reasonIndex(s.Reason)]++
-	g.recent[g.next] = *s
+	g.reasons[reasonIndex(k.r.Reason)]++
 	g.next++
 	if g.next == len(g.recent) {
 		g.next = 0
@@ -100,12 +97,12 @@ func (g *Ring) add(s *Summary) {
 	switch {
 	case len(g.heap) < len(g.slow):
 		it.slot = int32(len(g.heap))
-		g.slow[it.slot] = *s
+		g.slow[it.slot] = *k
 		g.heap = append(g.heap, it)
 		g.up(len(g.heap) - 1)
 	case g.heap[0].less(it):
 		it.slot = g.heap[0].slot
-		g.slow[it.slot] = *s
+		g.slow[it.slot] = *k
 		g.heap[0] = it
 		g.down(0)
 	}
@@ -158,7 +155,7 @@ func (g *Ring) Total() uint64 {
 
 // Recent appends up to limit of the most recent records to dst, newest
 // first (limit <= 0: all kept).
-func (g *Ring) Recent(dst []Summary, limit int) []Summary {
+func (g *Ring) Recent(dst []record.Record, limit int) []record.Record {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := g.filled
@@ -170,14 +167,14 @@ func (g *Ring) Recent(dst []Summary, limit int) []Summary {
 		if j < 0 {
 			j += len(g.recent)
 		}
-		dst = append(dst, g.recent[j])
+		dst = append(dst, g.recent[j].r)
 	}
 	return dst
 }
 
 // Slowest appends up to limit of the slowest records since start to dst,
-// slowest first (by Summary.WaitedFirst; limit <= 0: all kept).
-func (g *Ring) Slowest(dst []Summary, limit int) []Summary {
+// slowest first (by the wait for the first token; limit <= 0: all kept).
+func (g *Ring) Slowest(dst []record.Record, limit int) []record.Record {
 	g.mu.Lock()
 	items := slices.Clone(g.heap)
 	slices.SortFunc(items, func(a, b slowItem) int {
@@ -193,7 +190,7 @@ func (g *Ring) Slowest(dst []Summary, limit int) []Summary {
 		items = items[:limit]
 	}
 	for _, it := range items {
-		dst = append(dst, g.slow[it.slot])
+		dst = append(dst, g.slow[it.slot].r)
 	}
 	g.mu.Unlock()
 	return dst
@@ -201,7 +198,7 @@ func (g *Ring) Slowest(dst []Summary, limit int) []Summary {
 
 // Lookup returns the newest kept record with the request id, among the
 // recent and the slowest ones.
-func (g *Ring) Lookup(id string) (Summary, bool) {
+func (g *Ring) Lookup(id string) (record.Record, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := range g.filled {
@@ -209,20 +206,20 @@ func (g *Ring) Lookup(id string) (Summary, bool) {
 		if j < 0 {
 			j += len(g.recent)
 		}
-		if g.recent[j].RequestID == id {
-			return g.recent[j], true
+		if g.recent[j].r.RequestID == id {
+			return g.recent[j].r, true
 		}
 	}
 	best := -1
 	for i, it := range g.heap {
-		if g.slow[it.slot].RequestID == id && (best < 0 || it.seq > g.heap[best].seq) {
+		if g.slow[it.slot].r.RequestID == id && (best < 0 || it.seq > g.heap[best].seq) {
 			best = i
 		}
 	}
 	if best >= 0 {
-		return g.slow[g.heap[best].slot], true
+		return g.slow[g.heap[best].slot].r, true
 	}
-	return Summary{}, false
+	return record.Record{}, false
 }
 
 // Percentiles are nearest-rank percentiles of a set of durations.
@@ -259,16 +256,16 @@ func (g *Ring) Stats() RingStats {
 		vals[i] = make([]time.Duration, 0, n)
 	}
 	for i := range n {
-		s := &g.recent[i]
-		st.Reasons[reasonIndex(s.Reason)]++
-		vals[stages.NumStages+1] = append(vals[stages.NumStages+1], s.E2E)
-		if !s.Breakdown.OK {
+		k := &g.recent[i]
+		st.Reasons[reasonIndex(k.r.Reason)]++
+		vals[stages.NumStages+1] = append(vals[stages.NumStages+1], k.r.E2E())
+		if !k.bd.OK {
 			continue
 		}
-		for k, d := range s.Breakdown.Stages {
-			vals[k] = append(vals[k], d)
+		for s, d := range k.bd.Stages {
+			vals[s] = append(vals[s], d)
 		}
-		vals[stages.NumStages] = append(vals[stages.NumStages], s.Breakdown.TTFT)
+		vals[stages.NumStages] = append(vals[stages.NumStages], k.bd.TTFT)
 	}
 	st.ReasonsTotal = g.reasons
 	st.Total = g.total

@@ -67,12 +67,12 @@ func (g *Ring) serveList(ctx *fasthttp.RequestCtx) {
 
 func (g *Ring) serveOne(ctx *fasthttp.RequestCtx) {
 	id := strings.TrimPrefix(string(ctx.Path()), RequestsPath+"/")
-	s, ok := g.Lookup(id)
+	r, ok := g.Lookup(id)
 	if !ok || id == "" {
 		writeJSONError(ctx, fasthttp.StatusNotFound, "no record kept for request id "+strconv.Quote(id), "unknown_request_id")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, requestJSON(&s))
+	writeJSON(ctx, fasthttp.StatusOK, requestJSON(&r))
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
@@ -144,36 +144,34 @@ func aggregatesJSON(st *RingStats) aggJSON {
 	return a
 }
 
-// rowsJSON returns the list rows of sums: enough of each record for a
+// rowsJSON returns the list rows of recs: enough of each record for a
 // table row and a small stacked bar.
-func rowsJSON(sums []Summary) []json.RawMessage {
-	out := make([]json.RawMessage, len(sums))
-	for i := range sums {
-		out[i] = recordJSON(&sums[i], inRow, nil)
+func rowsJSON(recs []record.Record) []json.RawMessage {
+	out := make([]json.RawMessage, len(recs))
+	for i := range recs {
+		out[i] = recordJSON(&recs[i], inRow, nil)
 	}
 	return out
 }
 
-// requestJSON returns s in full: the log line's fields but its framing,
+// requestJSON returns r in full: the log line's fields but its framing,
 // marks_ms and the waterfall.
-func requestJSON(s *Summary) json.RawMessage {
-	return recordJSON(s, inPage, func(e *zerolog.Event, b []byte) {
-		e.RawJSON("marks_ms", appendMarks(b[:0], s))
-		e.RawJSON("waterfall", appendWaterfall(b[:0], s))
+func requestJSON(r *record.Record) json.RawMessage {
+	return recordJSON(r, inPage, func(e *zerolog.Event, b []byte) {
+		e.RawJSON("marks_ms", appendMarks(b[:0], &r.Timeline))
+		e.RawJSON("waterfall", appendWaterfall(b[:0], r))
 	})
 }
 
-// recordJSON returns the fields of s that form in carries as one JSON
+// recordJSON returns the fields of r that form in carries as one JSON
 // object, then what more adds (b is scratch space for it). The log line's
 // writer writes it, so the pages and the log cannot disagree.
-func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json.RawMessage {
-	var r record.Record
-	s.restore(&r)
+func recordJSON(r *record.Record, in form, more func(e *zerolog.Event, b []byte)) json.RawMessage {
 	var buf bytes.Buffer
 	l := zerolog.New(&buf)
 	e := l.Log()
 	var sc scratch
-	writeFields(e, &fieldSource{r: &r, breakdown: s.Breakdown, gaps: s.Gaps}, in, &sc)
+	writeFields(e, &fieldSource{r: r, breakdown: r.Breakdown(), gaps: r.Stream.Gaps()}, in, &sc)
 	if more != nil {
 		more(e, sc.b)
 	}
@@ -181,25 +179,25 @@ func recordJSON(s *Summary, in form, more func(e *zerolog.Event, b []byte)) json
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 }
 
-// appendMarks appends the marks set on s's clock, in mark order.
-func appendMarks(b []byte, s *Summary) []byte {
+// appendMarks appends the marks set on t, in mark order.
+func appendMarks(b []byte, t *stages.Timeline) []byte {
 	b = append(b, '{')
 	for m := range stages.NumMarks {
-		if at, ok := s.Timeline.At(m); ok {
+		if at, ok := t.At(m); ok {
 			b = stages.AppendMillis(appendMember(b, markKeys[m]), stages.Micros(at))
 		}
 	}
 	return append(b, '}')
 }
 
-// appendWaterfall appends s's waterfall bars (Summary.Segments). start_ms
+// appendWaterfall appends r's waterfall bars (Segments). start_ms
 // and end_ms are the segment's offsets rounded to the microsecond, dur_ms
 // their difference, so contiguous bars stay contiguous and the TTFT stages
 // add up to ttft_ms.
-func appendWaterfall(b []byte, s *Summary) []byte {
+func appendWaterfall(b []byte, r *record.Record) []byte {
 	var buf [12]Segment
 	b = append(b, '[')
-	for i, g := range s.Segments(buf[:0]) {
+	for i, g := range Segments(buf[:0], r) {
 		if i > 0 {
 			b = append(b, ',')
 		}

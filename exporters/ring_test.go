@@ -39,10 +39,10 @@ func timed(id string, ttft, done time.Duration) *record.Record {
 	return r
 }
 
-func ids(ss []Summary) string {
+func ids(rs []record.Record) string {
 	var b []string
-	for _, s := range ss {
-		b = append(b, s.RequestID)
+	for _, r := range rs {
+		b = append(b, r.RequestID)
 	}
 	return strings.Join(b, ",")
 }
@@ -101,11 +101,11 @@ func TestRingCopies(t *testing.T) {
 	r.Stream.Content(time.Hour, 0)
 	r.Stream.Content(2*time.Hour, 0)
 	got, ok := g.Lookup("req-0001")
-	if !ok || got.RequestID != "req-0001" || got.Gaps != want.Gaps || got.Breakdown != want.Breakdown {
-		t.Fatalf("kept summary changed after the record was reused: %+v", got)
+	if !ok || got.RequestID != "req-0001" || got.Stream.Gaps() != want.Stream.Gaps() || got.Breakdown() != want.Breakdown() {
+		t.Fatalf("kept record changed after the record was reused: %+v", got)
 	}
-	if got.Gaps.N != 199 || !got.Breakdown.OK {
-		t.Fatalf("summary lost data: gaps %+v breakdown %+v", got.Gaps, got.Breakdown)
+	if got.Stream.Gaps().N != 199 || !got.Breakdown().OK {
+		t.Fatalf("kept record lost data: gaps %+v breakdown %+v", got.Stream.Gaps(), got.Breakdown())
 	}
 }
 
@@ -122,9 +122,8 @@ func TestSegments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
-			var s Summary
-			s.Fill(fixtureByName(t, tt.fixture))
-			segs := s.Segments(nil)
+			r := fixtureByName(t, tt.fixture)
+			segs := Segments(nil, r)
 			var names []string
 			for _, g := range segs {
 				names = append(names, g.Name+":"+g.Kind.String())
@@ -135,16 +134,14 @@ func TestSegments(t *testing.T) {
 			if got := strings.Join(names, " "); got != tt.want {
 				t.Fatalf("segments\n got %s\nwant %s", got, tt.want)
 			}
-			checkLayout(t, &s, segs)
+			checkLayout(t, r, segs)
 		})
 	}
 	t.Run("rejected at the gateway", func(t *testing.T) {
 		r := new(record.Record)
 		r.Timeline.Start(fixedClock, wall)
 		r.Timeline.MarkAt(stages.Done, 70*us)
-		var s Summary
-		s.Fill(r)
-		segs := s.Segments(nil)
+		segs := Segments(nil, r)
 		if len(segs) != 1 || segs[0] != (Segment{Name: "gateway", Kind: SegOpen, Start: 0, End: 70 * us}) {
 			t.Fatalf("segments %+v", segs)
 		}
@@ -153,7 +150,7 @@ func TestSegments(t *testing.T) {
 
 // checkLayout asserts the waterfall's shape: TTFT stages contiguous from 0
 // and ending at TTFT; without a first token, contiguous up to Done.
-func checkLayout(t *testing.T, s *Summary, segs []Segment) {
+func checkLayout(t *testing.T, r *record.Record, segs []Segment) {
 	t.Helper()
 	var at time.Duration
 	var stageSum time.Duration
@@ -166,14 +163,14 @@ func checkLayout(t *testing.T, s *Summary, segs []Segment) {
 			stageSum += g.Dur()
 		}
 	}
-	if s.Breakdown.OK {
-		if stageSum != s.Breakdown.TTFT {
-			t.Errorf("stages sum %v != TTFT %v", stageSum, s.Breakdown.TTFT)
+	if bd := r.Breakdown(); bd.OK {
+		if stageSum != bd.TTFT {
+			t.Errorf("stages sum %v != TTFT %v", stageSum, bd.TTFT)
 		}
 		return
 	}
-	if at != s.E2E {
-		t.Errorf("layout ends at %v, want Done %v", at, s.E2E)
+	if at != r.E2E() {
+		t.Errorf("layout ends at %v, want Done %v", at, r.E2E())
 	}
 }
 
@@ -238,8 +235,8 @@ func TestRingConcurrent(t *testing.T) {
 	if g.Total() != 2000 {
 		t.Fatalf("total %d", g.Total())
 	}
-	if s := g.Slowest(nil, 0); len(s) != 8 || s[7].Breakdown.TTFT != 37*ms {
-		t.Fatalf("slowest %d, last %v", len(s), s[len(s)-1].Breakdown.TTFT)
+	if s := g.Slowest(nil, 0); len(s) != 8 || s[7].Breakdown().TTFT != 37*ms {
+		t.Fatalf("slowest %d, last %v", len(s), s[len(s)-1].Breakdown().TTFT)
 	}
 }
 

@@ -3,6 +3,8 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+
+	"github.com/ttftlens/ttftlens/gateway/quota"
 )
 
 // Key is an authenticated API key: its name and what it may do. It never
@@ -15,8 +17,7 @@ type Key struct {
 	// breakdown.
 	AllowBreakdown bool
 	hash           [32]byte
-	quota          *bucket    // nil: unlimited
-	shared         *sharedKey // its buckets on the redis backend; nil: local
+	quota          quota.Limiter // nil: unlimited
 }
 
 // Authenticate checks a request's Authorization header value (the raw

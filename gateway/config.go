@@ -69,7 +69,7 @@ type KeyConfig struct {
 	AllowBreakdown *bool `yaml:"allow_breakdown"`
 }
 
-// Quota limits one key with two token buckets (see quota.go): Requests
+// Quota limits one key with two token buckets (see package gateway/quota): Requests
 // requests and Tokens tokens (prompt + completion) per Interval, refilled
 // continuously. Zero Requests or Tokens means that dimension is unlimited.
 type Quota struct {
@@ -83,7 +83,7 @@ type Quota struct {
 
 func (q Quota) unlimited() bool { return q.Requests == 0 && q.Tokens == 0 }
 
-// QuotaBackend says where the quota buckets live (quota_redis.go): in this
+// QuotaBackend says where the quota buckets live (package gateway/quota): in this
 // process (local), or on a Redis server that every replica shares (redis),
 // where admission and settlement are atomic on the server.
 type QuotaBackend struct {

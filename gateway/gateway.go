@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/gateway/quota"
 )
 
 // Options are the gateway's injected dependencies; the zero value is the
@@ -65,10 +67,13 @@ type Gateway struct {
 
 	mu      sync.Mutex // serializes Reload, Start and Stop
 	running bool
-	ups     map[string]*Upstream // by base URL as written
-	buckets map[string]*bucket   // by key name
+	ups     map[string]*Upstream     // by base URL as written
+	buckets map[string]*quota.Bucket // by key name
 	watches []func(*Snapshot)
-	redis   *redisStore // made by the first config with the redis quota backend
+	// redis is made by the first config with the redis quota backend, on
+	// redisConn.
+	redis     *quota.Redis
+	redisConn RedisConfig
 }
 
 // Snapshot is one configuration in effect: everything a request needs from
@@ -95,7 +100,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Probe == nil {
 		opts.Probe = defaultProbe()
 	}
-	g := &Gateway{opts: opts, start: time.Now(), sleep: sleepCtx, ups: map[string]*Upstream{}, buckets: map[string]*bucket{}}
+	g := &Gateway{opts: opts, start: time.Now(), sleep: sleepCtx, ups: map[string]*Upstream{}, buckets: map[string]*quota.Bucket{}}
 	if opts.Log != nil {
 		g.log = *opts.Log
 	} else {
@@ -151,8 +156,8 @@ func (g *Gateway) Reload(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	if g.running && g.redis != nil && g.redis.quit == nil {
-		g.redis.start() // this config made it
+	if g.running && g.redis != nil {
+		g.redis.Start() // when this config made it
 	}
 	old := g.cur.Swap(s)
 	if g.running && old != nil {
@@ -192,7 +197,7 @@ func (g *Gateway) Start() {
 	g.running = true
 	g.startCheckers(g.cur.Load())
 	if g.redis != nil {
-		g.redis.start()
+		g.redis.Start()
 	}
 }
 
@@ -209,7 +214,7 @@ func (g *Gateway) Stop() {
 	g.running = false
 	stopCheckers(g.cur.Load())
 	if g.redis != nil {
-		g.redis.stop()
+		g.redis.Stop()
 	}
 }
 
@@ -232,7 +237,6 @@ func stopCheckers(s *Snapshot) {
 
 // build makes a Snapshot of a validated, normalized cfg. g.mu is held.
 func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
-	now := g.now()
 	s := &Snapshot{
 		g: g, cfg: cfg, auth: cfg.Auth,
 		keys:  make(map[[32]byte]*Key, len(cfg.Keys)),
@@ -252,7 +256,8 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	buckets := make(map[string]*bucket, len(cfg.Keys))
+	policy := cfg.QuotaBackend.Redis.policy()
+	buckets := make(map[string]*quota.Bucket, len(cfg.Keys))
 	for i := range cfg.Keys {
 		kc, h := &cfg.Keys[i], hashes[i]
 		k := &Key{Name: kc.Name, AllowBreakdown: cfg.KeyDefaults.AllowBreakdown, hash: h}
@@ -264,16 +269,17 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			q = *kc.Quota
 		}
 		if !q.unlimited() {
+			l := quota.Limit(q)
 			b := g.buckets[kc.Name]
 			if b == nil {
-				b = newBucket(q, now)
+				b = quota.NewBucket(l, g.now)
 			} else {
-				b.configure(q, now)
+				b.Configure(l)
 			}
 			buckets[kc.Name] = b
 			k.quota = b
 			if store != nil {
-				k.shared = newSharedKey(store, &cfg.QuotaBackend.Redis, kc.Name, q)
+				k.quota = store.Key(kc.Name, l, b, policy)
 			}
 		}
 		s.keys[h] = k
@@ -324,8 +330,8 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 		}
 	}
 	g.ups, g.buckets = ups, buckets
-	if store != nil {
-		g.redis = store
+	if store != nil && g.redis == nil {
+		g.redis, g.redisConn = store, cfg.QuotaBackend.Redis.conn()
 	}
 	return s, nil
 }

@@ -51,8 +51,9 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if st := c.gw.quotaRedis(); st != nil {
-		ch <- prometheus.MustNewConstMetric(quotaFallbackDesc, prometheus.CounterValue, float64(st.fallbacks.Load()))
-		ch <- prometheus.MustNewConstMetric(quotaUnavailableDesc, prometheus.CounterValue, float64(st.unavailable.Load()))
-		ch <- prometheus.MustNewConstMetric(quotaLostDesc, prometheus.CounterValue, float64(st.lost.Load()))
+		n := st.Stats()
+		ch <- prometheus.MustNewConstMetric(quotaFallbackDesc, prometheus.CounterValue, float64(n.Fallbacks))
+		ch <- prometheus.MustNewConstMetric(quotaUnavailableDesc, prometheus.CounterValue, float64(n.Unavailable))
+		ch <- prometheus.MustNewConstMetric(quotaLostDesc, prometheus.CounterValue, float64(n.Lost))
 	}
 }

@@ -1,20 +1,21 @@
 package gateway
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
 )
 
-func quotaGateway(t *testing.T, q Quota) (*Gateway, *Key, *fakeClock) {
+// quotaGateway is a gateway with one key "k" (secret "sk") with quota q on
+// backend.
+func quotaGateway(t *testing.T, backend QuotaBackend, q Quota) (*Gateway, *Key, *fakeClock) {
 	t.Helper()
 	cfg := &Config{
-		Keys:   []KeyConfig{{Name: "k", Key: HashKey("sk"), Quota: &q}},
-		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
-		Pools:  onePool("http://127.0.0.1:1"),
+		QuotaBackend: backend,
+		Keys:         []KeyConfig{{Name: "k", Key: HashKey("sk"), Quota: &q}},
+		Routes:       []RouteConfig{{Model: "m", Pool: "p"}},
+		Pools:        onePool("http://127.0.0.1:1"),
 	}
 	g, clk := newGateway(t, cfg, Options{})
 	k, rej := g.Authenticate([]byte("Bearer sk"))
@@ -24,87 +25,54 @@ func quotaGateway(t *testing.T, q Quota) (*Gateway, *Key, *fakeClock) {
 	return g, k, clk
 }
 
-func TestQuotaRequests(t *testing.T) {
-	g, k, clk := quotaGateway(t, Quota{Interval: time.Minute, Requests: 3})
-	s := g.Snapshot()
-	for i := range 3 {
-		if _, rej := s.Admit(k, 0); rej != nil {
-			t.Fatalf("request %d rejected: %+v", i, rej)
-		}
-	}
-	_, rej := s.Admit(k, 0)
-	if rej == nil {
-		t.Fatal("4th request admitted")
-	}
-	// One request refills every 20s: all 20s are still to wait.
-	if rej.Status != 429 || rej.RetryAfter != 20 || rej.Type != "requests" || rej.Code != "rate_limit_exceeded" ||
-		rej.Reason.String() != "policy_block" || rej.Detail != endreason.DetailQuotaExceeded {
-		t.Fatalf("rejection: %+v", rej)
-	}
-	clk.Advance(15 * time.Second)
-	if _, rej = s.Admit(k, 0); rej == nil || rej.RetryAfter != 5 {
-		t.Fatalf("after 15s: %+v", rej)
-	}
-	clk.Advance(5 * time.Second)
-	if _, rej = s.Admit(k, 0); rej != nil {
-		t.Fatalf("after 20s: %+v", rej)
-	}
-	// A long idle period refills to the burst size, not beyond.
-	clk.Advance(time.Hour)
-	for i := range 3 {
-		if _, rej := s.Admit(k, 0); rej != nil {
-			t.Fatalf("burst %d: %+v", i, rej)
-		}
-	}
-	if _, rej := s.Admit(k, 0); rej == nil {
-		t.Fatal("bucket overfilled")
-	}
-}
-
-func TestQuotaTokensSettle(t *testing.T) {
-	g, k, clk := quotaGateway(t, Quota{Interval: time.Minute, Tokens: 1000})
-	s := g.Snapshot()
+// TestQuotaRejection: a refused admission is answered with the key's
+// Retry-After rounded up to whole seconds (429), or 503 when the shared
+// backend is unavailable and fails closed. The buckets' arithmetic is
+// package quota's.
+func TestQuotaRejection(t *testing.T) {
+	unreachable := QuotaBackend{Kind: QuotaRedis, Redis: RedisConfig{Address: "127.0.0.1:1", OnFailure: QuotaFailClosed}}
 	tests := []struct {
 		name    string
-		advance time.Duration
+		backend QuotaBackend
+		q       Quota
+		admit   []int // the estimates admitted first
 		est     int
-		settle  int // -1: cancel; -2: leave open
-		admit   bool
-		retry   int
+		want    Rejection
 	}{
-		{"reserve 600", 0, 600, 100, true, 0},                                                     // 600 held, settled at 100 → 900 left
-		{"reserve 900", 0, 900, -2, true, 0},                                                      // 0 left
-		{"nothing left", 0, 1, 0, false, 1},                                                       // 1 token refills in 60ms → Retry-After 1
-		{"30s later", 30 * time.Second, 500, -1, true, 0},                                         // 500 refilled; cancelled → back to 500
-		{"over what is left", 0, 800, 0, false, 18},                                               // 300 short at 1000/min = 18s
-		{"estimate over capacity waits for a full bucket", 30 * time.Second, 5000, 3000, true, 0}, // charged 1000, settled 3000 → debt −2000
-		{"in debt", time.Minute, 1, 0, false, 61},                                                 // −2000+1000 = −1000: 1001 short → 60.06s
-		{"debt paid", 2 * time.Minute, 1, 1, true, 0},
+		{"requests", QuotaBackend{}, Quota{Interval: time.Minute, Requests: 3}, []int{0, 0, 0}, 0, Rejection{
+			Status: 429, RetryAfter: 20, Type: "requests", Code: "rate_limit_exceeded",
+			Message: "Rate limit reached for requests on this API key; retry in 20s.",
+			Reason:  endreason.PolicyBlock, Detail: endreason.DetailQuotaExceeded,
+		}},
+		{"tokens, 60ms to wait", QuotaBackend{}, Quota{Interval: time.Minute, Tokens: 1000}, []int{1000}, 1, Rejection{
+			Status: 429, RetryAfter: 1, Type: "tokens", Code: "rate_limit_exceeded",
+			Message: "Rate limit reached for tokens on this API key; retry in 1s.",
+			Reason:  endreason.PolicyBlock, Detail: endreason.DetailQuotaExceeded,
+		}},
+		{"redis unavailable, fail closed", unreachable, Quota{Interval: time.Minute, Requests: 3}, nil, 0, *rejQuotaUnavailable},
 	}
 	for _, tt := range tests {
-		clk.Advance(tt.advance)
-		res, rej := s.Admit(k, tt.est)
-		if tt.admit != (rej == nil) {
-			t.Fatalf("%s: admitted = %v (%+v)", tt.name, rej == nil, rej)
-		}
-		if rej != nil {
-			if rej.RetryAfter != tt.retry || rej.Type != "tokens" {
-				t.Fatalf("%s: %+v, want Retry-After %d", tt.name, rej, tt.retry)
+		t.Run(tt.name, func(t *testing.T) {
+			g, k, _ := quotaGateway(t, tt.backend, tt.q)
+			s := g.Snapshot()
+			for _, est := range tt.admit {
+				if _, rej := s.Admit(k, est); rej != nil {
+					t.Fatal(rej)
+				}
 			}
-			continue
-		}
-		switch tt.settle {
-		case -1:
-			res.Cancel()
-		case -2:
-		default:
-			res.Settle(tt.settle)
-		}
+			_, rej := s.Admit(k, tt.est)
+			if rej == nil || *rej != tt.want {
+				t.Fatalf("got %+v, want %+v", rej, tt.want)
+			}
+		})
 	}
 }
 
 func TestQuotaUnlimited(t *testing.T) {
-	g, k, _ := quotaGateway(t, Quota{})
+	g, k, _ := quotaGateway(t, QuotaBackend{}, Quota{})
+	if k.HasQuota() {
+		t.Fatal("a key without quota has one")
+	}
 	for range 1000 {
 		res, rej := g.Snapshot().Admit(k, 1<<20)
 		if rej != nil {
@@ -115,37 +83,12 @@ func TestQuotaUnlimited(t *testing.T) {
 	if res, rej := g.Snapshot().Admit(nil, 5); rej != nil || res != (Reservation{}) {
 		t.Fatal("nil key not admitted freely")
 	}
-	Reservation{}.Settle(5) // the zero reservation does nothing
-	Reservation{}.Cancel()
-}
-
-// TestQuotaConcurrent: racing admissions never admit more than the bucket
-// holds.
-func TestQuotaConcurrent(t *testing.T) {
-	g, k, _ := quotaGateway(t, Quota{Interval: time.Hour, Requests: 100, Tokens: 1000})
-	s := g.Snapshot()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 100 {
-				if res, rej := s.Admit(k, 5); rej == nil {
-					admitted.Add(1)
-					res.Settle(5)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := admitted.Load(); n != 100 {
-		t.Fatalf("admitted %d, want exactly 100 (the request bucket)", n)
-	}
 }
 
 // TestQuotaSurvivesReload: a reload keeps a key's spent quota, and applies
 // a new limit to it.
 func TestQuotaSurvivesReload(t *testing.T) {
-	g, k, _ := quotaGateway(t, Quota{Interval: time.Minute, Requests: 2})
+	g, k, _ := quotaGateway(t, QuotaBackend{}, Quota{Interval: time.Minute, Requests: 2})
 	for range 2 {
 		if _, rej := g.Snapshot().Admit(k, 0); rej != nil {
 			t.Fatal(rej)

@@ -175,6 +175,16 @@ func (r *Record) Reset() {
 	*r = Record{Stream: stream}
 }
 
+// CopyTo sets *dst to a copy of r for a sink to keep after Emit returns:
+// it shares none of the memory the proxy reuses (the stream's gap buffers
+// stay behind, their summary is kept: Stream.Copy; strings are immutable,
+// and the proxy never makes them alias its buffers). It sorts r's gaps in
+// place and allocates nothing.
+func (r *Record) CopyTo(dst *Record) {
+	*dst = *r
+	dst.Stream = r.Stream.Copy()
+}
+
 // Breakdown derives r's stages.
 func (r *Record) Breakdown() stages.Breakdown { return r.Timeline.Breakdown() }
 

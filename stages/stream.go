@@ -107,6 +107,16 @@ func (s *Stream) Gaps() Gaps {
 	return s.sum
 }
 
+// Copy returns a copy of s that shares no memory with it, to keep after s
+// is reused: its counters and its gaps' summary (Gaps, computed now: it
+// sorts s's gaps in place), not the gaps themselves. It allocates nothing.
+func (s *Stream) Copy() Stream {
+	s.Gaps()
+	c := *s
+	c.gaps, c.resid = nil, nil
+	return c
+}
+
 // GapValues returns the kept gaps (order unspecified). The slice is owned by
 // s: read it, do not keep it.
 func (s *Stream) GapValues() []time.Duration { return s.gaps }

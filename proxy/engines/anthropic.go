@@ -48,61 +48,57 @@ func (*AnthropicReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 
 // Event reads one event's data (or a whole Message body).
 func (r *AnthropicReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
-		return ev
-	}
-	if e := v.Get("error"); e != nil && e.Type() != jsonNull {
-		ev.Error = true
-	}
-	switch string(v.GetStringBytes("type")) {
-	case "message_start":
-		ev.EventType = EventMessageStart
-		r.usage(v.Get("message", "usage"))
-	case "content_block_start":
-		ev.EventType = EventContentBlockStart
-		ev.add(blockOutput(v.Get("content_block")))
-	case "content_block_delta":
-		ev.EventType = EventContentBlockDelta
-		if d := v.Get("delta"); d != nil {
-			switch string(d.GetStringBytes("type")) {
-			case "text_delta":
-				ev.add(outputIf(len(d.GetStringBytes("text")) > 0, outAnswer))
-			case "input_json_delta":
-				ev.add(outputIf(len(d.GetStringBytes("partial_json")) > 0, outAnswer))
-			case "thinking_delta":
-				ev.add(outputIf(len(d.GetStringBytes("thinking")) > 0, outReasoning))
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		if e := v.Get("error"); e != nil && e.Type() != jsonNull {
+			ev.Error = true
+		}
+		switch string(v.GetStringBytes("type")) {
+		case "message_start":
+			ev.EventType = EventMessageStart
+			r.usage(v.Get("message", "usage"))
+		case "content_block_start":
+			ev.EventType = EventContentBlockStart
+			ev.add(blockOutput(v.Get("content_block")))
+		case "content_block_delta":
+			ev.EventType = EventContentBlockDelta
+			if d := v.Get("delta"); d != nil {
+				switch string(d.GetStringBytes("type")) {
+				case "text_delta":
+					ev.add(outputIf(len(d.GetStringBytes("text")) > 0, outAnswer))
+				case "input_json_delta":
+					ev.add(outputIf(len(d.GetStringBytes("partial_json")) > 0, outAnswer))
+				case "thinking_delta":
+					ev.add(outputIf(len(d.GetStringBytes("thinking")) > 0, outReasoning))
+				}
 			}
+		case "content_block_stop":
+			ev.EventType = EventContentBlockStop
+		case "message_delta":
+			ev.EventType = EventMessageDelta
+			ev.Finish = stopReason(v.GetStringBytes("delta", "stop_reason"))
+			r.report(v.Get("usage"), &ev)
+		case "message_stop":
+			ev.EventType = EventMessageStop
+			ev.Done = true
+		case "ping":
+			ev.EventType = EventPing
+		case "error":
+			ev.EventType = EventError
+			ev.Error = true
+		case "message":
+			ev.EventType = EventMessage
+			for _, b := range v.GetArray("content") {
+				ev.add(blockOutput(b))
+			}
+			ev.Finish = stopReason(v.GetStringBytes("stop_reason"))
+			u := v.Get("usage")
+			r.usage(u)
+			r.report(u, &ev)
+		default:
+			ev.EventType = EventOther
 		}
-	case "content_block_stop":
-		ev.EventType = EventContentBlockStop
-	case "message_delta":
-		ev.EventType = EventMessageDelta
-		ev.Finish = stopReason(v.GetStringBytes("delta", "stop_reason"))
-		r.report(v.Get("usage"), &ev)
-	case "message_stop":
-		ev.EventType = EventMessageStop
-		ev.Done = true
-	case "ping":
-		ev.EventType = EventPing
-	case "error":
-		ev.EventType = EventError
-		ev.Error = true
-	case "message":
-		ev.EventType = EventMessage
-		for _, b := range v.GetArray("content") {
-			ev.add(blockOutput(b))
-		}
-		ev.Finish = stopReason(v.GetStringBytes("stop_reason"))
-		u := v.Get("usage")
-		r.usage(u)
-		r.report(u, &ev)
-	default:
-		ev.EventType = EventOther
-	}
-	return ev
+		return ev
+	})
 }
 
 // usage remembers the prompt counts of a usage object.

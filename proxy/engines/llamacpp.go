@@ -56,45 +56,41 @@ func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
 
 // Event reads a chunk or body and its timings.
 func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
-		return ev
-	}
-	readOpenAIExt(v, &ev)
-	// Native /completion.
-	if len(v.GetStringBytes("content")) > 0 {
-		ev.add(outAnswer)
-	}
-	if v.GetBool("stop") {
-		if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
-			ev.Finish = f
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		ev = readOpenAIExt(v, ev)
+		// Native /completion.
+		if len(v.GetStringBytes("content")) > 0 {
+			ev.add(outAnswer)
 		}
-		p, okp := intField(v, "tokens_evaluated")
-		c, okc := intField(v, "tokens_predicted")
-		if !ev.Usage && (okp || okc) {
-			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+		if v.GetBool("stop") {
+			if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
+				ev.Finish = f
+			}
+			p, okp := intField(v, "tokens_evaluated")
+			c, okc := intField(v, "tokens_predicted")
+			if !ev.Usage && (okp || okc) {
+				ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+			}
 		}
-	}
-	t := v.Get("timings")
-	if t == nil || t.Type() != jsonObject {
+		t := v.Get("timings")
+		if t == nil || t.Type() != jsonObject {
+			return ev
+		}
+		const ms = 1e6 // nanoseconds
+		if d, ok := durField(t, "prompt_ms", ms); ok && !r.prefillFinal {
+			setEngine(tl, stages.EnginePrefill, d)
+			ev.Timing, ev.Inferred = true, true
+			n, _ := intField(t, "predicted_n")
+			r.prefillFinal = n > 0
+		}
+		if n, ok := intField(t, "cache_n"); ok {
+			ev.CachedTokens = n
+		}
+		if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
+			ev.Decode = d
+		}
 		return ev
-	}
-	const ms = 1e6 // nanoseconds
-	if d, ok := durField(t, "prompt_ms", ms); ok && !r.prefillFinal {
-		setEngine(tl, stages.EnginePrefill, d)
-		ev.Timing, ev.Inferred = true, true
-		n, _ := intField(t, "predicted_n")
-		r.prefillFinal = n > 0
-	}
-	if n, ok := intField(t, "cache_n"); ok {
-		ev.CachedTokens = n
-	}
-	if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
-		ev.Decode = d
-	}
-	return ev
+	})
 }
 
 // Reset forgets the request's prefill.

@@ -43,45 +43,31 @@ func (*OllamaReader) Header(h func(string) []byte, tl *stages.Timeline) bool { r
 
 // Event reads one NDJSON line (or a whole body).
 func (*OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		ev = readOpenAIExt(v, ev)
+		if m := v.Get("message"); m != nil && m.Type() == jsonObject {
+			ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
+		}
+		ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
+		if !v.GetBool("done") {
+			return ev
+		}
+		ev.Done = true
+		if f := endreason.ParseFinish(v.GetStringBytes("done_reason")); f != endreason.FinishNone {
+			ev.Finish = f
+		}
+		p, okp := intField(v, "prompt_eval_count")
+		c, okc := intField(v, "eval_count")
+		if okp || okc {
+			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+		}
+		ollamaDurations.read(v, tl, &ev)
 		return ev
-	}
-	readOpenAIExt(v, &ev)
-	if m := v.Get("message"); m != nil && m.Type() == jsonObject {
-		ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
-	}
-	ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
-	if !v.GetBool("done") {
-		return ev
-	}
-	ev.Done = true
-	if f := endreason.ParseFinish(v.GetStringBytes("done_reason")); f != endreason.FinishNone {
-		ev.Finish = f
-	}
-	p, okp := intField(v, "prompt_eval_count")
-	c, okc := intField(v, "eval_count")
-	if okp || okc {
-		ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
-	}
-	const ns = time.Nanosecond
-	queue, okq := durField(v, "load_duration", ns)
-	if okq {
-		setEngine(tl, stages.EngineQueue, queue)
-		ev.Timing = true
-	}
-	if d, ok := durField(v, "prompt_eval_duration", ns); ok {
-		setEngine(tl, stages.EnginePrefill, d)
-		ev.Timing = true
-		ev.Inferred = !okq
-	}
-	if d, ok := durField(v, "eval_duration", ns); ok && d > 0 {
-		ev.Decode = d
-	}
-	return ev
+	})
 }
+
+// ollamaDurations are the durations of Ollama's last line.
+var ollamaDurations = durationFields{queue: "load_duration", prefill: "prompt_eval_duration", decode: "eval_duration", unit: time.Nanosecond}
 
 // Reset does nothing: the reader keeps no per-request state.
 func (*OllamaReader) Reset() {}

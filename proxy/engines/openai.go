@@ -101,13 +101,24 @@ var doneMarker = []byte("[DONE]")
 // Inspect reads one event's data (the SSE data field, or a whole
 // non-streamed response body).
 func (*OpenAI) Inspect(data []byte) Event {
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		readOpenAI(v, &ev)
+		return ev
+	})
+}
+
+// readEvent reads one event's data with a pooled parser: parseEvent's
+// checks, then, when the data is a JSON object, read's (a protocol's
+// fields, added to ev). v is valid only during read. Event is passed by
+// value, not by pointer, so that it stays on the stack: nothing allocates.
+func readEvent(data []byte, read func(v *jsonValue, ev Event) Event) Event {
 	parser := jsonParsers.Get().(*jsonParser)
 	defer jsonParsers.Put(parser)
 	ev, v := parseEvent(parser, data)
-	if v != nil {
-		readOpenAI(v, &ev)
+	if v == nil {
+		return ev
 	}
-	return ev
+	return read(v, ev)
 }
 
 // parseEvent handles what every protocol shares: the [DONE] marker, UTF-8
@@ -161,10 +172,10 @@ func readOpenAI(v *jsonValue, ev *Event) {
 
 // readOpenAIExt reads the OpenAI-compatible fields the engine readers add
 // to Inspect's: cached prompt tokens and the usage-only chunk.
-func readOpenAIExt(v *jsonValue, ev *Event) {
-	readOpenAI(v, ev)
+func readOpenAIExt(v *jsonValue, ev Event) Event {
+	readOpenAI(v, &ev)
 	if !ev.Usage {
-		return
+		return ev
 	}
 	ev.CachedTokens = v.GetInt("usage", "prompt_tokens_details", "cached_tokens")
 	if d := v.Get("usage", "completion_tokens_details"); d != nil {
@@ -173,6 +184,7 @@ func readOpenAIExt(v *jsonValue, ev *Event) {
 	if c := v.Get("choices"); c != nil && c.Type() == jsonArray && len(c.GetArray()) == 0 {
 		ev.UsageOnly = true
 	}
+	return ev
 }
 
 // messageOutput is the output a chat delta or message carries: answer

@@ -237,6 +237,32 @@ func durField(v *jsonValue, key string, unit time.Duration) (time.Duration, bool
 	return toDur(f, unit)
 }
 
+// durationFields name the fields in which an engine reports its queue, its
+// prefill and its decode, all in unit.
+type durationFields struct {
+	queue, prefill, decode string
+	unit                   time.Duration
+}
+
+// read records the queue and the prefill in v on tl, and sets ev's Timing,
+// Inferred (a prefill without a queue: InferQueue infers it at done) and
+// Decode.
+func (f durationFields) read(v *jsonValue, tl *stages.Timeline, ev *Event) {
+	queue, okq := durField(v, f.queue, f.unit)
+	if okq {
+		setEngine(tl, stages.EngineQueue, queue)
+		ev.Timing = true
+	}
+	if d, ok := durField(v, f.prefill, f.unit); ok {
+		setEngine(tl, stages.EnginePrefill, d)
+		ev.Timing = true
+		ev.Inferred = !okq
+	}
+	if d, ok := durField(v, f.decode, f.unit); ok && d > 0 {
+		ev.Decode = d
+	}
+}
+
 // intField reads v[key] as a non-negative count; ok is false when it is
 // missing or not an integer (GetInt would say 0 for both).
 func intField(v *jsonValue, key string) (int, bool) {

@@ -74,13 +74,7 @@ func (*ReferenceReader) Header(h func(string) []byte, tl *stages.Timeline) bool 
 
 // Event reads an OpenAI-compatible chunk or body.
 func (*ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v != nil {
-		readOpenAIExt(v, &ev)
-	}
-	return ev
+	return readEvent(data, readOpenAIExt)
 }
 
 // Reset does nothing: the reader keeps no per-request state.
@@ -99,13 +93,7 @@ func (*GenericReader) Header(h func(string) []byte, tl *stages.Timeline) bool { 
 
 // Event reads an OpenAI-compatible chunk or body.
 func (*GenericReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v != nil {
-		readOpenAIExt(v, &ev)
-	}
-	return ev
+	return readEvent(data, readOpenAIExt)
 }
 
 // Reset does nothing: the reader keeps no per-request state.

@@ -61,43 +61,39 @@ func (*SGLangReader) Header(h func(string) []byte, tl *stages.Timeline) bool { r
 
 // Event reads a native /generate event (or an OpenAI-compatible chunk).
 func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		ev = readOpenAIExt(v, ev)
+		m := v.Get("meta_info")
+		if m == nil || m.Type() != jsonObject {
+			return ev
+		}
+		if t := v.Get("text"); t != nil && t.Type() == jsonString {
+			idx, _ := intField(v, "index")
+			if r.grew(idx, t.GetStringBytes()) {
+				ev.Content = true
+			}
+		}
+		if f := m.Get("finish_reason"); f != nil {
+			var fr endreason.Finish
+			switch f.Type() {
+			case jsonObject:
+				fr = endreason.ParseFinish(f.GetStringBytes("type"))
+			case jsonString:
+				fr = endreason.ParseFinish(f.GetStringBytes())
+			}
+			if fr != endreason.FinishNone {
+				ev.Finish = fr
+			}
+		}
+		p, okp := intField(m, "prompt_tokens")
+		c, okc := intField(m, "completion_tokens")
+		if okp || okc {
+			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+			ev.CachedTokens, _ = intField(m, "cached_tokens")
+		}
+		r.timing(m, tl, &ev)
 		return ev
-	}
-	readOpenAIExt(v, &ev)
-	m := v.Get("meta_info")
-	if m == nil || m.Type() != jsonObject {
-		return ev
-	}
-	if t := v.Get("text"); t != nil && t.Type() == jsonString {
-		idx, _ := intField(v, "index")
-		if r.grew(idx, t.GetStringBytes()) {
-			ev.Content = true
-		}
-	}
-	if f := m.Get("finish_reason"); f != nil {
-		var fr endreason.Finish
-		switch f.Type() {
-		case jsonObject:
-			fr = endreason.ParseFinish(f.GetStringBytes("type"))
-		case jsonString:
-			fr = endreason.ParseFinish(f.GetStringBytes())
-		}
-		if fr != endreason.FinishNone {
-			ev.Finish = fr
-		}
-	}
-	p, okp := intField(m, "prompt_tokens")
-	c, okc := intField(m, "completion_tokens")
-	if okp || okc {
-		ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
-		ev.CachedTokens, _ = intField(m, "cached_tokens")
-	}
-	r.timing(m, tl, &ev)
-	return ev
+	})
 }
 
 // timing records the scheduler's durations, 0 and null meaning unknown.

@@ -95,37 +95,33 @@ func headerCount(v []byte) (int, bool) {
 
 // Event reads an OpenAI-compatible or native chunk or body.
 func (r *TGIReader) Event(data []byte, _ *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
-		return ev
-	}
-	readOpenAIExt(v, &ev)
-	if t := v.Get("token"); t != nil && t.Type() == jsonObject {
-		if len(t.GetStringBytes("text")) > 0 && !t.GetBool("special") {
-			ev.Content = true
-		}
-		if g := v.Get("generated_text"); g != nil && g.Type() == jsonString {
-			ev.Done = true // the last /generate_stream event
-		}
-	} else if len(v.GetStringBytes("generated_text")) > 0 {
-		ev.Content = true // a whole /generate body
-	}
-	if d := v.Get("details"); d != nil && d.Type() == jsonObject {
-		if f := endreason.ParseFinish(d.GetStringBytes("finish_reason")); f != endreason.FinishNone {
-			ev.Finish = f
-		}
-		if c, ok := intField(d, "generated_tokens"); ok && !ev.Usage {
-			ev.Usage, ev.CompletionTokens = true, c
-			p, ok := intField(d, "input_length")
-			if !ok {
-				p = r.promptTokens
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		ev = readOpenAIExt(v, ev)
+		if t := v.Get("token"); t != nil && t.Type() == jsonObject {
+			if len(t.GetStringBytes("text")) > 0 && !t.GetBool("special") {
+				ev.Content = true
 			}
-			ev.PromptTokens = p
+			if g := v.Get("generated_text"); g != nil && g.Type() == jsonString {
+				ev.Done = true // the last /generate_stream event
+			}
+		} else if len(v.GetStringBytes("generated_text")) > 0 {
+			ev.Content = true // a whole /generate body
 		}
-	}
-	return ev
+		if d := v.Get("details"); d != nil && d.Type() == jsonObject {
+			if f := endreason.ParseFinish(d.GetStringBytes("finish_reason")); f != endreason.FinishNone {
+				ev.Finish = f
+			}
+			if c, ok := intField(d, "generated_tokens"); ok && !ev.Usage {
+				ev.Usage, ev.CompletionTokens = true, c
+				p, ok := intField(d, "input_length")
+				if !ok {
+					p = r.promptTokens
+				}
+				ev.PromptTokens = p
+			}
+		}
+		return ev
+	})
 }
 
 // Reset forgets the x-prompt-tokens header.

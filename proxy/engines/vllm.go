@@ -1,6 +1,8 @@
 package engines
 
 import (
+	"time"
+
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -34,33 +36,20 @@ func (*VLLMReader) Header(h func(string) []byte, tl *stages.Timeline) bool { ret
 
 // Event reads an OpenAI-compatible chunk or body, and its metrics.
 func (*VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
-	parser := jsonParsers.Get().(*jsonParser)
-	defer jsonParsers.Put(parser)
-	ev, v := parseEvent(parser, data)
-	if v == nil {
+	return readEvent(data, func(v *jsonValue, ev Event) Event {
+		ev = readOpenAIExt(v, ev)
+		m := v.Get("metrics")
+		if m == nil || m.Type() != jsonObject {
+			return ev
+		}
+		vllmDurations.read(m, tl, &ev)
 		return ev
-	}
-	readOpenAIExt(v, &ev)
-	m := v.Get("metrics")
-	if m == nil || m.Type() != jsonObject {
-		return ev
-	}
-	const ms = 1e6 // nanoseconds
-	queue, okq := durField(m, "queue_time_ms", ms)
-	if okq {
-		setEngine(tl, stages.EngineQueue, queue)
-		ev.Timing = true
-	}
-	if d, ok := durField(m, "time_to_first_token_ms", ms); ok {
-		setEngine(tl, stages.EnginePrefill, d)
-		ev.Timing = true
-		ev.Inferred = !okq // a null queue: InferQueue infers it at done
-	}
-	if d, ok := durField(m, "generation_time_ms", ms); ok && d > 0 {
-		ev.Decode = d
-	}
-	return ev
+	})
 }
+
+// vllmDurations are the durations in vLLM's metrics object; a null queue
+// is inferred at done.
+var vllmDurations = durationFields{queue: "queue_time_ms", prefill: "time_to_first_token_ms", decode: "generation_time_ms", unit: time.Millisecond}
 
 // Reset does nothing: the reader keeps no per-request state.
 func (*VLLMReader) Reset() {}

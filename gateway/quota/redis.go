@@ -1,23 +1,20 @@
-package gateway
+package quota
 
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-
-	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/rs/zerolog"
 )
 
-// The redis quota backend keeps each key's two buckets (quota.go) in one
+// The redis quota backend keeps each key's two buckets (bucket.go) in one
 // Redis hash, so that every replica admits against the same levels. A Lua
 // script does the whole admission on the server, atomically: refill from
 // the server's own clock (TIME, so replicas with skewed clocks agree),
@@ -32,7 +29,7 @@ import (
 // backend, so a key's quota means the same on either.
 //
 // Settlement never waits on Redis in the request: Settle and Cancel queue
-// the adjustment and one goroutine per gateway (started by Start) sends
+// the adjustment and one goroutine per store (started by Start) sends
 // what is queued in pipelined batches. When the queue is full or Redis
 // fails, the adjustment is lost and counted: the key keeps the charge its
 // admission made.
@@ -41,7 +38,7 @@ import (
 // when Redis cannot answer in time and on_failure is open, this replica's
 // buckets decide as if the backend were local, counting what this replica
 // already admitted. After a failure, admissions skip Redis for
-// redisRetryAfter and then try it again: a Redis that came back is used
+// retryAfter and then try it again: a Redis that came back is used
 // from the next admission on, with no restart.
 
 // quotaScript adjusts one key's buckets.
@@ -90,9 +87,9 @@ return {1}
 `)
 
 const (
-	// redisRetryAfter is how long admissions skip Redis after it failed
-	// (fail open or closed at once instead of waiting for the timeout).
-	redisRetryAfter = time.Second
+	// retryAfter is how long admissions skip Redis after it failed (fail
+	// open or closed at once instead of waiting for the timeout).
+	retryAfter = time.Second
 	// settleQueue bounds the settlements waiting for the settler, and
 	// settleBatch the settlements one pipeline sends.
 	settleQueue = 4096
@@ -101,33 +98,62 @@ const (
 	settleTimeout = time.Second
 )
 
-// redisStore is a gateway's connection to Redis and its settler. It
-// outlives reloads; the connection settings cannot change.
-type redisStore struct {
-	g       *Gateway
-	conn    RedisConfig // what it was made with (RedisConfig.conn)
+// Redis is a gateway's connection to Redis and its settler. It outlives
+// reloads; its connection cannot change.
+type Redis struct {
+	now     func() int64
+	log     zerolog.Logger
 	opts    *redis.Options
 	client  atomic.Pointer[redis.Client]
 	settles chan settlement
 
-	// Set while running (Start to Stop); g.mu guards them.
+	// Set while running (Start to Stop).
 	quit, done chan struct{}
 
-	// downUntil is the gateway clock (ns) until which admissions skip
-	// Redis; down says the last attempt failed (for logging transitions).
+	// downUntil is the clock (ns) until which admissions skip Redis; down
+	// says the last attempt failed (for logging transitions).
 	downUntil atomic.Int64
 	down      atomic.Bool
 
 	fallbacks   atomic.Uint64 // admissions the local buckets decided (on_failure open)
 	unavailable atomic.Uint64 // admissions refused for it (on_failure closed)
 	lost        atomic.Uint64 // settlements Redis did not take
-	replyLogged atomic.Int64  // when replyError last logged (g.now)
+	replyLogged atomic.Int64  // when replyError last logged (now)
 }
 
-// sharedKey is one key's buckets on the redis backend, as one Snapshot
-// configures them (immutable).
-type sharedKey struct {
-	store      *redisStore
+// Conn is how to reach Redis.
+type Conn struct {
+	Address  string
+	Username string
+	Password string // the password itself ("": none)
+	DB       int
+	TLS      *tls.Config // nil: plaintext
+}
+
+// Policy is how one key's admissions use Redis; a reload may change it.
+type Policy struct {
+	// KeyPrefix starts the Redis key of the key's buckets; its name
+	// follows.
+	KeyPrefix string
+	// Timeout bounds an admission's wait for Redis.
+	Timeout time.Duration
+	// FailClosed refuses (Refusal.Unavailable) when Redis cannot answer;
+	// else the key's local buckets decide.
+	FailClosed bool
+}
+
+// Stats are what Redis could not do, counted since NewRedis.
+type Stats struct {
+	Fallbacks   uint64 // admissions the local buckets decided (on_failure open)
+	Unavailable uint64 // admissions refused for it (on_failure closed)
+	Lost        uint64 // settlements Redis did not take: it failed, or the queue was full
+}
+
+// Shared is one key's buckets on Redis, as one configuration sets them
+// (immutable), with the replica's own buckets beside them.
+type Shared struct {
+	store      *Redis
+	local      *Bucket
 	redisKey   string
 	reqCap     int64
 	tokCap     int64
@@ -138,42 +164,22 @@ type sharedKey struct {
 
 // settlement is a queued adjustment of a key's buckets.
 type settlement struct {
-	sk       *sharedKey
+	sk       *Shared
 	req, tok float64
 }
 
-// quotaStore returns the store a config with backend b uses: nil for the
-// local backend, else the gateway's, made on first use. g.mu is held.
-func (g *Gateway) quotaStore(b *QuotaBackend) (*redisStore, error) {
-	if b.Kind != QuotaRedis {
-		return nil, nil
-	}
-	if g.redis == nil {
-		return newRedisStore(g, b.Redis)
-	}
-	if g.redis.conn != b.Redis.conn() {
-		return nil, fmt.Errorf("quota_backend.redis: the connection (address, username, password, db, tls) cannot change on reload: restart to apply it")
-	}
-	return g.redis, nil
-}
-
-// quotaRedis is the gateway's redis store, nil while no config used one.
-func (g *Gateway) quotaRedis() *redisStore {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.redis
-}
-
-func newSharedKey(st *redisStore, c *RedisConfig, name string, q Quota) *sharedKey {
-	return &sharedKey{
-		store: st, redisKey: c.KeyPrefix + name,
-		reqCap: int64(q.Requests), tokCap: int64(q.Tokens), intervalUs: max(q.Interval.Microseconds(), 1),
-		timeout: c.Timeout, failClosed: c.OnFailure == QuotaFailClosed,
+// Key returns the Limiter of the key name with limit l on Redis, whose
+// admissions also charge local, this replica's buckets of the key.
+func (st *Redis) Key(name string, l Limit, local *Bucket, p Policy) *Shared {
+	return &Shared{
+		store: st, local: local, redisKey: p.KeyPrefix + name,
+		reqCap: int64(l.Requests), tokCap: int64(l.Tokens), intervalUs: max(l.Interval.Microseconds(), 1),
+		timeout: p.Timeout, failClosed: p.FailClosed,
 	}
 }
 
 // redisLogger drops go-redis's own log lines (plain text on stderr, one per
-// failed dial): the gateway logs a failure of Redis once, as JSON, and
+// failed dial): the store logs a failure of Redis once, as JSON, and
 // counts the rest.
 type redisLogger struct{}
 
@@ -181,18 +187,22 @@ func (redisLogger) Printf(context.Context, string, ...any) {}
 
 var quietRedis sync.Once
 
-func newRedisStore(g *Gateway, c RedisConfig) (*redisStore, error) {
+// NewRedis returns a store on c, not yet connected, logging to log on the
+// clock now. Start runs its settler.
+func NewRedis(c Conn, now func() int64, log zerolog.Logger) *Redis {
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{}) })
 	opts := &redis.Options{
-		Addr:     c.Address,
-		Username: c.Username,
-		DB:       c.DB,
+		Addr:      c.Address,
+		Username:  c.Username,
+		Password:  c.Password,
+		DB:        c.DB,
+		TLSConfig: c.TLS,
 		// Admission bounds its own wait (context deadline); one retry
 		// takes a fresh connection after Redis closed the pooled ones.
 		ContextTimeoutEnabled: true,
 		MaxRetries:            1,
 		// One dial per attempt, given up within seconds: the breaker
-		// (redisRetryAfter) is what retries a Redis that is down.
+		// (retryAfter) is what retries a Redis that is down.
 		DialTimeout:     2 * time.Second,
 		DialerRetries:   1,
 		DisableIdentity: true, // no CLIENT SETINFO round trip per connection
@@ -200,49 +210,17 @@ func newRedisStore(g *Gateway, c RedisConfig) (*redisStore, error) {
 			Mode: maintnotifications.ModeDisabled,
 		},
 	}
-	if c.Password != "" {
-		pw, err := resolveSecret(c.Password)
-		if err != nil {
-			return nil, fmt.Errorf("quota_backend.redis.password: %w", err)
-		}
-		opts.Password = pw
-	}
-	if c.TLS.Enabled {
-		tc, err := redisTLS(c)
-		if err != nil {
-			return nil, err
-		}
-		opts.TLSConfig = tc
-	}
-	st := &redisStore{g: g, conn: c.conn(), opts: opts, settles: make(chan settlement, settleQueue)}
+	st := &Redis{now: now, log: log, opts: opts, settles: make(chan settlement, settleQueue)}
 	st.client.Store(redis.NewClient(opts))
-	return st, nil
+	return st
 }
 
-func redisTLS(c RedisConfig) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLS.ServerName}
-	if c.TLS.CAFile != "" {
-		pem, err := os.ReadFile(c.TLS.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("quota_backend.redis.tls.ca_file: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("quota_backend.redis.tls.ca_file: %s holds no PEM certificate", c.TLS.CAFile)
-		}
+// Start runs the settler, with a fresh client after a Stop; it does
+// nothing while running. Start and Stop must not run concurrently.
+func (st *Redis) Start() {
+	if st.quit != nil {
+		return
 	}
-	if c.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("quota_backend.redis.tls: client certificate: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
-}
-
-// start runs the settler, with a fresh client after a stop. g.mu is held.
-func (st *redisStore) start() {
 	if c := st.client.Load(); c == nil {
 		st.client.Store(redis.NewClient(st.opts))
 	}
@@ -250,9 +228,9 @@ func (st *redisStore) start() {
 	go st.settle(st.quit, st.done)
 }
 
-// stop sends what is queued, ends the settler and closes the client:
-// admissions from now on find Redis unavailable. g.mu is held.
-func (st *redisStore) stop() {
+// Stop sends what is queued, ends the settler and closes the client:
+// admissions from now on find Redis unavailable.
+func (st *Redis) Stop() {
 	if st.quit == nil {
 		return
 	}
@@ -264,27 +242,34 @@ func (st *redisStore) stop() {
 	}
 }
 
-// admit charges sk's buckets on Redis, or leaves the decision to b (this
-// replica's buckets) or to the failure mode when Redis cannot answer.
-func (sk *sharedKey) admit(b *bucket, est int) (Reservation, *Rejection) {
+// Stats returns the counts so far.
+func (st *Redis) Stats() Stats {
+	return Stats{Fallbacks: st.fallbacks.Load(), Unavailable: st.unavailable.Load(), Lost: st.lost.Load()}
+}
+
+// Admit charges sk's buckets on Redis, or leaves the decision to the local
+// buckets or to the failure mode when Redis cannot answer. It waits for
+// Redis up to the policy's timeout.
+func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 	st := sk.store
+	est = max(est, 0)
 	cost := int64(0)
 	if sk.tokCap > 0 {
 		cost = min(int64(est), sk.tokCap)
 	}
-	if now := st.g.now(); now >= st.downUntil.Load() {
+	if st.now() >= st.downUntil.Load() {
 		v, err := sk.run(cost)
 		if err == nil {
 			st.recovered()
 			if v[0] == 0 {
-				which := "requests"
+				over := "requests"
 				if v[1] == 2 {
-					which = "tokens"
+					over = "tokens"
 				}
-				return Reservation{}, quotaRejection(which, float64(v[2])*float64(time.Microsecond))
+				return Reservation{}, Refusal{Over: over, Wait: waitNs(float64(v[2]) * float64(time.Microsecond))}
 			}
-			b.charge(st.g.now(), float64(cost))
-			return Reservation{b: b, tokens: float64(cost), sk: sk}, nil
+			sk.local.charge(float64(cost))
+			return Reservation{b: sk.local, tokens: float64(cost), sk: sk}, Refusal{}
 		}
 		switch {
 		case isReply(err):
@@ -303,16 +288,16 @@ func (sk *sharedKey) admit(b *bucket, est int) (Reservation, *Rejection) {
 	}
 	if sk.failClosed {
 		st.unavailable.Add(1)
-		return Reservation{}, rejQuotaUnavailable
+		return Reservation{}, Refusal{Unavailable: true}
 	}
 	st.fallbacks.Add(1)
-	res, rej := b.admit(st.g.now(), est)
+	res, ref := sk.local.Admit(est)
 	res.fallback = true
-	return res, rej
+	return res, ref
 }
 
 // run is the admission's one round trip, bounded by sk.timeout.
-func (sk *sharedKey) run(cost int64) ([]int64, error) {
+func (sk *Shared) run(cost int64) ([]int64, error) {
 	c := sk.store.client.Load()
 	if c == nil {
 		return nil, redis.ErrClosed
@@ -335,34 +320,34 @@ func isReply(err error) bool {
 
 var errUnexpectedReply = errors.New("quota script: unexpected reply")
 
-// failed skips Redis for redisRetryAfter and logs the first failure of a
+// failed skips Redis for retryAfter and logs the first failure of a
 // run of them.
-func (st *redisStore) failed(err error) {
-	st.downUntil.Store(st.g.now() + int64(redisRetryAfter))
+func (st *Redis) failed(err error) {
+	st.downUntil.Store(st.now() + int64(retryAfter))
 	if !st.down.Swap(true) {
-		st.g.log.Warn().Err(err).Str("address", st.opts.Addr).Msg("quota backend unavailable")
+		st.log.Warn().Err(err).Str("address", st.opts.Addr).Msg("quota backend unavailable")
 	}
 }
 
 // replyError logs an error reply for one key, at most once per
-// redisRetryAfter (a key broken on the server fails every admission).
-func (st *redisStore) replyError(sk *sharedKey, err error) {
-	now := st.g.now()
-	if last := st.replyLogged.Load(); (last == 0 || now-last >= int64(redisRetryAfter)) && st.replyLogged.CompareAndSwap(last, now) {
-		st.g.log.Warn().Err(err).Str("redis_key", sk.redisKey).Msg("quota backend refused a key's admission")
+// retryAfter (a key broken on the server fails every admission).
+func (st *Redis) replyError(sk *Shared, err error) {
+	now := st.now()
+	if last := st.replyLogged.Load(); (last == 0 || now-last >= int64(retryAfter)) && st.replyLogged.CompareAndSwap(last, now) {
+		st.log.Warn().Err(err).Str("redis_key", sk.redisKey).Msg("quota backend refused a key's admission")
 	}
 }
 
 // recovered logs the end of a run of failures.
-func (st *redisStore) recovered() {
+func (st *Redis) recovered() {
 	if st.down.Load() && st.down.Swap(false) {
-		st.g.log.Info().Str("address", st.opts.Addr).Msg("quota backend recovered")
+		st.log.Info().Str("address", st.opts.Addr).Msg("quota backend recovered")
 	}
 }
 
 // adjust queues an adjustment of sk's buckets for the settler; it never
 // blocks. A full queue loses it (counted).
-func (sk *sharedKey) adjust(req, tok float64) {
+func (sk *Shared) adjust(req, tok float64) {
 	select {
 	case sk.store.settles <- settlement{sk: sk, req: req, tok: tok}:
 	default:
@@ -371,7 +356,7 @@ func (sk *sharedKey) adjust(req, tok float64) {
 }
 
 // settle sends queued settlements in batches until quit, then what is left.
-func (st *redisStore) settle(quit <-chan struct{}, done chan<- struct{}) {
+func (st *Redis) settle(quit <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	batch := make([]settlement, 0, settleBatch)
 	for {
@@ -384,7 +369,7 @@ func (st *redisStore) settle(quit <-chan struct{}, done chan<- struct{}) {
 			// While admissions skip Redis, it is given nothing.
 			ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 			defer cancel()
-			down := st.g.now() < st.downUntil.Load()
+			down := st.now() < st.downUntil.Load()
 			for {
 				batch = st.drain(batch[:0])
 				if len(batch) == 0 {
@@ -404,7 +389,7 @@ func (st *redisStore) settle(quit <-chan struct{}, done chan<- struct{}) {
 }
 
 // drain appends queued settlements to batch, up to settleBatch.
-func (st *redisStore) drain(batch []settlement) []settlement {
+func (st *Redis) drain(batch []settlement) []settlement {
 	for len(batch) < settleBatch {
 		select {
 		case s := <-st.settles:
@@ -418,7 +403,7 @@ func (st *redisStore) drain(batch []settlement) []settlement {
 
 // send runs batch in one pipeline (EVALSHA; the ones the server's script
 // cache lacked again as EVAL) within ctx and counts what failed.
-func (st *redisStore) send(ctx context.Context, batch []settlement) {
+func (st *Redis) send(ctx context.Context, batch []settlement) {
 	c := st.client.Load()
 	if c == nil || ctx.Err() != nil {
 		st.lost.Add(uint64(len(batch)))
@@ -451,12 +436,4 @@ func (st *redisStore) send(ctx context.Context, batch []settlement) {
 	if again := run(batch, false); len(again) > 0 {
 		run(again, true)
 	}
-}
-
-var rejQuotaUnavailable = &Rejection{
-	Status: 503, RetryAfter: 1, Type: "server_error", Code: "quota_unavailable",
-	Message: "The quota service is unavailable; retry shortly.",
-	// worker_failure, not policy_block: our own infrastructure refused,
-	// not the key's usage, and a retry may pass (like no_healthy_upstream).
-	Reason: endreason.WorkerFailure, Detail: endreason.DetailQuotaUnavailable,
 }

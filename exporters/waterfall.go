@@ -1,0 +1,138 @@
+package exporters
+
+import (
+	"time"
+
+	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// SegmentKind says what a Segment of a request's waterfall is.
+type SegmentKind uint8
+
+// The segment kinds.
+const (
+	// SegStage is a stage of TTFT (stages.Stage), or, for a request that
+	// got no first token, a proxy stage it passed.
+	SegStage SegmentKind = iota
+	// SegDecode runs from the first token to the last one: for a model
+	// that reasoned before it answered, a segment named reasoning to the
+	// first answer token, then one named decode.
+	SegDecode
+	// SegFinish runs from the end of TTFT or the last token, whichever is
+	// later, to Done: the final chunk, [DONE], closing.
+	SegFinish
+	// SegOpen is the stage a request without a first token was in when it
+	// ended; it runs to Done.
+	SegOpen
+)
+
+var segKindNames = [...]string{"stage", "decode", "finish", "open"}
+
+func (k SegmentKind) String() string {
+	if int(k) < len(segKindNames) {
+		return segKindNames[k]
+	}
+	return "segment?"
+}
+
+// Segment is one bar of a request's waterfall, on the request's own clock
+// (offsets from Received).
+type Segment struct {
+	Name       string
+	Kind       SegmentKind
+	Start, End time.Duration
+}
+
+// Dur is End - Start.
+func (g Segment) Dur() time.Duration { return g.End - g.Start }
+
+// Segment names that are not stage names.
+const (
+	SegNameDecode    = "decode"
+	SegNameReasoning = "reasoning"
+	SegNameFinish    = "finish"
+	SegNameUpstream  = "upstream"
+)
+
+// Segments appends r's waterfall to dst and returns it: the TTFT stages
+// then decode and finish for a request that got a first token
+// (tokenSegments), the stages up to the one it ended in otherwise
+// (tokenlessSegments).
+func Segments(dst []Segment, r *record.Record) []Segment {
+	if bd := r.Breakdown(); bd.OK {
+		return tokenSegments(dst, r, &bd)
+	}
+	return tokenlessSegments(dst, &r.Timeline)
+}
+
+// tokenSegments appends the eight TTFT stages laid end to end from 0 in
+// stage order (they are contiguous and the last ends at TTFT exactly),
+// then decode (FirstToken to LastToken, when a last token was marked) and
+// finish (to Done, when Done is after the later of TTFT and LastToken).
+// When the model reasoned and its answer began after the first token (or
+// never came), decode is split where the answer began: reasoning
+// (FirstToken to FirstAnswer, or to LastToken without an answer), then
+// decode from there.
+func tokenSegments(dst []Segment, r *record.Record, bd *stages.Breakdown) []Segment {
+	t := &r.Timeline
+	var at time.Duration
+	for i, d := range bd.Stages {
+		dst = append(dst, Segment{Name: stages.Stage(i).String(), Kind: SegStage, Start: at, End: at + d})
+		at += d
+	}
+	end := at
+	first, okF := t.At(stages.FirstToken)
+	last, okL := t.At(stages.LastToken)
+	if okF && okL {
+		first = min(first, at)
+		last = max(last, first)
+		answer, answered := t.At(stages.FirstAnswer)
+		if r.ReasoningTokens > 0 && (!answered || answer > at) {
+			split := last
+			if answered {
+				split = min(answer, last)
+			}
+			dst = append(dst, Segment{Name: SegNameReasoning, Kind: SegDecode, Start: first, End: split})
+			first = split
+		}
+		if answered || r.ReasoningTokens == 0 {
+			dst = append(dst, Segment{Name: SegNameDecode, Kind: SegDecode, Start: first, End: last})
+		}
+		end = max(end, last)
+	}
+	if done, ok := t.At(stages.Done); ok && done > end {
+		dst = append(dst, Segment{Name: SegNameFinish, Kind: SegFinish, Start: end, End: done})
+	}
+	return dst
+}
+
+// tokenlessSegments appends the proxy stages the request passed (gateway,
+// route, queue, on proxy marks only), then the stage it was in when it
+// ended, as SegOpen up to Done: "gateway", "route" or "queue" when it
+// ended before admission, "upstream" when it was admitted (waiting on the
+// upstream). Zero-length stages are kept so the layout has a fixed shape.
+func tokenlessSegments(dst []Segment, t *stages.Timeline) []Segment {
+	done, _ := t.At(stages.Done)
+	var prev time.Duration
+	for _, m := range [...]struct {
+		mark stages.Mark
+		name string
+	}{
+		{stages.GatewayDone, stages.Gateway.String()},
+		{stages.Routed, stages.Route.String()},
+		{stages.Admitted, stages.Queue.String()},
+	} {
+		at, ok := t.At(m.mark)
+		if !ok {
+			return append(dst, Segment{Name: m.name, Kind: SegOpen, Start: prev, End: max(done, prev)})
+		}
+		at = max(at, prev)
+		dst = append(dst, Segment{Name: m.name, Kind: SegStage, Start: prev, End: at})
+		prev = at
+	}
+	return append(dst, Segment{Name: SegNameUpstream, Kind: SegOpen, Start: prev, End: max(done, prev)})
+}
+
+// millis is d in milliseconds, rounded to the microsecond.
+func millis(d time.Duration) float64 { return float64(stages.Micros(d)) / 1000 }

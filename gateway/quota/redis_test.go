@@ -1,0 +1,204 @@
+//go:build integration
+
+package quota
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/internal/redistest"
+)
+
+// replica is one gateway's redis store on r, started (its settler runs),
+// on its own clock.
+type replica struct {
+	st  *Redis
+	clk *clock
+}
+
+func newReplica(t *testing.T, r *redistest.Server) replica {
+	t.Helper()
+	clk := &clock{}
+	st := NewRedis(Conn{Address: r.Addr}, clk.now, zerolog.Nop())
+	st.Start()
+	t.Cleanup(st.Stop)
+	return replica{st: st, clk: clk}
+}
+
+// key is the replica's Limiter of key name, with its own local buckets.
+func (rp replica) key(name string, l Limit, p Policy) *Shared {
+	return rp.st.Key(name, l, NewBucket(l, rp.clk.now), p)
+}
+
+// policy is a policy on r with a key prefix of the test's own and
+// redistest's long timeout.
+func policy(r *redistest.Server, failClosed bool) Policy {
+	return Policy{KeyPrefix: r.KeyPrefix(), Timeout: redistest.Timeout, FailClosed: failClosed}
+}
+
+// waitLevel waits until field f ("r" or "t") of the key's hash on r is
+// want (settlements land asynchronously).
+func waitLevel(t *testing.T, r *redistest.Server, key, f string, want float64) {
+	t.Helper()
+	var got string
+	for range 500 {
+		got, _ = r.Get("HGET", key, f)
+		if v, err := strconv.ParseFloat(got, 64); err == nil && v > want-0.5 && v < want+0.5 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s.%s = %q, want %v", key, f, got, want)
+}
+
+// TestRedisShared: two replicas on one Redis spend one key's quota
+// together, requests and tokens, with the local backend's arithmetic
+// (the wait, settlement, cancel).
+func TestRedisShared(t *testing.T) {
+	r := redistest.Start(t)
+	a, b := newReplica(t, r), newReplica(t, r)
+
+	t.Run("requests", func(t *testing.T) {
+		l, p := Limit{Interval: time.Hour, Requests: 3}, policy(r, false)
+		p.KeyPrefix += "req:"
+		ka, kb := a.key("k", l, p), b.key("k", l, p)
+		for i, k := range []*Shared{ka, kb, ka} {
+			if _, ref := k.Admit(0); ref.Refused() {
+				t.Fatalf("admission %d: %+v", i, ref)
+			}
+		}
+		res, ref := kb.Admit(0)
+		// One request refills every 20 minutes: nearly all of it is to wait.
+		if ref.Over != "requests" || ref.Wait <= 1100*time.Second || ref.Wait > 1200*time.Second || res.Fallback() {
+			t.Fatalf("4th admission across replicas: %+v (fallback %v)", ref, res.Fallback())
+		}
+	})
+
+	t.Run("tokens", func(t *testing.T) {
+		l, p := Limit{Interval: time.Hour, Tokens: 1000}, policy(r, false)
+		ka, kb := a.key("k", l, p), b.key("k", l, p)
+		resA, ref := ka.Admit(600)
+		if ref.Refused() {
+			t.Fatal(ref)
+		}
+		// 400 left; 600 needs 200 more, 720s of refill at 1000/h.
+		if _, ref := kb.Admit(600); ref.Over != "tokens" || ref.Wait <= 700*time.Second || ref.Wait > 720*time.Second {
+			t.Fatalf("over the shared tokens: %+v", ref)
+		}
+		resA.Settle(100) // 500 back, on Redis once the settler sends it
+		waitLevel(t, r, p.KeyPrefix+"k", "t", 900)
+		resB, ref := kb.Admit(600)
+		if ref.Refused() {
+			t.Fatalf("after the refund: %+v", ref)
+		}
+		resB.Cancel()
+		waitLevel(t, r, p.KeyPrefix+"k", "t", 900)
+	})
+}
+
+// TestRedisFailure: with Redis stopped, the policy decides (fail open:
+// this replica's buckets, which counted what it admitted through Redis,
+// flagged and counted; fail closed: Unavailable), admissions skip Redis for
+// retryAfter after a failure, and a Redis that is back is used again
+// without a restart.
+func TestRedisFailure(t *testing.T) {
+	type want struct {
+		over        string
+		unavailable bool
+	}
+	tests := []struct {
+		name       string
+		failClosed bool
+		down       []want // each admission while Redis is down
+	}{
+		{"open", false, []want{{}, {}, {over: "requests"}}}, // 3 a replica, one spent through Redis
+		{"closed", true, []want{{unavailable: true}, {unavailable: true}, {unavailable: true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.Start(t)
+			rp := newReplica(t, r)
+			k := rp.key("k", Limit{Interval: time.Hour, Requests: 3}, policy(r, tc.failClosed))
+			if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+				t.Fatalf("with Redis up: %+v (fallback %v)", ref, res.Fallback())
+			}
+			r.Stop()
+			for i, w := range tc.down {
+				res, ref := k.Admit(0)
+				if ref.Over != w.over || ref.Unavailable != w.unavailable || res.Fallback() == tc.failClosed {
+					t.Fatalf("down, admission %d: %+v (fallback %v), want %+v", i, ref, res.Fallback(), w)
+				}
+			}
+			n := rp.st.Stats()
+			if !tc.failClosed && (n.Fallbacks != 3 || n.Unavailable != 0) || tc.failClosed && (n.Fallbacks != 0 || n.Unavailable != 3) {
+				t.Fatalf("stats: %+v", n)
+			}
+			r.Start() // empty: a restarted Redis without persistence has full buckets
+			if res, _ := k.Admit(0); !tc.failClosed && !res.Fallback() {
+				t.Fatal("Redis tried again before retryAfter")
+			}
+			rp.clk.advance(retryAfter)
+			for i := range 3 {
+				if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+					t.Fatalf("Redis back, admission %d: %+v (fallback %v)", i, ref, res.Fallback())
+				}
+			}
+			if _, ref := k.Admit(0); ref.Over != "requests" {
+				t.Fatalf("Redis back, over the quota: %+v", ref)
+			}
+		})
+	}
+}
+
+// TestRedisTimeout: a Redis that does not answer within the timeout counts
+// as down: the admission falls back instead of waiting for it.
+func TestRedisTimeout(t *testing.T) {
+	r := redistest.Start(t)
+	p := policy(r, false)
+	// Long enough that a Redis that is up answers in time however loaded
+	// the machine (the first admission dials and loads the script). The
+	// pause below outlasts it by as much, and ends before the give-back's
+	// settlement, sent at the timeout, gives up (settleTimeout).
+	p.Timeout = 500 * time.Millisecond
+	k := newReplica(t, r).key("k", Limit{Interval: time.Hour, Requests: 3}, p)
+	if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+		t.Fatalf("with Redis up: %+v (fallback %v)", ref, res.Fallback())
+	}
+	// CLIENT PAUSE holds every other client's commands on the server.
+	if reply, err := r.Do("CLIENT", "PAUSE", "1000", "ALL"); err != nil || reply != "+OK" {
+		t.Fatal(reply, err)
+	}
+	res, ref := k.Admit(0)
+	if ref.Refused() || !res.Fallback() {
+		t.Fatalf("with Redis paused: %+v (fallback %v)", ref, res.Fallback())
+	}
+	// The admission cannot know whether its script ran (a busy Redis runs
+	// it late; a paused one drops it with the closed connection), so it
+	// gives back what the script may have charged: here the script never
+	// ran, so the key gets that request back, up to its capacity.
+	waitLevel(t, r, p.KeyPrefix+"k", "r", 3)
+}
+
+// TestRedisReplyError: a key Redis refuses (a wrong type at its name)
+// fails alone; the other keys keep using Redis.
+func TestRedisReplyError(t *testing.T) {
+	r := redistest.Start(t)
+	rp := newReplica(t, r)
+	l, p := Limit{Interval: time.Hour, Requests: 3}, policy(r, true)
+	bad, good := rp.key("bad", l, p), rp.key("good", l, p)
+	if _, err := r.Do("SET", p.KeyPrefix+"bad", "a string, not a hash"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ref := bad.Admit(0); !ref.Unavailable {
+		t.Fatalf("key with a wrong type on Redis: %+v, want unavailable", ref)
+	}
+	for i := range 3 {
+		if res, ref := good.Admit(0); ref.Refused() || res.Fallback() {
+			t.Fatalf("other key, admission %d after the refusal: %+v (fallback %v)", i, ref, res.Fallback())
+		}
+	}
+	waitLevel(t, r, p.KeyPrefix+"good", "r", 0)
+}
