@@ -223,14 +223,22 @@ func TestAdmissionQueue(t *testing.T) {
 // TestRoutingAndRetry checks least-outstanding routing over two upstreams,
 // and the one retry on another upstream after a connect failure.
 func TestRoutingAndRetry(t *testing.T) {
+	const concurrent = 4
 	var mu sync.Mutex
 	seen := map[string]int{}
+	all := make(chan struct{}) // closed when the concurrent requests have all arrived: each holds its upstream until then
 	script := func(name string) func(c *upConn) {
 		return func(c *upConn) {
 			mu.Lock()
 			seen[name]++
+			held := name != "c"
+			if held && seen["a"]+seen["b"] == concurrent {
+				close(all)
+			}
 			mu.Unlock()
-			time.Sleep(100 * time.Millisecond)
+			if held {
+				<-all
+			}
 			c.stream(1, 0)
 		}
 	}
@@ -245,22 +253,20 @@ pools:
 `
 	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": a.url, "UP_B": b.url, "UP_C": c.url, "DEAD": deadURL(t)})
 	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range concurrent {
+		wg.Go(func() {
 			if resp, _, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 200 {
 				t.Errorf("routed request: %v %d", err, resp.StatusCode)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	for range 4 {
+	for range concurrent {
 		sink.next(t)
 	}
 	mu.Lock()
-	if seen["a"] != 2 || seen["b"] != 2 {
-		t.Errorf("4 concurrent requests went %v, want 2 and 2 (least outstanding)", seen)
+	if seen["a"] != concurrent/2 || seen["b"] != concurrent/2 {
+		t.Errorf("%d concurrent requests went %v, want half each (least outstanding)", concurrent, seen)
 	}
 	mu.Unlock()
 
