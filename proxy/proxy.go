@@ -123,9 +123,11 @@ type Config struct {
 	// PassEngineTiming forwards the engine's Server-Timing header and in-band
 	// timing comments to the client instead of consuming them.
 	PassEngineTiming bool
-	// Clock is the requests' clock and their deadline timers', and the
-	// timers of the gateway built from Upstream (default clock.Real); tests
-	// pass a *clock.Fake.
+	// Clock is the requests' clock, their deadline timers' and
+	// identification's retries', and the gateway's built from Upstream
+	// (default clock.Real). Tests pass a *clock.Fake; the marks taken from
+	// the kernel's receive timestamps (first_token_arrived) stay on the
+	// machine's time.
 	Clock clock.Clock
 	// Tracker, when set, is told when each request starts and ends (the
 	// in-flight gauge).
