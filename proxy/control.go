@@ -167,11 +167,11 @@ func (c *control) rearm(gen uint64, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// arm starts the deadline timer on clk. check runs on the timer's goroutine, under
-// c's lock and only while this generation is active (so end, which takes the
-// lock, waits for a running check and the request's state cannot be reused
-// under it), and returns the abort cause, or the delay until it should look
-// again. check must not call c's methods.
+// arm starts the deadline timer on clk. check runs on the timer's
+// goroutine, under c's lock and only while this generation is active (so
+// end, which takes the lock, waits for a running check and the request's
+// state cannot be reused under it), and returns the abort cause, or the
+// delay until it should look again. check must not call c's methods.
 func (c *control) arm(clk clock.Clock, gen uint64, first time.Duration, check func() (time.Duration, error)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
