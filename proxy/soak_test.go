@@ -50,8 +50,7 @@ var faultMenu = []engineFault{
 		} else {
 			c.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":")
 		}
-		time.Sleep(5 * time.Millisecond)
-		c.reset()
+		c.reset() // what was written is in the proxy's socket already (loopback)
 	}, endreason.DetailResetMidStream, endreason.DetailResetMidStream},
 	{"truncated body", func(c *upConn, stream bool) {
 		if stream {
