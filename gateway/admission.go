@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // admission is one upstream's admission control: at most max requests in
@@ -24,20 +25,23 @@ type admission struct {
 	tail     *waiter
 }
 
-// waiter is one queued request. Waiters are pooled with their channel and
-// timer: ready has room for the one grant, so granting never blocks.
+// waiter is one queued request. Waiters are pooled (Gateway.waiters) with
+// their channel and timer: ready has room for the one grant, so granting
+// never blocks; timeout receives when the timer, on the gateway's clock,
+// fires.
 type waiter struct {
 	prev, next *waiter
 	ready      chan struct{}
-	timer      *time.Timer
+	timer      clock.Timer
+	timeout    <-chan time.Time
 	granted    bool
 }
 
-var waiterPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
+func (g *Gateway) newWaiter() any {
+	t, ch := g.opts.Clock.NewTimer(time.Hour)
 	t.Stop()
-	return &waiter{ready: make(chan struct{}, 1), timer: t}
-}}
+	return &waiter{ready: make(chan struct{}, 1), timer: t, timeout: ch}
+}
 
 // configure applies (reloaded) limits and admits the waiters a higher limit
 // makes room for.
@@ -99,7 +103,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 		u.outstanding.Add(-1)
 		return nil, u.queueRejection(endreason.DetailQueueFull, "queue_full", "the admission queue of upstream "+u.Name+" is full")
 	}
-	w := waiterPool.Get().(*waiter)
+	w := u.g.waiters.Get().(*waiter)
 	w.prev, w.next = q.tail, nil
 	if q.tail != nil {
 		q.tail.next = w
@@ -119,7 +123,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 		return u.releaseFn, nil
 	case <-cancel:
 		cancelled = true
-	case <-w.timer.C:
+	case <-w.timeout:
 	}
 	q.mu.Lock()
 	if w.granted {
@@ -147,7 +151,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 func (u *Upstream) putWaiter(w *waiter) {
 	w.timer.Stop()
 	w.granted = false
-	waiterPool.Put(w)
+	u.g.waiters.Put(w)
 }
 
 func (u *Upstream) queueRejection(d endreason.Detail, code, msg string) *Rejection {

@@ -2,19 +2,23 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
-func queueUpstream(t testing.TB, maxInFlight, size int, wait time.Duration) (*Gateway, *Upstream) {
+// queueUpstream is an upstream with the given limits on a gateway with
+// opts (by default a fake clock, returned: each waiter arms one timer on it).
+func queueUpstream(t testing.TB, opts Options, maxInFlight, size int, wait time.Duration) (*Upstream, *fakeClock) {
 	cfg := &Config{
 		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
 		Pools:  []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"}, MaxInFlight: maxInFlight, QueueSize: size, QueueMaxWait: wait}},
 	}
-	g, _ := newGateway(t, cfg, Options{})
-	return g, g.Snapshot().Pools()[0].Upstreams[0]
+	g, clk := newGateway(t, cfg, opts)
+	return g.Snapshot().Pools()[0].Upstreams[0], clk
 }
 
 // acquireAsync starts Acquire in a goroutine and returns its result channel.
@@ -32,20 +36,8 @@ func acquireAsync(u *Upstream, cancel <-chan struct{}) <-chan acquired {
 	return ch
 }
 
-// waitDepth waits until u's queue holds n waiters.
-func waitDepth(t testing.TB, u *Upstream, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for u.QueueDepth() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue depth %d, want %d", u.QueueDepth(), n)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 func TestAdmissionQueue(t *testing.T) {
-	_, u := queueUpstream(t, 2, 2, time.Hour)
+	u, clk := queueUpstream(t, Options{}, 2, 2, time.Hour)
 	r1, rej := u.Acquire(nil)
 	if rej != nil {
 		t.Fatal(rej)
@@ -55,9 +47,9 @@ func TestAdmissionQueue(t *testing.T) {
 		t.Fatalf("in flight %d depth %d", u.InFlight(), u.QueueDepth())
 	}
 	w1 := acquireAsync(u, nil)
-	waitDepth(t, u, 1)
+	clk.WaitArmed(1) // w1 waits in the queue
 	w2 := acquireAsync(u, nil)
-	waitDepth(t, u, 2)
+	clk.WaitArmed(2)
 	// Full: the third waiter is turned away at once.
 	if _, rej := u.Acquire(nil); rej == nil || rej.Status != 503 || rej.Detail != endreason.DetailQueueFull || rej.RetryAfter != 1 ||
 		rej.Reason.String() != "worker_failure" {
@@ -83,16 +75,25 @@ func TestAdmissionQueue(t *testing.T) {
 	}
 }
 
+// TestAdmissionTimeout: a waiter is turned away when its max wait is over,
+// not before, and leaves nothing behind.
 func TestAdmissionTimeout(t *testing.T) {
-	_, u := queueUpstream(t, 1, 10, 20*time.Millisecond)
+	const maxWait = 20 * time.Millisecond
+	u, clk := queueUpstream(t, Options{}, 1, 10, maxWait)
 	rel, _ := u.Acquire(nil)
-	start := time.Now()
-	_, rej := u.Acquire(nil)
-	if rej == nil || rej.Status != 503 || rej.Detail != endreason.DetailQueueTimeout {
-		t.Fatalf("timeout: %+v", rej)
+	w := acquireAsync(u, nil)
+	if d := clk.WaitArmed(1); d != maxWait {
+		t.Fatalf("the waiter's timer fires in %v, want %v", d, maxWait)
 	}
-	if el := time.Since(start); el < 20*time.Millisecond || el > 2*time.Second {
-		t.Fatalf("waited %v for a 20ms max wait", el)
+	clk.Advance(maxWait - time.Nanosecond)
+	select {
+	case a := <-w:
+		t.Fatalf("turned away before its max wait: %+v", a.rej)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	if a := <-w; a.rej == nil || a.rej.Status != 503 || a.rej.Detail != endreason.DetailQueueTimeout {
+		t.Fatalf("timeout: %+v", a.rej)
 	}
 	if u.QueueDepth() != 0 || u.Outstanding() != 1 {
 		t.Fatalf("timed-out waiter left behind: depth %d outstanding %d", u.QueueDepth(), u.Outstanding())
@@ -103,27 +104,27 @@ func TestAdmissionTimeout(t *testing.T) {
 // TestAdmissionCancel: a waiter whose client leaves is removed from the
 // middle of the queue; the ones around it keep their order.
 func TestAdmissionCancel(t *testing.T) {
-	_, u := queueUpstream(t, 1, 10, time.Hour)
+	u, clk := queueUpstream(t, Options{}, 1, 10, time.Hour)
 	rel, _ := u.Acquire(nil)
 	w1 := acquireAsync(u, nil)
-	waitDepth(t, u, 1)
+	clk.WaitArmed(1)
 	gone := make(chan struct{})
 	w2 := acquireAsync(u, gone)
-	waitDepth(t, u, 2)
+	clk.WaitArmed(2)
 	w3 := acquireAsync(u, nil)
-	waitDepth(t, u, 3)
+	clk.WaitArmed(3)
 	close(gone)
 	a2 := <-w2
 	if a2.rej == nil || a2.rej.Status != 499 || a2.rej.Reason.String() != "client_cancel" {
 		t.Fatalf("cancelled waiter: %+v", a2.rej)
 	}
-	waitDepth(t, u, 2)
+	if u.QueueDepth() != 2 {
+		t.Fatalf("queue depth %d after the cancel, want 2", u.QueueDepth())
+	}
 	rel()
 	a1 := <-w1
-	select {
-	case <-w3:
-		t.Fatal("w3 admitted before w1 released")
-	case <-time.After(5 * time.Millisecond):
+	if u.QueueDepth() != 1 {
+		t.Fatal("w3 left the queue before w1 released its slot")
 	}
 	a1.release()
 	a3 := <-w3
@@ -140,7 +141,7 @@ func TestAdmissionCancel(t *testing.T) {
 // exactly the order they queued, each within its max wait.
 func TestAdmissionFIFO1000(t *testing.T) {
 	const n = 1000
-	_, u := queueUpstream(t, 1, n, 30*time.Second)
+	u, clk := queueUpstream(t, Options{}, 1, n, 30*time.Second)
 	hold, _ := u.Acquire(nil)
 	order := make(chan int, n)
 	var wg sync.WaitGroup
@@ -154,7 +155,7 @@ func TestAdmissionFIFO1000(t *testing.T) {
 			order <- i
 			rel()
 		})
-		waitDepth(t, u, i+1) // queue them in a known order
+		clk.WaitArmed(i + 1) // queue them in a known order
 	}
 	start := time.Now()
 	hold()
@@ -176,46 +177,37 @@ func TestAdmissionFIFO1000(t *testing.T) {
 	}
 }
 
-// TestAdmissionBoundedWait: with 1,000 waiters and a max wait, no Acquire
-// blocks much longer than the max wait, whatever the holder does.
+// TestAdmissionBoundedWait: with 1,000 waiters and a max wait, every
+// Acquire is turned away once the max wait is over, whatever the holder
+// does.
 func TestAdmissionBoundedWait(t *testing.T) {
 	const n = 1000
 	const maxWait = 50 * time.Millisecond
-	_, u := queueUpstream(t, 1, n, maxWait)
+	u, clk := queueUpstream(t, Options{}, 1, n, maxWait)
 	hold, _ := u.Acquire(nil) // never released in time
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var worst time.Duration
-	timeouts := 0
+	var timeouts atomic.Int32
 	for range n {
 		wg.Go(func() {
-			start := time.Now()
-			_, rej := u.Acquire(nil)
-			el := time.Since(start)
-			mu.Lock()
-			worst = max(worst, el)
-			if rej != nil && rej.Detail == endreason.DetailQueueTimeout {
-				timeouts++
+			if _, rej := u.Acquire(nil); rej != nil && rej.Detail == endreason.DetailQueueTimeout {
+				timeouts.Add(1)
 			}
-			mu.Unlock()
 		})
 	}
+	clk.WaitArmed(n) // all queued
+	clk.Advance(maxWait)
 	wg.Wait()
 	hold()
-	if timeouts != n {
-		t.Fatalf("%d timeouts, want %d", timeouts, n)
+	if got := timeouts.Load(); got != n {
+		t.Fatalf("%d timeouts, want %d", got, n)
 	}
-	if worst > maxWait+time.Second {
-		t.Fatalf("worst wait %v for a max wait of %v", worst, maxWait)
-	}
-	t.Logf("worst wait %v (max wait %v)", worst, maxWait)
 }
 
 // TestAdmissionRaces: acquire, cancel, time out and release concurrently;
 // the counts always return to zero and never exceed the limit.
 func TestAdmissionRaces(t *testing.T) {
 	const limit = 3
-	_, u := queueUpstream(t, limit, 50, 2*time.Millisecond)
+	u, _ := queueUpstream(t, Options{Clock: clock.Real}, limit, 50, 2*time.Millisecond)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	inUse, peak := 0, 0
@@ -250,7 +242,7 @@ func TestAdmissionRaces(t *testing.T) {
 }
 
 func TestAdmissionUnlimited(t *testing.T) {
-	_, u := queueUpstream(t, 0, 0, 0)
+	u, _ := queueUpstream(t, Options{}, 0, 0, 0)
 	var rels []func()
 	for range 100 {
 		r, rej := u.Acquire(nil)

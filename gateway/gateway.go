@@ -26,7 +26,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -37,6 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/gateway/quota"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // Options are the gateway's injected dependencies; the zero value is the
@@ -45,8 +45,10 @@ type Options struct {
 	// Probe performs active health checks (default HTTPProbe, no
 	// keep-alives).
 	Probe ProbeFunc
-	// Now is a monotonic clock (default: time since New). Tests drive it.
-	Now func() time.Duration
+	// Clock is the gateway's time: quotas, ejections, health probes'
+	// intervals and backoff, admission queue timeouts (default
+	// clock.Real). Tests pass a *clock.Fake.
+	Clock clock.Clock
 	// Log receives the gateway's operational messages: one line each time
 	// an upstream goes out of rotation (a failed health check, passive
 	// ejection) or comes back. Nil: JSON lines with a timestamp on stderr,
@@ -60,10 +62,11 @@ type Options struct {
 type Gateway struct {
 	opts  Options
 	log   zerolog.Logger
-	start time.Time
+	start time.Time // the wall time of the clock's origin
 	cur   atomic.Pointer[Snapshot]
-	// sleep waits between health probes (sleepCtx; tests step it).
-	sleep func(ctx context.Context, d time.Duration) bool
+	// waiters are the admission queues' waiters, pooled with their timers
+	// on opts.Clock (admission.go).
+	waiters sync.Pool
 
 	mu      sync.Mutex // serializes Reload, Start and Stop
 	running bool
@@ -100,7 +103,11 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Probe == nil {
 		opts.Probe = defaultProbe()
 	}
-	g := &Gateway{opts: opts, start: time.Now(), sleep: sleepCtx, ups: map[string]*Upstream{}, buckets: map[string]*quota.Bucket{}}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
+	g := &Gateway{opts: opts, start: time.Now().Add(-opts.Clock.Now()), ups: map[string]*Upstream{}, buckets: map[string]*quota.Bucket{}}
+	g.waiters.New = g.newWaiter
 	if opts.Log != nil {
 		g.log = *opts.Log
 	} else {
@@ -112,12 +119,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-func (g *Gateway) now() int64 {
-	if g.opts.Now != nil {
-		return int64(g.opts.Now())
-	}
-	return int64(time.Since(g.start))
-}
+func (g *Gateway) now() int64 { return int64(g.opts.Clock.Now()) }
 
 // Snapshot returns the configuration in effect. Take it once per request.
 func (g *Gateway) Snapshot() *Snapshot { return g.cur.Load() }

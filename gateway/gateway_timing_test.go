@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // benchBody is a typical small streamed chat request (~400 bytes).
@@ -29,8 +31,7 @@ func newGatewayBench(b testing.TB) *gatewayBench { return newGatewayBenchOn(b, Q
 func newGatewayBenchOn(b testing.TB, backend QuotaBackend) *gatewayBench {
 	cfg := manyKeysConfig(10000, 100)
 	cfg.QuotaBackend = backend
-	start := time.Now() // the real clock: its cost is part of the step
-	g, _ := newGateway(b, cfg, Options{Now: func() time.Duration { return time.Since(start) }})
+	g, _ := newGateway(b, cfg, Options{Clock: clock.Real}) // its cost is part of the step
 	gb := &gatewayBench{g: g}
 	for i := range 1024 {
 		gb.headers = append(gb.headers, []byte("Bearer "+testKey(i*9%10000)))
@@ -168,7 +169,7 @@ func BenchmarkCheckRequest(b *testing.B) {
 
 // BenchmarkAdmissionUncontended is Acquire + release with a free slot.
 func BenchmarkAdmissionUncontended(b *testing.B) {
-	_, u := queueUpstream(b, 64, 64, time.Minute)
+	u, _ := queueUpstream(b, Options{Clock: clock.Real}, 64, 64, time.Minute)
 	b.ReportAllocs()
 	for b.Loop() {
 		rel, rej := u.Acquire(nil)
@@ -184,7 +185,7 @@ func BenchmarkAdmissionUncontended(b *testing.B) {
 // throughput of FIFO handoffs. ns/op is per admitted request.
 func BenchmarkAdmissionContended(b *testing.B) {
 	const waiters = 1000
-	_, u := queueUpstream(b, 1, waiters, time.Minute)
+	u, _ := queueUpstream(b, Options{Clock: clock.Real}, 1, waiters, time.Minute)
 	b.ReportAllocs()
 	b.ResetTimer()
 	var wg sync.WaitGroup

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // ProbeFunc probes one upstream: GET url (the upstream's base URL and the
@@ -82,7 +84,7 @@ func (g *Gateway) watchUpstream(ctx context.Context, p *Pool, u *Upstream) {
 			retry = 0
 		}
 		u.nextProbe.Store(g.now() + int64(wait))
-		if !g.sleep(ctx, wait) {
+		if !clock.Sleep(ctx, g.opts.Clock, wait, nil) {
 			return
 		}
 	}
@@ -108,18 +110,6 @@ func probeOnce(ctx context.Context, p *Pool, u *Upstream, probe ProbeFunc) error
 		u.setVerdict(p.Name, err)
 	}
 	return err
-}
-
-// sleepCtx waits d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // stop ends the checker and waits for its goroutines.

@@ -58,31 +58,12 @@ func TestProbeBackoff(t *testing.T) {
 		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
 			Health: HealthConfig{Path: "/h", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
 	}
-	g, _ := newGateway(t, cfg, Options{Probe: probe})
-	waits, resume := make(chan time.Duration), make(chan struct{})
-	g.sleep = func(ctx context.Context, d time.Duration) bool {
-		select {
-		case waits <- d:
-		case <-ctx.Done():
-			return false
-		}
-		select {
-		case <-resume:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	g, clk := newGateway(t, cfg, Options{Probe: probe})
 	g.Start()
 	s := g.Snapshot()
 	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, time.Hour, 100 * time.Millisecond, time.Hour}
 	for i, w := range want {
-		var d time.Duration
-		select {
-		case d = <-waits:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no wait %d within 10s", i+1)
-		}
+		d := clk.WaitArmed(1) // the checker sleeps
 		if d != w || int(probes.Load()) != i+1 {
 			t.Fatalf("wait %d: %v after %d probes, want %v after %d", i+1, d, probes.Load(), w, i+1)
 		}
@@ -91,7 +72,7 @@ func TestProbeBackoff(t *testing.T) {
 				t.Fatalf("pick while the next probe is 100ms away: %+v, want Retry-After 1", rej)
 			}
 		}
-		resume <- struct{}{}
+		clk.Advance(d)
 	}
 	g.Stop()
 }
@@ -114,9 +95,12 @@ func TestUpstreamUpAfterStart(t *testing.T) {
 			Health: HealthConfig{Path: "/health", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	g, _ := newGateway(t, cfg, Options{Log: log, Probe: HTTPProbe(client)})
+	g, clk := newGateway(t, cfg, Options{Log: log, Probe: HTTPProbe(client)})
 	g.Start()
 	logs.WaitFor(t, "upstream unhealthy", 1, nil)
+	if d := clk.WaitArmed(1); d != firstRetry {
+		t.Fatalf("the probe after a failure is %v away, want %v", d, firstRetry)
+	}
 	body, ready := g.Snapshot().AppendHealth(nil, true)
 	var h struct {
 		Status, Reason string
@@ -137,6 +121,7 @@ func TestUpstreamUpAfterStart(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
+	clk.Advance(firstRetry)
 	up := logs.WaitFor(t, "upstream recovered", 1, nil)
 	if up[0]["reason"] != "health check passed" {
 		t.Fatalf("recovered: %v", up[0])

@@ -2,29 +2,26 @@ package gateway
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 func okProbe(ctx context.Context, url string) error { return nil }
 
-// fakeClock is a settable monotonic clock for Options.Now.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) Now() time.Duration      { return time.Duration(c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// fakeClock is the tests' clock: it moves only when they advance it.
+type fakeClock = clock.Fake
 
 // newGateway builds a gateway for tests from a config in code, with a fake
-// clock, an always-healthy probe and a silent logger unless opts say
-// otherwise.
+// clock (returned), an always-healthy probe and a silent logger unless opts
+// say otherwise.
 func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{}
-	if opts.Now == nil {
-		opts.Now = clk.Now
+	if opts.Clock == nil {
+		opts.Clock = clk
 	}
 	if opts.Probe == nil {
 		opts.Probe = okProbe

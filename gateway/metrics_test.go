@@ -16,7 +16,7 @@ func TestCollector(t *testing.T) {
 		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://busy:1", "http://down:1", "http://ejected:1"},
 			MaxInFlight: 1, QueueSize: 4, QueueMaxWait: time.Hour}},
 	}
-	g, _ := newGateway(t, cfg, Options{})
+	g, clk := newGateway(t, cfg, Options{})
 	ups := g.Snapshot().Pools()[0].Upstreams
 	busy, down, ejected := ups[0], ups[1], ups[2]
 	release, rej := busy.Acquire(nil)
@@ -25,7 +25,7 @@ func TestCollector(t *testing.T) {
 	}
 	cancel := make(chan struct{})
 	waiter := acquireAsync(busy, cancel)
-	waitDepth(t, busy, 1)
+	clk.WaitArmed(1) // the waiter's timer: it is queued
 	down.healthy.Store(false)
 	ejected.eject(1)
 

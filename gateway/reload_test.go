@@ -19,14 +19,14 @@ func reloadConfig(upstreams []string, maxInFlight int, model string) *Config {
 // work after their upstream left the config; an upstream that stays keeps
 // its in-flight count and queue; a bad config changes nothing.
 func TestReload(t *testing.T) {
-	g, _ := newGateway(t, reloadConfig([]string{"http://a:1", "http://b:1"}, 1, "m1"), Options{})
-	g.Start()
+	g, clk := newGateway(t, reloadConfig([]string{"http://a:1", "http://b:1"}, 1, "m1"), Options{})
 	old := g.Snapshot()
 	a, b := old.Pools()[0].Upstreams[0], old.Pools()[0].Upstreams[1]
 	relA, _ := a.Acquire(nil)
 	relB, _ := b.Acquire(nil)
 	queued := acquireAsync(a, nil) // waits for a's slot across the reload
-	waitDepth(t, a, 1)
+	clk.WaitArmed(1)               // its timer: it is queued
+	g.Start()
 
 	if err := g.Reload(reloadConfig([]string{"http://a:1", "http://c:1"}, 2, "m2")); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestReload(t *testing.T) {
 
 // TestReloadLowersLimit: slots over a lowered limit are not handed on.
 func TestReloadLowersLimit(t *testing.T) {
-	g, _ := newGateway(t, reloadConfig([]string{"http://a:1"}, 3, "m"), Options{})
+	g, clk := newGateway(t, reloadConfig([]string{"http://a:1"}, 3, "m"), Options{})
 	a := g.Snapshot().Pools()[0].Upstreams[0]
 	var rels []func()
 	for range 3 {
@@ -85,13 +85,11 @@ func TestReloadLowersLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := acquireAsync(a, nil)
-	waitDepth(t, a, 1)
+	clk.WaitArmed(1) // it is queued
 	rels[0]()
 	rels[1]()
-	select {
-	case <-w:
-		t.Fatal("admitted over the lowered limit")
-	case <-time.After(5 * time.Millisecond):
+	if a.QueueDepth() != 1 || a.InFlight() != 1 {
+		t.Fatalf("after two releases: %d queued, %d in flight; want 1, 1 (none admitted over the lowered limit)", a.QueueDepth(), a.InFlight())
 	}
 	rels[2]()
 	got := <-w

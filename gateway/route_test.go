@@ -163,25 +163,15 @@ func TestEjectionDisabled(t *testing.T) {
 	}
 }
 
-// scriptedProbe fails the URLs in down; every probe is counted.
+// scriptedProbe fails the URLs in down.
 type scriptedProbe struct {
-	mu    sync.Mutex
-	down  map[string]bool
-	calls map[string]int
-	cond  *sync.Cond
-}
-
-func newScriptedProbe() *scriptedProbe {
-	p := &scriptedProbe{down: map[string]bool{}, calls: map[string]int{}}
-	p.cond = sync.NewCond(&p.mu)
-	return p
+	mu   sync.Mutex
+	down map[string]bool
 }
 
 func (p *scriptedProbe) probe(ctx context.Context, url string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.calls[url]++
-	p.cond.Broadcast()
 	if p.down[url] {
 		return errors.New("down")
 	}
@@ -194,41 +184,28 @@ func (p *scriptedProbe) set(url string, down bool) {
 	p.mu.Unlock()
 }
 
-// waitCalls waits until url has been probed n more times than now.
-func (p *scriptedProbe) waitCalls(t *testing.T, url string, n int) {
-	t.Helper()
-	p.mu.Lock()
-	target := p.calls[url] + n
-	p.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		got := p.calls[url]
-		p.mu.Unlock()
-		if got >= target {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s probed %d times, want %d", url, got, target)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
+// TestActiveHealthChecks: the verdict follows the last probe, and Pick
+// follows the verdicts. The checkers' clock is stepped one interval at a
+// time; each step ends when both checkers wait again, their probes done.
 func TestActiveHealthChecks(t *testing.T) {
-	pr := newScriptedProbe()
+	const interval = time.Minute // on the fake clock
+	pr := &scriptedProbe{down: map[string]bool{}}
 	cfg := &Config{
 		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
 		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1", "http://b:1"},
-			Health: HealthConfig{Path: "/health", Interval: 5 * time.Millisecond, Timeout: 2 * time.Millisecond}}},
+			Health: HealthConfig{Path: "/health", Interval: interval, Timeout: time.Second}}},
 	}
-	g, _ := newGateway(t, cfg, Options{Probe: pr.probe})
+	g, clk := newGateway(t, cfg, Options{Probe: pr.probe})
 	s := g.Snapshot()
 	r := s.Routes()[0]
 	a, b := r.Pool.Upstreams[0], r.Pool.Upstreams[1]
 	pr.set("http://a:1/health", true)
 	g.Start()
-	pr.waitCalls(t, "http://a:1/health", 2) // a full round after the change
+	clk.WaitArmed(2) // the first probes are done
+	round := func() {
+		clk.Advance(interval)
+		clk.WaitArmed(2)
+	}
 	if a.Healthy() || !b.Healthy() {
 		t.Fatalf("healthy: a %v b %v", a.Healthy(), b.Healthy())
 	}
@@ -238,25 +215,20 @@ func TestActiveHealthChecks(t *testing.T) {
 		}
 	}
 	pr.set("http://b:1/health", true)
-	pr.waitCalls(t, "http://b:1/health", 2)
+	round()
 	if _, rej := s.Pick(r, nil); rej == nil || rej.Detail != endreason.DetailNoHealthy || rej.RetryAfter != 1 {
 		t.Fatalf("no healthy upstream: %+v", rej)
 	}
 	pr.set("http://a:1/health", false)
-	pr.waitCalls(t, "http://a:1/health", 2)
+	round()
 	if u, rej := s.Pick(r, nil); rej != nil || u != a {
 		t.Fatalf("a recovered: %v %+v", u, rej)
 	}
 	g.Stop()
-	// Stopped: no more probes (goleak in TestMain checks the goroutines).
-	pr.mu.Lock()
-	n := pr.calls["http://a:1/health"]
-	pr.mu.Unlock()
-	time.Sleep(20 * time.Millisecond)
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if pr.calls["http://a:1/health"] != n {
-		t.Fatal("probes after Stop")
+	// Stopped: no checker waits to probe again (goleak in TestMain checks
+	// the goroutines).
+	if n := clk.Armed(); n != 0 {
+		t.Fatalf("%d checkers still waiting after Stop", n)
 	}
 }
 
@@ -274,16 +246,13 @@ func TestProbeTimeout(t *testing.T) {
 		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
 			Health: HealthConfig{Path: "/h", Interval: 50 * time.Millisecond, Timeout: 5 * time.Millisecond}}},
 	}
-	g, _ := newGateway(t, cfg, Options{Probe: hang})
+	g, clk := newGateway(t, cfg, Options{Probe: hang})
 	g.Start()
 	u := g.Snapshot().Pools()[0].Upstreams[0]
-	deadline := time.Now().Add(5 * time.Second)
-	for u.Healthy() {
-		if time.Now().After(deadline) {
-			t.Fatal("a hanging probe never made the upstream unhealthy")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	clk.WaitArmed(1) // the checker waits to probe again: the probe is over
 	<-probed
+	if u.Healthy() {
+		t.Fatal("a hanging probe did not make the upstream unhealthy")
+	}
 	g.Stop()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // Abort causes. The request's goroutine turns them into end-reason facts.
@@ -40,7 +41,7 @@ type control struct {
 	cause     error
 	abortedAt time.Duration // when the abort was requested
 	closedAt  time.Duration // when the upstream connection was cut for it (0: none was open)
-	timer     *time.Timer
+	timer     clock.Timer
 	abortCh   chan struct{} // closed by the abort, for waits that select on it
 	// clientLeft is set with cause when the cause is the client's doing,
 	// for the relay to check on every event without taking mu.
@@ -166,16 +167,16 @@ func (c *control) rearm(gen uint64, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// arm starts the deadline timer. check runs on the timer's goroutine, under
-// c's lock and only while this generation is active (so end, which takes the
-// lock, waits for a running check and the request's state cannot be reused
-// under it), and returns the abort cause, or the delay until it should look
-// again. check must not call c's methods.
-func (c *control) arm(gen uint64, first time.Duration, check func() (time.Duration, error)) {
+// arm starts the deadline timer on clk. check runs on the timer's
+// goroutine, under c's lock and only while this generation is active (so
+// end, which takes the lock, waits for a running check and the request's
+// state cannot be reused under it), and returns the abort cause, or the
+// delay until it should look again. check must not call c's methods.
+func (c *control) arm(clk clock.Clock, gen uint64, first time.Duration, check func() (time.Duration, error)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var t *time.Timer
-	t = time.AfterFunc(first, func() {
+	var t clock.Timer
+	t = clk.AfterFunc(first, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if gen != c.gen || !c.active || c.cause != nil {

@@ -9,7 +9,8 @@ type deadlines struct {
 	ttft, total, idle time.Duration
 }
 
-// armDeadlines starts the deadline timer for the lease's deadlines.
+// armDeadlines starts the deadline timer for the lease's deadlines, on the
+// proxy's clock.
 func (x *exchange) armDeadlines() {
 	d := x.lease.dl
 	if d.ttft <= 0 && d.total <= 0 && d.idle <= 0 {
@@ -20,7 +21,7 @@ func (x *exchange) armDeadlines() {
 	if first < 0 {
 		return
 	}
-	x.ctl.arm(x.gen, first, func() (time.Duration, error) {
+	x.ctl.arm(x.p.cfg.Clock, x.gen, first, func() (time.Duration, error) {
 		now := tl.Now()
 		sawFirst := r.firstToken.Load()
 		last := time.Duration(r.lastContent.Load())

@@ -14,6 +14,7 @@ import (
 
 // TestEndReasons drives each way a request can end without the gateway,
 // through real sockets, and checks what the client got and the one record.
+// The deadlines are in TestDeadlines, on a fake clock.
 func TestEndReasons(t *testing.T) {
 	type want struct {
 		status int
@@ -69,8 +70,7 @@ func TestEndReasons(t *testing.T) {
 			c.role()
 			c.content("a")
 			c.content("b")
-			time.Sleep(20 * time.Millisecond)
-			c.reset()
+			c.reset() // over loopback a and b are in the proxy's socket already: the reset does not take them back
 		}, nil, chatBody,
 			want{status: 200, reason: endreason.UpstreamDisconnect, detail: endreason.DetailResetMidStream, ttft: true, cut: true}},
 		{"eof without done", func(c *upConn) { c.role(); c.content("a"); c.end() }, nil, chatBody,
@@ -99,29 +99,6 @@ func TestEndReasons(t *testing.T) {
 		{"non-streamed completion", func(c *upConn) {
 			c.whole(200, "application/json", `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
 		}, nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, want{status: 200, reason: endreason.Stop, detail: endreason.DetailStop, ttft: true, body: `"content":"hi"`}},
-		{"first-token deadline before headers", func(c *upConn) { c.waitGone(5 * time.Second) },
-			func(c *Config) { c.FirstTokenTimeout = 150 * time.Millisecond }, chatBody,
-			want{status: 504, reason: endreason.Deadline, detail: endreason.DetailTTFTDeadline, errObj: true}},
-		{"first-token deadline in prefill", func(c *upConn) { c.sse(); c.role(); c.waitGone(5 * time.Second) },
-			func(c *Config) { c.FirstTokenTimeout = 150 * time.Millisecond }, chatBody,
-			want{status: 200, reason: endreason.Deadline, detail: endreason.DetailTTFTDeadline, cut: true}},
-		{"total deadline mid-stream", func(c *upConn) { c.stream(1000, 20*time.Millisecond) },
-			func(c *Config) { c.TotalTimeout = 200 * time.Millisecond }, chatBody,
-			want{status: 200, reason: endreason.Deadline, detail: endreason.DetailTotalDeadline, ttft: true, cut: true}},
-		{"idle deadline", func(c *upConn) { c.sse(); c.content("a"); c.waitGone(5 * time.Second) },
-			func(c *Config) { c.IdleTimeout = 150 * time.Millisecond }, chatBody,
-			want{status: 200, reason: endreason.Deadline, detail: endreason.DetailIdleDeadline, ttft: true, cut: true}},
-		// Only content is activity: pings after the first token do not hold
-		// off the idle deadline (the script would finish after 3 s of them).
-		{"idle deadline through comments", func(c *upConn) { c.sse(); c.content("a"); pingThenFinish(c, ": ping\n\n") },
-			func(c *Config) { c.IdleTimeout = 150 * time.Millisecond }, chatBody,
-			want{status: 200, reason: endreason.Deadline, detail: endreason.DetailIdleDeadline, ttft: true, cut: true}},
-		{"idle deadline through events without content", func(c *upConn) {
-			c.sse()
-			c.content("a")
-			pingThenFinish(c, `data: {"choices":[{"index":0,"delta":{}}]}`+"\n\n")
-		}, func(c *Config) { c.IdleTimeout = 150 * time.Millisecond }, chatBody,
-			want{status: 200, reason: endreason.Deadline, detail: endreason.DetailIdleDeadline, ttft: true, cut: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,43 +141,6 @@ func TestEndReasons(t *testing.T) {
 			}
 			sink.none(t, 50*time.Millisecond)
 		})
-	}
-}
-
-// pingThenFinish sends ping every 30 ms for 3 s, then finishes the stream;
-// it stops when the proxy closes the connection.
-func pingThenFinish(c *upConn, ping string) {
-	for range 100 {
-		time.Sleep(30 * time.Millisecond)
-		if !c.chunk(ping) {
-			return
-		}
-	}
-	c.finish("stop")
-	c.done()
-	c.end()
-}
-
-// TestDefaultTotalDeadline: with no total timeout configured, a stream's
-// life is still bounded. Normalize sets DefaultTotalTimeout; an endless
-// stream (content that never pauses, so no idle deadline) ends at it with
-// deadline / total_deadline, here with the value scaled down.
-func TestDefaultTotalDeadline(t *testing.T) {
-	cfg := Config{Upstream: "http://127.0.0.1:1"}
-	if err := cfg.Normalize(); err != nil || cfg.TotalTimeout <= 0 || cfg.TotalTimeout != DefaultTotalTimeout {
-		t.Fatalf("default total timeout %v (%v), want DefaultTotalTimeout %v", cfg.TotalTimeout, err, DefaultTotalTimeout)
-	}
-	up := startUpstream(t, func(c *upConn) {
-		for c.content("x") {
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	addr, sink, _ := startProxy(t, up.url, func(c *Config) { c.TotalTimeout = DefaultTotalTimeout / 6000 })
-	if _, _, err := post(t, addr, chatBody); !isCut(err) {
-		t.Errorf("client read error %v, want the stream cut", err)
-	}
-	if r := sink.next(t); r.Reason != endreason.Deadline || r.Detail != endreason.DetailTotalDeadline {
-		t.Errorf("record %s/%s (%s), want deadline/total_deadline", r.Reason, r.Detail, r.Error)
 	}
 }
 

@@ -10,12 +10,13 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
 // startGateway runs a proxy with a gateway built from a YAML config, in
 // which UP_A, UP_B and DEAD are replaced by upstream URLs; mod, when set,
-// changes the proxy's configuration.
+// changes the proxy's configuration. The gateway shares the proxy's Clock.
 func startGateway(t *testing.T, yaml string, urls map[string]string, mod ...func(*Config)) (string, *captureSink, *Proxy) {
 	t.Helper()
 	for k, v := range urls {
@@ -25,7 +26,11 @@ func startGateway(t *testing.T, yaml string, urls map[string]string, mod ...func
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(cfg, gateway.Options{})
+	var modded Config
+	for _, m := range mod {
+		m(&modded)
+	}
+	gw, err := gateway.New(cfg, gateway.Options{Clock: modded.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +159,11 @@ func TestGatewayRejections(t *testing.T) {
 
 // TestAdmissionQueue fills an upstream's single slot and its one-place
 // queue: the queued request's wait is its queue stage, the next is refused,
-// and a client that leaves the queue frees its place.
+// and a client that leaves the queue frees its place. The proxy and the
+// gateway share a fake clock: the timers armed on it say who waits where
+// (each request in the proxy has its deadline timer, each queued one its
+// queue timer too), and the time a request waits is the time the test
+// moves the clock.
 func TestAdmissionQueue(t *testing.T) {
 	hold := make(chan struct{})
 	up := startUpstream(t, func(c *upConn) {
@@ -166,13 +175,15 @@ func TestAdmissionQueue(t *testing.T) {
 	other := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	yaml := strings.ReplaceAll(gatewayYAML, "auth: keys", "auth: none")
 	yaml = yaml[:strings.Index(yaml, "keys:")] + yaml[strings.Index(yaml, "routes:"):]
-	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": other.url, "UP_B": up.url})
+	clk := &clock.Fake{}
+	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": other.url, "UP_B": up.url},
+		func(c *Config) { c.Clock = clk })
 
 	results := make(chan int, 2)
 	go func() { resp, _, _ := post(t, addr, chat("slow", `,"user":"hold"`)); results <- resp.StatusCode }()
-	time.Sleep(100 * time.Millisecond) // it holds the slot
+	up.request(t) // it holds the slot
 	conn, _ := rawClient(t, addr, chat("slow", ""))
-	time.Sleep(100 * time.Millisecond) // it waits in the queue
+	clk.WaitArmed(3) // it waits in the queue: two deadline timers and its queue timer
 
 	// The queue is full.
 	resp, body, err := post(t, addr, chat("slow", ""))
@@ -189,7 +200,9 @@ func TestAdmissionQueue(t *testing.T) {
 		t.Errorf("left-the-queue record %s/%s phase %s", r.Reason, r.Detail, r.Phase)
 	}
 	go func() { resp, _, _ := post(t, addr, chat("slow", "")); results <- resp.StatusCode }()
-	time.Sleep(300 * time.Millisecond)
+	clk.WaitArmed(3) // queued, as above
+	const waited = 300 * time.Millisecond
+	clk.Advance(waited)
 	close(hold)
 	for range 2 {
 		if s := <-results; s != 200 {
@@ -202,22 +215,30 @@ func TestAdmissionQueue(t *testing.T) {
 			queued = r
 		}
 	}
-	if q := queued.bd.Stages[stages.Queue]; q < 250*time.Millisecond {
-		t.Errorf("queued request's queue stage %v, want >= 250ms", q)
+	if q := queued.bd.Stages[stages.Queue]; q != waited {
+		t.Errorf("queued request's queue stage %v, want %v", q, waited)
 	}
 }
 
 // TestRoutingAndRetry checks least-outstanding routing over two upstreams,
 // and the one retry on another upstream after a connect failure.
 func TestRoutingAndRetry(t *testing.T) {
+	const concurrent = 4
 	var mu sync.Mutex
 	seen := map[string]int{}
+	all := make(chan struct{}) // closed when the concurrent requests have all arrived: each holds its upstream until then
 	script := func(name string) func(c *upConn) {
 		return func(c *upConn) {
 			mu.Lock()
 			seen[name]++
+			held := name != "c"
+			if held && seen["a"]+seen["b"] == concurrent {
+				close(all)
+			}
 			mu.Unlock()
-			time.Sleep(100 * time.Millisecond)
+			if held {
+				<-all
+			}
 			c.stream(1, 0)
 		}
 	}
@@ -232,22 +253,20 @@ pools:
 `
 	addr, sink, _ := startGateway(t, yaml, map[string]string{"UP_A": a.url, "UP_B": b.url, "UP_C": c.url, "DEAD": deadURL(t)})
 	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range concurrent {
+		wg.Go(func() {
 			if resp, _, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 200 {
 				t.Errorf("routed request: %v %d", err, resp.StatusCode)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	for range 4 {
+	for range concurrent {
 		sink.next(t)
 	}
 	mu.Lock()
-	if seen["a"] != 2 || seen["b"] != 2 {
-		t.Errorf("4 concurrent requests went %v, want 2 and 2 (least outstanding)", seen)
+	if seen["a"] != concurrent/2 || seen["b"] != concurrent/2 {
+		t.Errorf("%d concurrent requests went %v, want half each (least outstanding)", concurrent, seen)
 	}
 	mu.Unlock()
 
@@ -267,10 +286,11 @@ pools:
 // and that a request can shorten its first-token deadline.
 func TestModelsAndDeadlineHeader(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.waitGone(5 * time.Second) })
+	clk := &clock.Fake{}
 	addr, sink, _ := startGateway(t, `
 routes: [{model: m, pool: p}, {model: other, pool: p}]
 pools: [{name: p, upstreams: [UP_A]}]
-`, map[string]string{"UP_A": up.url})
+`, map[string]string{"UP_A": up.url}, func(c *Config) { c.Clock = clk })
 	resp, err := testClient().Get("http://" + addr + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -281,10 +301,24 @@ pools: [{name: p, upstreams: [UP_A]}]
 	if r := sink.next(t); r.Reason != endreason.Stop || r.Status != 200 {
 		t.Errorf("models record %s/%s %d", r.Reason, r.Detail, r.Status)
 	}
-	start := time.Now()
-	resp2, _, _ := post(t, addr, chat("m", ""), gateway.HeaderTTFTDeadline, "150")
-	if resp2.StatusCode != 504 || time.Since(start) > 2*time.Second {
-		t.Errorf("status %d after %v, want 504 soon after 150ms", resp2.StatusCode, time.Since(start))
+	status := make(chan int)
+	go func() {
+		resp, _, _ := post(t, addr, chat("m", ""), gateway.HeaderTTFTDeadline, "150")
+		status <- resp.StatusCode
+	}()
+	up.request(t)
+	if d := clk.WaitArmed(1); d != 150*time.Millisecond {
+		t.Fatalf("deadline timer armed %v ahead, want the header's 150ms", d)
+	}
+	clk.Advance(150*time.Millisecond - 1)
+	select {
+	case s := <-status:
+		t.Fatalf("status %d before the deadline", s)
+	default:
+	}
+	clk.Advance(1)
+	if s := <-status; s != 504 {
+		t.Errorf("status %d at the deadline, want 504", s)
 	}
 	if r := sink.next(t); r.Detail != endreason.DetailTTFTDeadline {
 		t.Errorf("record %s/%s", r.Reason, r.Detail)

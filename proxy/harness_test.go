@@ -463,7 +463,7 @@ func rawClientTLS(t *testing.T, addr, body string, tlsCfg *tls.Config) (net.Conn
 }
 
 // readUntil reads from br until s has been seen.
-func readUntil(t *testing.T, br *bufio.Reader, s string) {
+func readUntil(t testing.TB, br *bufio.Reader, s string) {
 	t.Helper()
 	var got strings.Builder
 	for !strings.Contains(got.String(), s) {

@@ -6,9 +6,10 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // TestHealthReadiness: behind a gateway whose only upstream starts after
@@ -17,7 +18,9 @@ import (
 // a request meanwhile is refused with a Retry-After of the next probe;
 // once a probe finds the upstream up (the interval is an hour: only the
 // retries after a failed probe can), /health answers 200 and the first
-// request succeeds.
+// request succeeds. The gateway's checker waits on a fake clock: the test
+// knows a probe is over when the checker waits again, and moves the clock
+// to the next.
 func TestHealthReadiness(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -25,10 +28,11 @@ func TestHealthReadiness(t *testing.T) {
 	}
 	upAddr := ln.Addr().String()
 	ln.Close() // nothing listens there until the upstream starts
+	clk := &clock.Fake{}
 	addr, sink, p := startGateway(t, `
 routes: [{model: m, pool: gpu}]
 pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
-`, map[string]string{"UP": "http://" + upAddr})
+`, map[string]string{"UP": "http://" + upAddr}, func(c *Config) { c.Clock = clk })
 
 	type health struct {
 		Status, Reason string
@@ -48,24 +52,18 @@ pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
 		}
 		return resp.StatusCode, h, string(b)
 	}
-	// waitStatus polls /health until it answers code (the verdict of a
-	// probe in flight), failing only after 10 s.
-	waitStatus := func(code int) (health, string) {
+	// status asks /health and checks its answer.
+	status := func(code int) (health, string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got, h, body := get()
-			if got == code {
-				return h, body
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/health still %d %s after 10s, want %d", got, body, code)
-			}
-			time.Sleep(5 * time.Millisecond)
+		got, h, body := get()
+		if got != code {
+			t.Fatalf("/health %d %s, want %d", got, body, code)
 		}
+		return h, body
 	}
 
-	if _, body := waitStatus(503); body != `{"status":"not_ready","reason":"no upstream in rotation","out_of_rotation":1}` {
+	retry := clk.WaitArmed(1) // the first probe failed
+	if _, body := status(503); body != `{"status":"not_ready","reason":"no upstream in rotation","out_of_rotation":1}` {
 		t.Fatalf("/health before the upstream is up: %s", body)
 	}
 	var ready fasthttp.RequestCtx
@@ -96,7 +94,9 @@ pools: [{name: gpu, upstreams: [UP], health: {path: /health, interval: 1h}}]
 		}
 		c.stream(2, 0)
 	})
-	if _, body := waitStatus(200); body != `{"status":"ok"}` {
+	clk.Advance(retry)
+	clk.WaitArmed(1) // the next probe passed
+	if _, body := status(200); body != `{"status":"ok"}` {
 		t.Fatalf("/health once the upstream is up: %s", body)
 	}
 	if resp, body, err := post(t, addr, chat("m", "")); err != nil || resp.StatusCode != 200 {

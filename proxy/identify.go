@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
@@ -90,7 +91,7 @@ func (p *Proxy) identify(ctx context.Context, u *upstream, baseURL string, retry
 		lastProblem = problem
 		p.log.WithLevel(level).Str("upstream", u.Name).Err(err).Int("attempt", attempt).
 			Str("retry_in", wait.String()).Msg("engine not identified: " + problem + ", will retry")
-		if !sleepFor(ctx, retry.min, nil) || !sleepFor(ctx, wait-retry.min, wake) {
+		if !clock.Sleep(ctx, p.cfg.Clock, retry.min, nil) || !clock.Sleep(ctx, p.cfg.Clock, wait-retry.min, wake) {
 			return
 		}
 		wait = min(2*wait, retry.max)
@@ -119,20 +120,4 @@ func askEngine(ctx context.Context, client *http.Client, baseURL string) (kind, 
 		return "", "upstream not ready", fmt.Errorf("GET %s/v1/models: status %d", baseURL, resp.StatusCode)
 	}
 	return kind, "", nil
-}
-
-// sleepFor waits d, or less when wake fires; false when ctx ended first.
-func sleepFor(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-wake:
-	}
-	return true
 }

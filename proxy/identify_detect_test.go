@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
@@ -57,7 +58,7 @@ const (
 func TestIdentifyRetries(t *testing.T) {
 	addr := closedAddr(t)
 	logs := &logtest.Lines{}
-	p := &Proxy{log: zerolog.New(logs)}
+	p := &Proxy{log: zerolog.New(logs), cfg: Config{Clock: clock.Real}}
 	u, err := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestIdentifyRetries(t *testing.T) {
 func TestIdentifyStopsWithProxy(t *testing.T) {
 	addr := closedAddr(t)
 	logs := &logtest.Lines{}
-	p := &Proxy{log: zerolog.New(logs)}
+	p := &Proxy{log: zerolog.New(logs), cfg: Config{Clock: clock.Real}}
 	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -149,7 +150,7 @@ func TestIdentifyReachableButUnknown(t *testing.T) {
 	addr := closedAddr(t)
 	serveAt(t, addr, http.NotFoundHandler())
 	logs := &logtest.Lines{}
-	p := &Proxy{log: zerolog.New(logs)}
+	p := &Proxy{log: zerolog.New(logs), cfg: Config{Clock: clock.Real}}
 	u, _ := newUpstream("http://"+addr, "up", defaultUpstreamHeaderBytes, nil)
 	p.identify(context.Background(), u, "http://"+addr, retrySchedule{first: time.Hour, max: time.Hour})
 	got := logs.All(t)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
@@ -122,8 +123,12 @@ type Config struct {
 	// PassEngineTiming forwards the engine's Server-Timing header and in-band
 	// timing comments to the client instead of consuming them.
 	PassEngineTiming bool
-	// Clock is the request clock (default stages.Monotonic); tests inject one.
-	Clock stages.Clock
+	// Clock is the requests' clock, their deadline timers' and
+	// identification's retries', and the gateway's built from Upstream
+	// (default clock.Real). Tests pass a *clock.Fake; the marks taken from
+	// the kernel's receive timestamps (first_token_arrived) stay on the
+	// machine's time.
+	Clock clock.Clock
 	// Tracker, when set, is told when each request starts and ends (the
 	// in-flight gauge).
 	Tracker Tracker
@@ -235,7 +240,7 @@ func (c *Config) Normalize() error {
 		c.MaxUpstreamHeaderBytes = defaultUpstreamHeaderBytes
 	}
 	if c.Clock == nil {
-		c.Clock = stages.Monotonic
+		c.Clock = clock.Real
 	}
 	switch c.CompressStreams {
 	case "", CompressGzip, CompressZstd:
@@ -288,7 +293,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	gw, own := cfg.Gateway, false
 	if gw == nil {
 		var err error
-		if gw, err = gateway.New(passThrough(&cfg), gateway.Options{Log: &log}); err != nil {
+		if gw, err = gateway.New(passThrough(&cfg), gateway.Options{Log: &log, Clock: cfg.Clock}); err != nil {
 			return nil, err
 		}
 		own = true
@@ -300,7 +305,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	if own {
 		gw.Start()
 	}
-	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: cfg.Clock, watcher: w, live: map[*exchange]struct{}{}}
+	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: requestClock(cfg.Clock), watcher: w, live: map[*exchange]struct{}{}}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
 	p.bodies.limit = int64(cfg.MaxBodyMemory)
@@ -483,6 +488,15 @@ func (p *Proxy) waitLive(d time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// requestClock is c as a request clock: stages.Monotonic itself for the
+// real clock, which spares every mark an indirect call.
+func requestClock(c clock.Clock) stages.Clock {
+	if c == clock.Real {
+		return stages.Monotonic
+	}
+	return func() int64 { return int64(c.Now()) }
 }
 
 // passThrough is the gateway of a proxy without a config file: no keys, every

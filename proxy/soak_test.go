@@ -50,8 +50,7 @@ var faultMenu = []engineFault{
 		} else {
 			c.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"id\":")
 		}
-		time.Sleep(5 * time.Millisecond)
-		c.reset()
+		c.reset() // what was written is in the proxy's socket already (loopback)
 	}, endreason.DetailResetMidStream, endreason.DetailResetMidStream},
 	{"truncated body", func(c *upConn, stream bool) {
 		if stream {
@@ -120,13 +119,16 @@ func faultByBody(body string) *engineFault {
 // bytes when the client waits for those.
 func matrixUpstream(t *testing.T) *testUpstream {
 	return startUpstream(t, func(c *upConn) {
-		if ch, ok := arrivals.LoadAndDelete(c.req.Header.Get("X-Request-Id")); ok {
-			close(ch.(chan struct{}))
+		arrived := func() {
+			if ch, ok := arrivals.LoadAndDelete(c.req.Header.Get("X-Request-Id")); ok {
+				close(ch.(chan struct{}))
+			}
 		}
 		f := faultByBody(c.body)
 		stream := strings.Contains(c.body, `"stream":true`)
 		switch {
 		case strings.Contains(c.req.URL.RawQuery, "leave=early"):
+			arrived()
 			c.waitGone(10 * time.Second)
 		case strings.Contains(c.req.URL.RawQuery, "leave=late"):
 			if stream {
@@ -135,15 +137,18 @@ func matrixUpstream(t *testing.T) *testUpstream {
 			} else {
 				c.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
 			}
+			arrived() // once the first bytes are out
 			c.waitGone(10 * time.Second)
 		default:
+			arrived()
 			f.script(c, stream)
 		}
 	})
 }
 
 // arrivals maps a request id to a channel the upstream closes when the
-// request reaches it, so that a client leaves only once its request is in
+// request reaches it (for a client that leaves after the first bytes, once
+// it has sent them), so that a client leaves only once its request is in
 // flight.
 var arrivals sync.Map
 
@@ -193,9 +198,7 @@ func sendAs(t *testing.T, addr, body string, behaviour int) {
 		waitArrival()
 		if strings.Contains(body, `"stream":true`) {
 			_, _ = br.ReadString('\n') // the status line: the response started
-		} else {
-			time.Sleep(10 * time.Millisecond) // the upstream started its body; nothing reaches the client before its end
-		}
+		} // else the upstream has sent its first bytes; nothing reaches the client before the body's end
 	default:
 		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for {

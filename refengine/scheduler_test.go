@@ -70,15 +70,22 @@ func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
 	}
 }
 
+// TestAbortWhileQueued: a client that leaves while its request is queued
+// (the client read the queued progress comment) aborts it there.
 func TestAbortWhileQueued(t *testing.T) {
 	e := startEngine(t, testConfig())
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		cancel()
-	}()
 	resp := e.post(t, ctx, "/v1/chat/completions", chatBody("hi", `"stream":true`), "X-Request-Id", "abortq-1", FaultHeader, "queue_delay=5s")
-	io.Copy(io.Discard, resp.Body)
+	queued := &signalOn{r: resp.Body, s: ": ttftlens-phase queued", seen: make(chan struct{})}
+	for buf := make([]byte, 512); ; {
+		if _, err := queued.Read(buf); err != nil {
+			t.Fatalf("the stream ended before the queued comment: %v", err)
+		}
+		if queued.done {
+			break
+		}
+	}
+	cancel()
 	resp.Body.Close()
 	var tr Truth
 	if !eventually(t, 3*time.Second, func() bool { var ok bool; tr, ok = e.Truth("abortq-1"); return ok }) {
@@ -194,11 +201,12 @@ func TestChunkedPrefillSharesSteps(t *testing.T) {
 		err   error
 	}
 	ch := make(chan res, 1)
+	body := &signalOn{r: resp.Body, s: `"content"`, seen: make(chan struct{})}
 	go func() {
-		items, err := readSSE(resp.Body, start)
+		items, err := readSSE(body, start)
 		ch <- res{items, err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	<-body.seen // the decoder is decoding
 	_, u := complete(t, e, strings.Repeat("Chunked prefill keeps decoders alive. ", 40), 1, "prefiller")
 	longEnd := time.Since(start)
 	r := <-ch

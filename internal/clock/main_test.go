@@ -1,0 +1,10 @@
+package clock
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// The sleep tests start sleepers: each must have returned.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
