@@ -1,4 +1,21 @@
-# Maintainer targets. `make test` is the whole suite, exactly as CI runs it.
+# Maintainer targets. `make` alone lists them (make help); `make test` is
+# the whole suite, exactly as CI runs it. A target's `## ` comment is its
+# line in the list.
+
+.DEFAULT_GOAL := help
+.PHONY: help build
+
+help: ## list the targets (what `make` alone does)
+	@echo 'usage: make [TARGET] [VARIABLE=value ...]'
+	@echo
+	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+# What build stamps into the binary: `ttftlens version` prints them.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+
+build: ## build bin/ttftlens, its version and commit stamped from git
+	go build -ldflags '-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$(REVISION)' -o bin/ttftlens ./cmd/ttftlens
 
 # Pinned tool versions, run with `go run` (nothing to install).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -13,15 +30,15 @@ FUZZTIME ?= 10s
 
 .PHONY: test bench corpus lint fuzz scale
 
-test:
+test: ## the whole suite, exactly as CI runs it (scripts/test.sh)
 	./scripts/test.sh
 
-bench:
+bench: ## the benchmarks BENCHMARKS.md reports (BENCHFLAGS=...)
 	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
 
 # The buffering corpus's confusion matrix (BENCHMARKS.md): every case ten
 # times, with -race and without.
-corpus:
+corpus: ## the buffering corpus's confusion matrix, with -race and without
 	go test -race -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
 	go test -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
 
@@ -32,19 +49,19 @@ corpus:
 # (go run ./bench/scale -h).
 SCALEFLAGS ?=
 
-scale:
+scale: ## cost at scale: ttftlens and nginx side by side (SCALEFLAGS=-quick)
 	go run ./bench/scale $(SCALEFLAGS)
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
 # GOVULNDB=file:///path for a local copy).
-lint:
+lint: ## go vet, staticcheck and govulncheck
 	go vet ./...
 	go run $(STATICCHECK) ./...
 	go run $(GOVULNCHECK) $(if $(GOVULNDB),-db $(GOVULNDB)) ./...
 
 # Every `func FuzzX` in a _test.go file, one after the other, each alone
 # in its package for FUZZTIME.
-fuzz:
+fuzz: ## every fuzz target, each for FUZZTIME (default 10s)
 	@set -e; grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sort | \
 	while IFS=: read -r file decl; do \
 		name=$${decl#func }; pkg=$$(dirname "$$file"); \

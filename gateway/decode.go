@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ttftlens/ttftlens/internal/suggest"
 )
 
 // Load reads and parses the config file at path (see Parse).
@@ -249,7 +251,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 		}
 		idx, ok := fields.index[kn.Value]
 		if !ok {
-			d.fail(kn, p, "unknown field%s (known: %s)", suggest(kn.Value, fields.names), strings.Join(fields.names, ", "))
+			d.fail(kn, p, "unknown field%s (known: %s)", didYouMean(kn.Value, fields.names), strings.Join(fields.names, ", "))
 			continue
 		}
 		if seen[kn.Value] {
@@ -300,37 +302,12 @@ func kindName(n *yaml.Node) string {
 	return "nothing"
 }
 
-// suggest returns ` (did you mean "x"?)` when a known name is within two
-// edits of got.
-func suggest(got string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(got, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
+// didYouMean returns ` (did you mean "x"?)` when a known name is near got
+// (suggest.Nearest).
+func didYouMean(got string, known []string) string {
+	best := suggest.Nearest(got, known)
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -82,7 +82,9 @@ const (
 // temperature outside [0, 2], top_p outside (0, 1], n outside [1, max_n],
 // stream or stream_options.include_usage not a boolean, missing messages or
 // prompt (invalid_parameter). Other parameters pass through unchecked:
-// engines have their own extensions.
+// engines have their own extensions. With a Rejection, the Request holds
+// only Model: the model the body names, if it names one as a string (even
+// one no route serves), so that the refusal's record can name it too.
 func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (Request, *Rejection) {
 	if len(body) > s.cfg.MaxBodyBytes {
 		return Request{}, BodyTooLarge(s.cfg.MaxBodyBytes)
@@ -97,27 +99,34 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 	}
 	var f requestFields
 	f.read(o, ep.inputName())
-	if f.badStream != nil {
-		return Request{}, f.badStream
-	}
-	req := Request{Stream: f.stream}
-	var rej *Rejection
-	if req.Model, req.Route, rej = s.modelRoute(f.model); rej != nil {
-		return Request{}, rej
-	}
-	if req.PromptTokens, rej = promptTokens(ep, &f); rej != nil {
-		return Request{}, rej
-	}
-	if req.MaxTokens, rej = maxTokens(&f, req.Route.MaxTokens); rej != nil {
-		return Request{}, rej
-	}
-	if rej = checkSampling(&f, req.Route.MaxN); rej != nil {
-		return Request{}, rej
-	}
-	if req.IncludeUsage, rej = includeUsage(f.streamOptions); rej != nil {
-		return Request{}, rej
+	req := Request{Model: modelName(f.model), Stream: f.stream}
+	if rej := s.checkFields(ep, &f, &req); rej != nil {
+		return Request{Model: req.Model}, rej
 	}
 	return req, nil
+}
+
+// checkFields checks the fields of a body that names req.Model and fills
+// in the rest of req.
+func (s *Snapshot) checkFields(ep Endpoint, f *requestFields, req *Request) *Rejection {
+	if f.badStream != nil {
+		return f.badStream
+	}
+	var rej *Rejection
+	if req.Route, rej = s.modelRoute(f.model, req.Model); rej != nil {
+		return rej
+	}
+	if req.PromptTokens, rej = promptTokens(ep, f); rej != nil {
+		return rej
+	}
+	if req.MaxTokens, rej = maxTokens(f, req.Route.MaxTokens); rej != nil {
+		return rej
+	}
+	if rej = checkSampling(f, req.Route.MaxN); rej != nil {
+		return rej
+	}
+	req.IncludeUsage, rej = includeUsage(f.streamOptions)
+	return rej
 }
 
 // inputName is the parameter that carries the prompt on ep.
@@ -181,24 +190,34 @@ func (f *requestFields) read(o *fastjson.Object, inputName string) {
 // set reports whether a parameter is present and not null.
 func set(v *fastjson.Value) bool { return v != nil && v.Type() != fastjson.TypeNull }
 
-// modelRoute checks the model parameter and finds its route.
-func (s *Snapshot) modelRoute(model *fastjson.Value) ([]byte, *Route, *Rejection) {
-	switch {
-	case !set(model):
-		return nil, nil, invalidParam("model", "you must provide a model parameter")
-	case model.Type() != fastjson.TypeString:
-		return nil, nil, invalidParam("model", "model must be a string.")
+// modelName is the model the body names: model's string, nil when model
+// is absent or not a string.
+func modelName(model *fastjson.Value) []byte {
+	if model == nil || model.Type() != fastjson.TypeString {
+		return nil
 	}
 	name, _ := model.StringBytes()
+	return name
+}
+
+// modelRoute checks the model parameter, whose string is name, and finds
+// its route.
+func (s *Snapshot) modelRoute(model *fastjson.Value, name []byte) (*Route, *Rejection) {
+	switch {
+	case !set(model):
+		return nil, invalidParam("model", "you must provide a model parameter")
+	case model.Type() != fastjson.TypeString:
+		return nil, invalidParam("model", "model must be a string.")
+	}
 	rt := s.route(name)
 	if rt == nil {
-		return nil, nil, &Rejection{
+		return nil, &Rejection{
 			Status: 400, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
 			Message: fmt.Sprintf("The model %q does not exist or is not served here.", name),
 			Reason:  endreason.InvalidRequest, Detail: endreason.DetailUnknownModel,
 		}
 	}
-	return name, rt, nil
+	return rt, nil
 }
 
 // promptTokens checks the messages or prompt parameter and estimates the

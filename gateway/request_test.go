@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -147,6 +148,42 @@ func TestCheckRequest(t *testing.T) {
 			}
 			if body.Error.Code != tt.code || (tt.param == "") != (body.Error.Param == nil) {
 				t.Fatalf("error body %s", rej.AppendJSON(nil))
+			}
+		})
+	}
+}
+
+// TestCheckRequestRefusedModel: a refused request still carries the model
+// its body names, whichever check refused it, so its record names it.
+func TestCheckRequestRefusedModel(t *testing.T) {
+	s := requestGateway(t)
+	var p fastjson.Parser
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name, body, model string
+	}{
+		{"stream not a boolean", `{"model":"llama",` + msgs + `,"stream":"yes"}`, "llama"},
+		{"unknown model", `{"model":"gpt-4",` + msgs + `}`, "gpt-4"},
+		{"escaped model", `{"model":"gpt\u002d4",` + msgs + `}`, "gpt-4"},
+		{"no messages", `{"model":"llama"}`, "llama"},
+		{"max_tokens over cap", `{"model":"llama",` + msgs + `,"max_tokens":101}`, "llama"},
+		{"temperature high", `{"model":"qwen-7b",` + msgs + `,"temperature":3}`, "qwen-7b"},
+		{"n over route", `{"model":"llama",` + msgs + `,"n":3}`, "llama"},
+		{"include_usage not bool", `{"model":"llama",` + msgs + `,"stream_options":{"include_usage":1}}`, "llama"},
+		{"the last model key", `{"model":"gpt-4","model":"llama","temperature":9,` + msgs + `}`, "llama"},
+		{"model not a string", `{"model":7,` + msgs + `}`, ""},
+		{"no model", `{` + msgs + `}`, ""},
+		{"malformed", `{"model":"llama",`, ""},
+		{"too large", `{"model":"llama",` + msgs + `,"pad":"` + strings.Repeat("x", 4096) + `"}`, ""}, // not parsed
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, rej := s.CheckRequest(&p, Chat, []byte(tt.body))
+			if rej == nil {
+				t.Fatalf("accepted: %+v", r)
+			}
+			if got := (Request{Model: r.Model}); string(r.Model) != tt.model || !reflect.DeepEqual(r, got) {
+				t.Errorf("refused with %+v, want only Model %q", r, tt.model)
 			}
 		})
 	}

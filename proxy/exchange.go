@@ -181,14 +181,14 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
 	if completion {
 		jp := jsonParsers.Get()
 		req, rej := snap.CheckRequest(jp, ep, ctx.PostBody())
+		rec.Model = string(req.Model) // a refused request's too, when its body names one
+		jsonParsers.Put(jp)           // req.Model, which aliased it, is copied
 		if rej != nil {
 			x.rejectGateway(ctx, rej)
-			jsonParsers.Put(jp)
 			return
 		}
-		rec.Model, rec.Streaming, x.lease.promptEst, route = string(req.Model), req.Stream, req.PromptTokens, req.Route
+		rec.Streaming, x.lease.promptEst, route = req.Stream, req.PromptTokens, req.Route
 		x.client.usage = req.IncludeUsage
-		jsonParsers.Put(jp) // req.Model, which aliased it, is copied
 		quotaStart := rec.Timeline.Now()
 		x.lease.res, rej = snap.Admit(key, req.Reserve())
 		rec.QuotaChecked, rec.QuotaTime, rec.QuotaFallback = key.HasQuota(), rec.Timeline.Now()-quotaStart, x.lease.res.Fallback()
@@ -396,7 +396,7 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 	case status >= 400 && !isJSON:
 		// Keep the status, give the client the error shape it expects, with
 		// the upstream's words as they are (the record's are redacted).
-		msg := "upstream answered " + strconv.Itoa(status) + ": " + string(truncate(body, 512))
+		msg := "upstream answered " + strconv.Itoa(status) + ": " + string(excerpt(body, 512))
 		x.respondError(ctx, status, "upstream_error", msg)
 		x.finish()
 		return

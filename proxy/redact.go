@@ -37,5 +37,5 @@ func upstreamAnswered(status int, body []byte) string {
 	if status == 401 || status == 403 {
 		return msg
 	}
-	return msg + ": " + redact(string(truncate(body, 512)))
+	return msg + ": " + redact(string(excerpt(body, 512)))
 }

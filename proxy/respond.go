@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 
@@ -52,9 +53,13 @@ type openAIErrorBody struct {
 	Code    string  `json:"code"`
 }
 
-func truncate(b []byte, n int) []byte {
+// excerpt is the part of an upstream's body a message quotes: at most its
+// first n bytes, without the white space around them (an error body's
+// final newline would end the record's error with it).
+func excerpt(b []byte, n int) []byte {
+	b = bytes.TrimSpace(b)
 	if len(b) > n {
-		return b[:n]
+		b = bytes.TrimSpace(b[:n])
 	}
 	return b
 }

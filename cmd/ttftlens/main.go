@@ -24,8 +24,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/ttftlens/ttftlens/internal/suggest"
 )
 
 func main() {
@@ -72,7 +78,11 @@ func run(args []string, std stdio) int {
 	}
 	fn, ok := commands[cmd]
 	if !ok {
-		fmt.Fprintf(std.err, "ttftlens: unknown command %q\nrun 'ttftlens help' for the commands\n", cmd)
+		hint := ""
+		if near := suggest.Nearest(cmd, slices.Sorted(maps.Keys(commands))); near != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", near)
+		}
+		fmt.Fprintf(std.err, "ttftlens: unknown command %q%s\nrun 'ttftlens help' for the commands\n", cmd, hint)
 		return 2
 	}
 	return exitStatus(fn(args, std), std.err)
@@ -164,17 +174,17 @@ func newFlagSet(name, help, envPrefix string) *flagSet {
 // parse applies environment variables (envPrefix + the flag name in upper
 // case, - as _), then the command line.
 func (fs *flagSet) parse(args []string, std stdio) error {
-	var envErr error
+	var envErr string
 	fs.VisitAll(func(f *flag.Flag) {
 		name := fs.envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+		if v, ok := os.LookupEnv(name); ok && envErr == "" {
 			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+				envErr = fmt.Sprintf("%s=%q: %s", name, v, valueError(f, v, err.Error()))
 			}
 		}
 	})
-	if envErr != nil {
-		return fs.usageError(envErr.Error())
+	if envErr != "" {
+		return fs.usageError(envErr)
 	}
 	err := fs.Parse(args)
 	switch {
@@ -182,10 +192,58 @@ func (fs *flagSet) parse(args []string, std stdio) error {
 		fs.printHelp(std.out)
 		return flag.ErrHelp
 	case err != nil:
-		return fs.usageError(err.Error())
+		return fs.usageError(fs.explain(err.Error()))
 	}
 	return nil
 }
+
+// explain adds what to do to a flag package error message: the flag meant
+// by one not defined, the units of a duration.
+func (fs *flagSet) explain(msg string) string {
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if near := suggest.Nearest(name, names); near != "" {
+			return msg + " (did you mean -" + near + "?)"
+		}
+		return msg
+	}
+	// The flag package's `invalid value "V" for flag -NAME: ERR`.
+	rest, ok := strings.CutPrefix(msg, "invalid value ")
+	if !ok {
+		return msg
+	}
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return msg
+	}
+	name, reason, ok := strings.Cut(strings.TrimPrefix(rest[len(quoted):], " for flag -"), ": ")
+	f := fs.Lookup(name)
+	if !ok || f == nil {
+		return msg
+	}
+	value, _ := strconv.Unquote(quoted)
+	return msg[:len(msg)-len(reason)] + valueError(f, value, reason)
+}
+
+// valueError is why value is not one for f: reason, the flag's own error,
+// unless f is a duration, whose error is Go's bare "parse error".
+func valueError(f *flag.Flag, value, reason string) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return reason
+	}
+	if _, ok := g.Get().(time.Duration); !ok {
+		return reason
+	}
+	if _, err := strconv.ParseFloat(value, 64); err == nil {
+		return "use a unit: " + durationExamples
+	}
+	return "not a duration: use a number and a unit: " + durationExamples
+}
+
+// durationExamples are durations as flags take them (time.ParseDuration).
+const durationExamples = "30s, 500ms, 2m, 1h30m (units: ns, us, ms, s, m, h)"
 
 // usageError is a usageError of this command.
 func (fs *flagSet) usageError(msg string) error {

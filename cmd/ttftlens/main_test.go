@@ -396,6 +396,67 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestFlagErrorHints: a mistyped flag or command names the nearest one, on
+// every command, and a duration without a unit says which units it takes,
+// on the command line and in the environment. The whole of stderr.
+func TestFlagErrorHints(t *testing.T) {
+	const units = "30s, 500ms, 2m, 1h30m (units: ns, us, ms, s, m, h)"
+	tests := []struct {
+		env, value string // an environment variable to set, when env is not ""
+		args       []string
+		stderr     string
+	}{
+		{"", "", []string{"--upsteam", "http://x:1"},
+			"ttftlens serve: flag provided but not defined: -upsteam (did you mean -upstream?)\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"serve", "-totl-timeout=1s"},
+			"ttftlens serve: flag provided but not defined: -totl-timeout (did you mean -total-timeout?)\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"serve", "--engine-media-timeot", "5s"},
+			"ttftlens serve: flag provided but not defined: -engine-media-timeot (did you mean -engine-media-timeout?)\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"engine", "--lisen", ":1"},
+			"ttftlens engine: flag provided but not defined: -lisen (did you mean -listen?)\nrun 'ttftlens engine -h' for the flags\n"},
+		{"", "", []string{"bench", "--urll", "http://x:1"},
+			"ttftlens bench: flag provided but not defined: -urll (did you mean -url?)\nrun 'ttftlens bench -h' for the flags\n"},
+		{"", "", []string{"bench", "-x"}, // one byte is all of it: no guess
+			"ttftlens bench: flag provided but not defined: -x\nrun 'ttftlens bench -h' for the flags\n"},
+		{"", "", []string{"version", "--verbose"},
+			"ttftlens version: flag provided but not defined: -verbose\nrun 'ttftlens version -h' for its usage\n"},
+		{"", "", []string{"serve", "--no-such-flag"}, // nothing near: no guess
+			"ttftlens serve: flag provided but not defined: -no-such-flag\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"sevre"},
+			"ttftlens: unknown command \"sevre\" (did you mean \"serve\"?)\nrun 'ttftlens help' for the commands\n"},
+		{"", "", []string{"help", "bnech"},
+			"ttftlens: unknown command \"bnech\" (did you mean \"bench\"?)\nrun 'ttftlens help' for the commands\n"},
+		{"", "", []string{"serve", "--total-timeout", "30"},
+			"ttftlens serve: invalid value \"30\" for flag -total-timeout: use a unit: " + units + "\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"serve", "--idle-timeout=1.5"},
+			"ttftlens serve: invalid value \"1.5\" for flag -idle-timeout: use a unit: " + units + "\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"serve", "--total-timeout", "soon"},
+			"ttftlens serve: invalid value \"soon\" for flag -total-timeout: not a duration: use a number and a unit: " + units + "\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"engine", "--media-timeout", "10"},
+			"ttftlens engine: invalid value \"10\" for flag -media-timeout: use a unit: " + units + "\nrun 'ttftlens engine -h' for the flags\n"},
+		{"", "", []string{"serve", "--engine-media-timeout", "10"},
+			"ttftlens serve: invalid value \"10\" for flag -engine-media-timeout: use a unit: " + units + "\nrun 'ttftlens serve -h' for the flags\n"},
+		{"", "", []string{"serve", "--engine-ranks", "two"}, // not a duration: the flag package's words
+			"ttftlens serve: invalid value \"two\" for flag -engine-ranks: parse error\nrun 'ttftlens serve -h' for the flags\n"},
+		{"TTFTLENS_TOTAL_TIMEOUT", "30", []string{"serve"},
+			"ttftlens serve: TTFTLENS_TOTAL_TIMEOUT=\"30\": use a unit: " + units + "\nrun 'ttftlens serve -h' for the flags\n"},
+		{"TTFTLENS_BENCH_D", "10", []string{"bench"},
+			"ttftlens bench: TTFTLENS_BENCH_D=\"10\": use a unit: " + units + "\nrun 'ttftlens bench -h' for the flags\n"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " ")+" "+tt.env, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv(tt.env, tt.value)
+			}
+			r := runCLI("", tt.args...)
+			r.check(t, 2, nil, nil)
+			if r.err != tt.stderr {
+				t.Errorf("stderr\n%q\nwant\n%q", r.err, tt.stderr)
+			}
+		})
+	}
+}
+
 func TestHashKey(t *testing.T) {
 	const testHash = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // of "test"
 	tests := []struct {
