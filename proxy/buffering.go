@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -88,10 +89,10 @@ func arrivalBuffering(s *stages.Stream) record.Buffering {
 // reads or touches the fields.
 type countingConn struct {
 	net.Conn
-	raw      *rawIO // reads and writes the socket; nil: Conn does
-	watcher  *watcher
-	watch    watchToken // the registration that reports the connection's end (rawIO.ended)
-	kernel   segmentCounter
+	raw      *sock.Conn // reads and writes the socket; nil: Conn does
+	watcher  *sock.Watcher
+	watch    sock.Token // the registration that reports the connection's end (Watcher.WatchEnd)
+	kernel   sock.SegmentCounter
 	reads    uint64 // reads that began an arrival
 	lastFull bool   // the last read filled its buffer
 	// writing: a request is being written (no byte read since its first
@@ -110,10 +111,10 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	if !c.writing {
 		c.writing = true
 		c.readsAtWrite = c.reads
-		c.segsAtWrite, c.kernelCounted = c.kernel.segmentsIn(c.Conn)
+		c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
 	}
 	if c.raw != nil {
-		return c.raw.write(p)
+		return c.raw.Write(p)
 	}
 	return c.Conn.Write(p)
 }
@@ -121,7 +122,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // Close ends the watcher's registration, then the connection.
 func (c *countingConn) Close() error {
 	if c.watcher != nil {
-		c.watcher.unwatch(c.watch)
+		c.watcher.Unwatch(c.watch)
 		c.watcher = nil
 	}
 	return c.Conn.Close()
@@ -131,9 +132,9 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 	waited := time.Duration(-1)
 	switch {
 	case c.raw != nil && c.tl != nil:
-		n, waited, err = c.raw.readStamped(p)
+		n, waited, err = c.raw.ReadStamped(p)
 	case c.raw != nil:
-		n, err = c.raw.read(p)
+		n, err = c.raw.Read(p)
 	default:
 		n, err = c.Conn.Read(p)
 	}
@@ -164,7 +165,7 @@ func (c *countingConn) clock(tl *stages.Timeline) {
 // stages.Stream.Arrivals).
 func (c *countingConn) arrivals() int {
 	if c.kernelCounted {
-		if segs, ok := c.kernel.segmentsIn(c.Conn); ok {
+		if segs, ok := c.kernel.SegmentsIn(c.Conn); ok {
 			return int(segs - c.segsAtWrite) // wraps around with the kernel's counter
 		}
 	}

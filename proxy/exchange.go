@@ -13,6 +13,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
@@ -60,11 +61,11 @@ type exchange struct {
 
 // clientSide is what the request knows of its client.
 type clientSide struct {
-	conn      net.Conn   // the client's connection
-	watch     *connWatch // the client connection's disconnect registration
-	breakdown bool       // it asked for its own breakdown
-	usage     bool       // it asked for the usage chunk
-	bodyHeld  int        // bytes of the body memory budget its body holds
+	conn      net.Conn        // the client's connection
+	watch     *sock.ConnWatch // the client connection's disconnect registration
+	breakdown bool            // it asked for its own breakdown
+	usage     bool            // it asked for the usage chunk
+	bodyHeld  int             // bytes of the body memory budget its body holds
 }
 
 // jsonParsers parse request bodies for the gateway's check. They are
@@ -514,7 +515,7 @@ func (x *exchange) finish() {
 	}()
 	rec, tl := &f.rec, &f.rec.Timeline
 	if x.client.watch != nil {
-		x.client.watch.disarm()
+		x.client.watch.Disarm()
 	}
 	abortedAt, closedAt, cause := x.ctl.end()
 	if clientCause(cause) && closedAt > 0 && f.facts.Stream {
@@ -548,8 +549,8 @@ func (x *exchange) watchClient(conn any) {
 	// the generation makes that call a no-op.
 	gen := x.gen
 	gone := func() { x.ctl.abort(gen, errClientGone) }
-	x.client.watch = v.(*connWatch)
-	x.client.watch.arm(&gone)
+	x.client.watch = v.(*sock.ConnWatch)
+	x.client.watch.Arm(&gone)
 }
 
 func connectFailed(err error) bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
@@ -26,9 +27,9 @@ type relay struct {
 	relayWiring
 
 	body upstreamBody
-	pump *rawIO   // the upstream socket, when the stream is relayed in a pump (pumpTo)
-	dec  decoder  // for a compressed upstream stream
-	enc  *encoder // for a compressed stream to the client
+	pump *sock.Conn // the upstream socket, when the stream is relayed in a pump (pumpTo)
+	dec  decoder    // for a compressed upstream stream
+	enc  *encoder   // for a compressed stream to the client
 	scan *sse.Scanner
 	// lines reads NDJSON streams (Ollama's native API); made for the first
 	// one, so an exchange that only relays event streams holds no buffer for it.
@@ -41,8 +42,7 @@ type relay struct {
 	client       net.Conn
 	stallArmedAt time.Duration
 
-	ev      sse.Event // the upstream block read last
-	waitErr error     // the error that ended the pump's wait, for nextEvent to take as its read's
+	ev sse.Event // the upstream block read last
 	// The event being handed out.
 	out        []byte        // its bytes not yet handed out
 	outParsed  time.Duration // when it was parsed
@@ -131,21 +131,21 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 }
 
 // pumpTo writes events as writeNext does, for as long as the upstream
-// sends them, in one pump of the upstream socket (rawIO.pump): an event
-// costs one read of the socket, not two. When the pump's wait fails (the
-// heartbeat's read deadline passed), one writeNext takes that as its
-// read's end (waitErr).
+// sends them, in one pump of the upstream socket (sock.Conn.Pump): an
+// event costs one read of the socket, not two. When the pump's wait fails
+// (the heartbeat's read deadline passed), the next read returns that
+// error: one writeNext takes it as its read's end.
 func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 	if hb := r.cfg.Heartbeat; hb > 0 {
 		// A deadline already passed (the one a heartbeat answered) would
 		// end the pump before its first read.
 		_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
 	}
-	waitErr := r.pump.pump(func() bool {
+	waitErr := r.pump.Pump(func() bool {
 		for {
 			n, e := r.writeNext(w)
 			written += int64(n)
-			if e == errWouldBlock {
+			if e == sock.ErrWouldBlock {
 				return true
 			}
 			if e != nil {
@@ -155,7 +155,6 @@ func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 		}
 	})
 	if waitErr != nil {
-		r.waitErr = waitErr
 		n, e := r.writeNext(w)
 		written, err = written+int64(n), e
 	}
@@ -180,7 +179,7 @@ func (r *relay) block() (b []byte, err error) {
 		if v := recover(); v != nil {
 			b, err = nil, r.fin.panicked(v)
 		}
-		if err != nil && err != io.EOF && err != errWouldBlock {
+		if err != nil && err != io.EOF && err != sock.ErrWouldBlock {
 			r.readErr = err
 		}
 	}()
@@ -301,17 +300,11 @@ func (r *relay) nextEvent() error {
 			// for undelivered to count.
 			return r.ctl.aborted()
 		}
-		var err error
-		if r.waitErr != nil {
-			err, r.waitErr = r.waitErr, nil // the pump's wait ended with it: this read's end
-		} else {
-			if hb > 0 && !r.ndjson {
-				_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
-			}
-			err = r.next()
+		if hb > 0 && !r.ndjson {
+			_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
 		}
-		if err != nil {
-			if err == errWouldBlock {
+		if err := r.next(); err != nil {
+			if err == sock.ErrWouldBlock {
 				return err // the pump waits for the upstream
 			}
 			if hb > 0 && isTimeout(err) && r.ctl.aborted() == nil {
