@@ -39,3 +39,11 @@ func upstreamAnswered(status int, body []byte) string {
 	}
 	return msg + ": " + redact(string(truncate(body, 512)))
 }
+
+// truncate cuts b to at most n bytes.
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

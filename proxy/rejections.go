@@ -51,10 +51,3 @@ type openAIErrorBody struct {
 	Param   *string `json:"param"`
 	Code    string  `json:"code"`
 }
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
-}
