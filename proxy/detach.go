@@ -216,7 +216,7 @@ func (x *exchange) relayToClient() (keep bool) {
 	r := &x.relay
 	// fasthttp cleared the connection's deadlines after the handler: the
 	// write stall deadline is set again before the first write.
-	r.stallArmedAt = 0
+	r.dst.stallArmedAt = 0
 	r.armStall(x.fin.rec.Timeline.Now())
 	err := x.out.firstErr
 	if err == nil {

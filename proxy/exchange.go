@@ -81,7 +81,7 @@ func newExchange(p *Proxy) *exchange {
 		onFirstToken: x.firstTokenParsed})
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	x.peekEnd = func(name string) []byte {
-		if v := x.relay.body.trailer(name); v != nil {
+		if v := x.relay.src.body.trailer(name); v != nil {
 			return v
 		}
 		return x.resp.Header.Peek(name)
@@ -92,7 +92,7 @@ func newExchange(p *Proxy) *exchange {
 // firstTokenParsed marks when the first content event arrived (the
 // upstream read that brought it), and moves the deadlines on.
 func (x *exchange) firstTokenParsed(now time.Duration) {
-	if at, ok := x.relay.body.arrival(); ok {
+	if at, ok := x.relay.src.body.arrival(); ok {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
 	x.firstTokenSeen(now)
@@ -304,7 +304,7 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 	}
 	x.relay.dropUsage = drop
 	var err error
-	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.src.body)
 	return err
 }
 
@@ -334,7 +334,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	if x.fin.rec.Buffering&record.BufferedCompressed != 0 {
 		encoding = x.resp.Header.ContentEncoding()
 	}
-	if !r.start(ndjson, encoding) {
+	if !r.src.start(ndjson, encoding) {
 		x.fin.facts.BadContentType = true
 		x.failBeforeFirstEvent(ctx, fmt.Errorf("%w: %q", errUnsupportedEncoding, encoding))
 		return
@@ -352,15 +352,15 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 		_ = ctx.Response.Header.SetTrailer("Server-Timing")
 		r.trailer = true
 	}
-	if r.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); r.enc != nil {
-		ctx.Response.Header.Set("Content-Encoding", r.enc.name)
+	if r.dst.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); r.dst.enc != nil {
+		ctx.Response.Header.Set("Content-Encoding", r.dst.enc.name)
 		ctx.Response.Header.Add("Vary", "Accept-Encoding")
-		r.out = r.enc.encode(r.out) // the first event, read before the response started
+		r.dst.out = r.dst.enc.encode(r.dst.out) // the first event, read before the response started
 	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	r.client = x.client.conn
+	r.dst.conn = x.client.conn
 	r.armStall(x.fin.rec.Timeline.Now()) // the headers and the first event are written next
 	x.fin.rec.Status = status
 	x.detach(ctx, http10)
