@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strconv"
 	"sync"
 
+	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
@@ -115,4 +118,76 @@ func accepts(acceptEncoding []byte, coding string) bool {
 		return err == nil && v > 0
 	}
 	return false
+}
+
+var errUnsupportedEncoding = errors.New("upstream event stream has an unsupported Content-Encoding")
+
+// decoder decodes a compressed upstream stream. It creates its decompressor
+// on the first Read, not before: the constructor reads the stream's header,
+// which would otherwise block until the engine's first bytes (prefill).
+// Decompressors are kept across requests.
+type decoder struct {
+	src      io.Reader
+	encoding []byte
+	r        io.Reader
+	gz       *gzip.Reader
+	zs       *zstd.Decoder
+	fl       io.ReadCloser
+}
+
+// reset points d at src with the given Content-Encoding; it reports false
+// for an encoding it cannot decode.
+func (d *decoder) reset(src io.Reader, encoding []byte) bool {
+	d.src, d.encoding, d.r = src, encoding, nil
+	switch string(encoding) {
+	case "gzip", "x-gzip", "deflate", "zstd":
+		return true
+	}
+	return false
+}
+
+func (d *decoder) Read(p []byte) (int, error) {
+	if d.r == nil {
+		if err := d.open(); err != nil {
+			return 0, err
+		}
+	}
+	return d.r.Read(p)
+}
+
+func (d *decoder) open() error {
+	var err error
+	switch string(d.encoding) {
+	case "gzip", "x-gzip":
+		if d.gz == nil {
+			d.gz, err = gzip.NewReader(d.src)
+		} else {
+			err = d.gz.Reset(d.src)
+		}
+		d.r = d.gz
+	case "deflate":
+		if d.fl == nil {
+			d.fl = flate.NewReader(d.src)
+		} else {
+			err = d.fl.(flate.Resetter).Reset(d.src, nil)
+		}
+		d.r = d.fl
+	case "zstd":
+		// One goroutine-free decoder per stream: the default decodes ahead
+		// on goroutines of its own, which a stream that waits for its next
+		// event does not need.
+		if d.zs == nil {
+			d.zs, err = zstd.NewReader(d.src, zstd.WithDecoderConcurrency(1))
+		} else {
+			err = d.zs.Reset(d.src)
+		}
+		d.r = d.zs
+	default:
+		return errUnsupportedEncoding
+	}
+	if err != nil {
+		d.r = nil
+		return err
+	}
+	return nil
 }

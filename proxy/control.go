@@ -121,7 +121,7 @@ func (c *control) abortLocked(cause error) {
 // connection without a socket of its own is closed.
 func cut(conn net.Conn) {
 	if c := countedConn(conn); c != nil && c.raw != nil {
-		c.raw.shutdown()
+		c.raw.Shutdown()
 		return
 	}
 	_ = conn.Close()

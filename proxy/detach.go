@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/ttftlens/ttftlens/internal/sock"
 )
 
 // A streamed response leaves fasthttp once its first event is parsed: the
@@ -88,8 +90,8 @@ var (
 func (s *clientStream) write(conn net.Conn, n int) error {
 	vec := s.vec[:n]
 	defer clear(vec) // the event's bytes are the scanner's, not ours to keep
-	if raw := rawWriter(conn); raw != nil {
-		_, err := raw.writeVec(vec)
+	if raw := sock.Of(conn); raw != nil {
+		_, err := raw.WriteVec(vec)
 		return err
 	}
 	b := s.buf[:0]
@@ -214,7 +216,7 @@ func (x *exchange) relayToClient() (keep bool) {
 	r := &x.relay
 	// fasthttp cleared the connection's deadlines after the handler: the
 	// write stall deadline is set again before the first write.
-	r.stallArmedAt = 0
+	r.dst.stallArmedAt = 0
 	r.armStall(x.fin.rec.Timeline.Now())
 	err := x.out.firstErr
 	if err == nil {
@@ -283,7 +285,7 @@ func (p *Proxy) nextRequest(conn net.Conn, keep bool) {
 	// it would not take the connection for idle in its first 5 s (a
 	// shutdown would wait them out). So the connection waits here, idle,
 	// as long as fasthttp lets an idle one wait.
-	if !waitForRequest(conn, p.server.IdleTimeout) || p.closing.Load() {
+	if !sock.WaitReadable(conn, p.server.IdleTimeout) || p.closing.Load() {
 		p.closeClient(conn)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
@@ -60,11 +61,11 @@ type exchange struct {
 
 // clientSide is what the request knows of its client.
 type clientSide struct {
-	conn      net.Conn   // the client's connection
-	watch     *connWatch // the client connection's disconnect registration
-	breakdown bool       // it asked for its own breakdown
-	usage     bool       // it asked for the usage chunk
-	bodyHeld  int        // bytes of the body memory budget its body holds
+	conn      net.Conn        // the client's connection
+	watch     *sock.ConnWatch // the client connection's disconnect registration
+	breakdown bool            // it asked for its own breakdown
+	usage     bool            // it asked for the usage chunk
+	bodyHeld  int             // bytes of the body memory budget its body holds
 }
 
 // jsonParsers parse request bodies for the gateway's check. They are
@@ -80,7 +81,7 @@ func newExchange(p *Proxy) *exchange {
 		onFirstToken: x.firstTokenParsed})
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	x.peekEnd = func(name string) []byte {
-		if v := x.relay.body.trailer(name); v != nil {
+		if v := x.relay.src.body.trailer(name); v != nil {
 			return v
 		}
 		return x.resp.Header.Peek(name)
@@ -91,7 +92,7 @@ func newExchange(p *Proxy) *exchange {
 // firstTokenParsed marks when the first content event arrived (the
 // upstream read that brought it), and moves the deadlines on.
 func (x *exchange) firstTokenParsed(now time.Duration) {
-	if at, ok := x.relay.body.arrival(); ok {
+	if at, ok := x.relay.src.body.arrival(); ok {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
 	x.firstTokenSeen(now)
@@ -303,7 +304,7 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 	}
 	x.relay.dropUsage = drop
 	var err error
-	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.body)
+	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.src.body)
 	return err
 }
 
@@ -333,7 +334,7 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 	if x.fin.rec.Buffering&record.BufferedCompressed != 0 {
 		encoding = x.resp.Header.ContentEncoding()
 	}
-	if !r.start(ndjson, encoding) {
+	if !r.src.start(ndjson, encoding) {
 		x.fin.facts.BadContentType = true
 		x.failBeforeFirstEvent(ctx, fmt.Errorf("%w: %q", errUnsupportedEncoding, encoding))
 		return
@@ -351,15 +352,15 @@ func (x *exchange) startStream(ctx *fasthttp.RequestCtx, status int, ndjson bool
 		_ = ctx.Response.Header.SetTrailer("Server-Timing")
 		r.trailer = true
 	}
-	if r.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); r.enc != nil {
-		ctx.Response.Header.Set("Content-Encoding", r.enc.name)
+	if r.dst.enc = acquireEncoder(x.p.cfg.CompressStreams, ctx.Request.Header.Peek("Accept-Encoding")); r.dst.enc != nil {
+		ctx.Response.Header.Set("Content-Encoding", r.dst.enc.name)
 		ctx.Response.Header.Add("Vary", "Accept-Encoding")
-		r.out = r.enc.encode(r.out) // the first event, read before the response started
+		r.dst.out = r.dst.enc.encode(r.dst.out) // the first event, read before the response started
 	}
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	r.client = x.client.conn
+	r.dst.conn = x.client.conn
 	r.armStall(x.fin.rec.Timeline.Now()) // the headers and the first event are written next
 	x.fin.rec.Status = status
 	x.detach(ctx, http10)
@@ -514,7 +515,7 @@ func (x *exchange) finish() {
 	}()
 	rec, tl := &f.rec, &f.rec.Timeline
 	if x.client.watch != nil {
-		x.client.watch.disarm()
+		x.client.watch.Disarm()
 	}
 	abortedAt, closedAt, cause := x.ctl.end()
 	if clientCause(cause) && closedAt > 0 && f.facts.Stream {
@@ -548,8 +549,8 @@ func (x *exchange) watchClient(conn any) {
 	// the generation makes that call a no-op.
 	gen := x.gen
 	gone := func() { x.ctl.abort(gen, errClientGone) }
-	x.client.watch = v.(*connWatch)
-	x.client.watch.arm(&gone)
+	x.client.watch = v.(*sock.ConnWatch)
+	x.client.watch.Arm(&gone)
 }
 
 func connectFailed(err error) bool {

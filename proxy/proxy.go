@@ -18,6 +18,7 @@ import (
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/internal/clock"
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/sse"
@@ -264,8 +265,8 @@ type Proxy struct {
 	sink       record.Sink
 	log        zerolog.Logger
 	clock      stages.Clock
-	watcher    *watcher
-	conns      sync.Map // client net.Conn → *connWatch, from accept to close
+	watcher    *sock.Watcher
+	conns      sync.Map // client net.Conn → *sock.ConnWatch, from accept to close
 	pool       sync.Pool
 	bgMu       sync.Mutex     // orders goBackground against Shutdown's stop
 	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
@@ -298,7 +299,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		}
 		own = true
 	}
-	w, err := newWatcher()
+	w, err := sock.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("client disconnect watcher: %w", err)
 	}
@@ -338,7 +339,7 @@ const readTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
-	ln = rawClientListener{ln}
+	ln = sock.RawListener(ln)
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
@@ -391,7 +392,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.stop()
 	p.bgMu.Unlock()
 	p.background.Wait()
-	p.watcher.close()
+	p.watcher.Close()
 	if p.ownGW {
 		p.gw.Stop()
 	}
@@ -598,9 +599,7 @@ func (p *Proxy) release(x *exchange) {
 func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
-		if cw := p.watcher.watchConn(c); cw != nil {
-			p.conns.Store(c, cw)
-		}
+		p.conns.Store(c, p.watcher.WatchConn(c))
 	case fasthttp.StateIdle:
 		if p.cfg.ClientWriteStall > 0 {
 			// The response is written: a stream's write stall deadline
@@ -615,7 +614,7 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 			p.neverDetached(c)
 		}
 		if v, ok := p.conns.LoadAndDelete(c); ok {
-			p.watcher.endConn(v.(*connWatch))
+			p.watcher.EndConn(v.(*sock.ConnWatch))
 		}
 		// fasthttp sends no StateClosed after a hijack: a hijacked
 		// connection other than a detached stream's (a lingering close of
@@ -633,3 +632,7 @@ type fasthttpLogger struct{ log zerolog.Logger }
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug().Msgf(format, args...)
 }
+
+// Listen opens the TCP listener Serve takes: its clients' connections get
+// TCP keep-alive from the listening socket (sock.Listen).
+func Listen(addr string) (net.Listener, error) { return sock.Listen(addr) }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"regexp"
 	"strconv"
 )
@@ -38,4 +39,15 @@ func upstreamAnswered(status int, body []byte) string {
 		return msg
 	}
 	return msg + ": " + redact(string(excerpt(body, 512)))
+}
+
+// excerpt is the part of an upstream's body a message quotes: at most its
+// first n bytes, without the white space around them (an error body's
+// final newline would end the record's error with it).
+func excerpt(b []byte, n int) []byte {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		b = bytes.TrimSpace(b[:n])
+	}
+	return b
 }

@@ -3,54 +3,34 @@ package proxy
 import (
 	"errors"
 	"io"
-	"net"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/sse"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
-// relay is the upstream response body on its way to the client. For a
-// streamed response, each Write its WriteTo makes is one upstream event,
-// which the stream's writer sends in one write, so going on to the next
-// means the previous bytes reached the client socket. Every event is parsed
-// and timed on the request's clock on the way; what it says goes into the
-// record (through fin) and the engine report (sig). Only the goroutine
-// serving the request touches a relay, except for firstToken and
-// lastContent, which the deadline timer reads.
+// relay is the upstream response body on its way to the client: it takes
+// each event from its source (src), parses and times it on the request's
+// clock, folding what it says into the record (through fin) and the engine
+// report (sig), and hands it out (dst). For a streamed response, each
+// Write its WriteTo makes is one upstream event, which the stream's writer
+// sends in one write, so going on to the next means the previous bytes
+// reached the client socket. Only the goroutine serving the request
+// touches a relay, except for firstToken and lastContent, which the
+// deadline timer reads.
 type relay struct {
 	relayWiring
 
-	body upstreamBody
-	pump *rawIO   // the upstream socket, when the stream is relayed in a pump (pumpTo)
-	dec  decoder  // for a compressed upstream stream
-	enc  *encoder // for a compressed stream to the client
-	scan *sse.Scanner
-	// lines reads NDJSON streams (Ollama's native API); made for the first
-	// one, so an exchange that only relays event streams holds no buffer for it.
-	lines     *engines.LineScanner
-	ndjson    bool
-	dropUsage bool // the usage-only chunk was asked for by us, not the client
+	src eventSource // where the events come from
+	dst delivery    // where they go: the client
 
-	// The client's connection, whose write deadline bounds a write stall;
-	// stallArmedAt is when the deadline was last moved.
-	client       net.Conn
-	stallArmedAt time.Duration
-
-	ev      sse.Event // the upstream block read last
-	waitErr error     // the error that ended the pump's wait, for nextEvent to take as its read's
-	// The event being handed out.
-	out        []byte        // its bytes not yet handed out
-	outParsed  time.Duration // when it was parsed
-	outContent bool          // it carries generated content
-	outAnswer  bool          // ...and answer, not reasoning only (read with outContent)
-	handedOut  bool          // the last block was handed out
-	lastReturn time.Duration // when it was
-	readErr    error         // the error that ended the stream on our side, if any
+	dropUsage bool  // the usage-only chunk was asked for by us, not the client
+	readErr   error // the error that ended the stream on our side, if any
 	// firstReads is the upstream read count when the first content event
 	// was parsed: unchanged at the second, both came in one read.
 	firstReads uint64
@@ -85,23 +65,16 @@ type relayWiring struct {
 func newRelay(w relayWiring) relay {
 	return relay{
 		relayWiring: w,
-		scan:        sse.NewScanner(nil, w.cfg.MaxEventBytes),
+		src:         newEventSource(w.cfg.MaxEventBytes),
 	}
 }
 
 // reset readies r for another request, keeping its wiring, buffers and
 // decompressors.
 func (r *relay) reset() {
-	if r.enc != nil {
-		r.enc.release()
-	}
-	r.scan.Reset(nil)
-	if r.lines != nil {
-		r.lines.Reset(nil)
-	}
-	dec := r.dec
-	dec.src = nil
-	*r = relay{relayWiring: r.relayWiring, dec: dec, scan: r.scan, lines: r.lines, scratch: r.scratch[:0], serverTiming: r.serverTiming[:0]}
+	r.src.reset()
+	r.dst.reset()
+	*r = relay{relayWiring: r.relayWiring, src: r.src, scratch: r.scratch[:0], serverTiming: r.serverTiming[:0]}
 }
 
 // WriteTo writes the stream to w one event per Write, w sending each in one
@@ -113,7 +86,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 	for {
 		var n int64
 		var err error
-		if r.pump != nil {
+		if r.src.pump != nil {
 			n, err = r.pumpTo(w)
 		} else {
 			var k int
@@ -131,21 +104,21 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 }
 
 // pumpTo writes events as writeNext does, for as long as the upstream
-// sends them, in one pump of the upstream socket (rawIO.pump): an event
-// costs one read of the socket, not two. When the pump's wait fails (the
-// heartbeat's read deadline passed), one writeNext takes that as its
-// read's end (waitErr).
+// sends them, in one pump of the upstream socket (sock.Conn.Pump): an
+// event costs one read of the socket, not two. When the pump's wait fails
+// (the heartbeat's read deadline passed), the next read returns that
+// error: one writeNext takes it as its read's end.
 func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 	if hb := r.cfg.Heartbeat; hb > 0 {
 		// A deadline already passed (the one a heartbeat answered) would
 		// end the pump before its first read.
-		_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
+		_ = r.src.body.conn.SetReadDeadline(time.Now().Add(hb))
 	}
-	waitErr := r.pump.pump(func() bool {
+	waitErr := r.src.pump.Pump(func() bool {
 		for {
 			n, e := r.writeNext(w)
 			written += int64(n)
-			if e == errWouldBlock {
+			if e == sock.ErrWouldBlock {
 				return true
 			}
 			if e != nil {
@@ -155,7 +128,6 @@ func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 		}
 	})
 	if waitErr != nil {
-		r.waitErr = waitErr
 		n, e := r.writeNext(w)
 		written, err = written+int64(n), e
 	}
@@ -180,118 +152,58 @@ func (r *relay) block() (b []byte, err error) {
 		if v := recover(); v != nil {
 			b, err = nil, r.fin.panicked(v)
 		}
-		if err != nil && err != io.EOF && err != errWouldBlock {
+		if err != nil && err != io.EOF && err != sock.ErrWouldBlock {
 			r.readErr = err
 		}
 	}()
 	rec := &r.fin.rec
 	now := rec.Timeline.Now()
-	if r.handedOut {
-		r.handedOut = false
+	if r.dst.handedOut {
+		r.dst.handedOut = false
 		if r.firstToken.Load() {
-			rec.Stream.Blocked += now - r.lastReturn
+			rec.Stream.Blocked += now - r.dst.lastReturn
 		}
-		if len(r.out) == 0 {
-			r.flushed(now)
+		if len(r.dst.out) == 0 {
+			r.dst.flushed(now, rec)
 		}
 	}
-	if len(r.out) == 0 {
+	if len(r.dst.out) == 0 {
 		if err := r.nextEvent(); err != nil {
 			if err == io.EOF {
 				// The last chunk is written next, however long the
 				// upstream took to end after the last event.
-				r.stallArmedAt = 0
+				r.dst.stallArmedAt = 0
 				r.armStall(rec.Timeline.Now())
 			}
 			return nil, err
 		}
-		if r.enc != nil && !r.enc.closed {
-			r.out = r.enc.encode(r.out)
+		if r.dst.enc != nil && !r.dst.enc.closed {
+			r.dst.out = r.dst.enc.encode(r.dst.out)
 		}
 	}
-	return r.out, nil
+	return r.dst.out, nil
 }
 
 // handOut records that the first n bytes of the current block are on their
 // way to the client, and bounds how long writing them may stall.
 func (r *relay) handOut(n int) {
-	r.out = r.out[n:]
-	r.handedOut = true
+	now := r.fin.rec.Timeline.Now()
+	r.dst.handOut(n, now)
 	r.fin.rec.BytesOut += int64(n)
-	r.lastReturn = r.fin.rec.Timeline.Now()
-	r.armStall(r.lastReturn)
+	r.armStall(now)
 }
 
-// armStall moves the client's write deadline to the write stall limit
-// from now, before the block handed out is written. It moves it only
-// when half the limit has passed since it last did (a deadline is a timer
-// update, not free per event), so a write blocks between half the limit
-// and the whole of it before it fails.
+// armStall moves the client's write deadline to the write stall limit from
+// now (delivery.armStall).
 func (r *relay) armStall(now time.Duration) {
-	stall := r.cfg.ClientWriteStall
-	if stall <= 0 || r.client == nil || (r.stallArmedAt > 0 && now-r.stallArmedAt < stall/2) {
-		return
-	}
-	r.stallArmedAt = max(now, 1)
-	_ = r.client.SetWriteDeadline(r.fin.rec.Timeline.Wall().Add(now + stall))
-}
-
-// flushed records that the event handed out last reached the client socket.
-func (r *relay) flushed(now time.Duration) {
-	r.fin.rec.Stream.Flushed(now - r.outParsed)
-	if r.outContent {
-		markDelivered(&r.fin.rec.Timeline, r.outAnswer)
-	}
-}
-
-// markDelivered marks a content event reaching the client: the first
-// token, and the first answer when the event carries answer. A model that
-// does not reason answers with its first token: both marks are then the
-// same moment.
-func markDelivered(tl *stages.Timeline, answer bool) {
-	if !tl.Has(stages.FirstTokenFlushed) {
-		tl.Mark(stages.FirstTokenFlushed)
-		if answer {
-			at, _ := tl.At(stages.FirstTokenFlushed)
-			tl.MarkAt(stages.FirstAnswer, at)
-		}
-		return
-	}
-	if answer {
-		tl.Mark(stages.FirstAnswer)
-	}
-}
-
-// start points the relay at the upstream body, decoding it when it is
-// compressed; false for an encoding it cannot decode.
-func (r *relay) start(ndjson bool, encoding []byte) bool {
-	r.ndjson = ndjson
-	var src io.Reader = &r.body
-	if len(encoding) > 0 {
-		if !r.dec.reset(&r.body, encoding) {
-			return false
-		}
-		src = &r.dec
-	}
-	if !ndjson && len(encoding) == 0 {
-		r.pump = r.body.pumpable()
-	}
-	if ndjson {
-		if r.lines == nil {
-			r.lines = engines.NewLineScanner(src, r.cfg.MaxEventBytes)
-		}
-		r.lines.Reset(src)
-	} else {
-		r.scan.Reset(src)
-	}
-	return true
+	r.dst.armStall(now, r.cfg.ClientWriteStall, r.fin.rec.Timeline.Wall())
 }
 
 // nextEvent parses upstream events until one is to be forwarded, and makes
 // it the current output. The engine's protocol comments are consumed, not
 // forwarded, unless configured otherwise. Its frame is on the path where a
-// stream waits for the upstream, so what an event holds lives in the relay
-// (ev) and is read in take: an open stream's goroutine lives in a 4 KiB
+// stream waits for the upstream, so what an event holds lives in the source
+// (src.ev) and is read in take: an open stream's goroutine lives in a 4 KiB
 // stack (ARCHITECTURE.md).
 func (r *relay) nextEvent() error {
 	hb := r.cfg.Heartbeat
@@ -301,24 +213,18 @@ func (r *relay) nextEvent() error {
 			// for undelivered to count.
 			return r.ctl.aborted()
 		}
-		var err error
-		if r.waitErr != nil {
-			err, r.waitErr = r.waitErr, nil // the pump's wait ended with it: this read's end
-		} else {
-			if hb > 0 && !r.ndjson {
-				_ = r.body.conn.SetReadDeadline(time.Now().Add(hb))
-			}
-			err = r.next()
+		if hb > 0 && !r.src.ndjson {
+			_ = r.src.body.conn.SetReadDeadline(time.Now().Add(hb))
 		}
-		if err != nil {
-			if err == errWouldBlock {
+		if err := r.src.next(); err != nil {
+			if err == sock.ErrWouldBlock {
 				return err // the pump waits for the upstream
 			}
 			if hb > 0 && isTimeout(err) && r.ctl.aborted() == nil {
 				// The client is always between two whole events here (an
 				// upstream event arriving in pieces stays in the scanner), so
 				// the heartbeat never splits one.
-				r.out, r.outParsed, r.outContent = heartbeat, r.fin.rec.Timeline.Now(), false
+				r.dst.set(heartbeat, r.fin.rec.Timeline.Now(), false)
 				return nil
 			}
 			return r.streamEnd(err)
@@ -329,12 +235,12 @@ func (r *relay) nextEvent() error {
 	}
 }
 
-// take parses the event just read (ev) and makes it the current output;
+// take parses the event just read (src.ev) and makes it the current output;
 // false when it is not forwarded (a protocol comment, the usage chunk the
 // client did not ask for, an empty block).
 func (r *relay) take() (bool, error) {
 	tl := &r.fin.rec.Timeline
-	ev := &r.ev
+	ev := &r.src.ev
 	now := tl.Now()
 	if ev.Comments > 0 && r.sig.Comment(ev.Comment, tl) && !ev.HasData && !r.cfg.PassEngineTiming {
 		return false, nil
@@ -353,28 +259,13 @@ func (r *relay) take() (bool, error) {
 			return false, r.fin.fail(errMalformedEvent)
 		}
 		r.observe(s, now)
-		content, r.outAnswer = s.Content, s.Answer()
+		content, r.dst.outAnswer = s.Content, s.Answer()
 		if r.dropUsage && s.UsageOnly {
 			return false, nil // we asked for it; the client did not
 		}
 	}
-	r.out, r.outParsed, r.outContent = ev.Raw, now, content
-	return len(r.out) > 0, nil
-}
-
-// next reads the next upstream block into ev: an SSE event, or an NDJSON
-// line in the same shape.
-func (r *relay) next() error {
-	if r.ndjson {
-		return r.nextLine()
-	}
-	return r.scan.NextInto(&r.ev)
-}
-
-func (r *relay) nextLine() error {
-	raw, line, err := r.lines.Next()
-	r.ev = sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}
-	return err
+	r.dst.set(ev.Raw, now, content)
+	return len(r.dst.out) > 0, nil
 }
 
 // observe folds what an event said into the request's facts and clock.
@@ -404,7 +295,7 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 	}
 	r.lastContent.Store(int64(now))
 	st := &rec.Stream
-	if reads, ok := r.body.readCount(); ok && st.ContentEvents < 2 {
+	if reads, ok := r.src.body.readCount(); ok && st.ContentEvents < 2 {
 		if st.ContentEvents == 0 {
 			r.firstReads = reads
 		} else {
@@ -465,15 +356,15 @@ func (r *relay) streamEnd(err error) error {
 	if !f.Done && f.Finish == endreason.FinishNone && !f.ErrorEvent {
 		return r.fin.fail(errNoDone)
 	}
-	if r.breakdown && !r.breakdownSent && !r.ndjson {
+	if r.breakdown && !r.breakdownSent && !r.src.ndjson {
 		// One more block before the end: the client's own breakdown. The
 		// scanner returns io.EOF again on the next call.
 		r.breakdownSent = true
-		r.out, r.outParsed, r.outContent = r.appendBreakdownComment(), r.fin.rec.Timeline.Now(), false
+		r.dst.set(r.appendBreakdownComment(), r.fin.rec.Timeline.Now(), false)
 		return nil
 	}
-	if r.enc != nil && !r.enc.closed {
-		r.out, r.outParsed, r.outContent = r.enc.close(), r.fin.rec.Timeline.Now(), false
+	if r.dst.enc != nil && !r.dst.enc.closed {
+		r.dst.set(r.dst.enc.close(), r.fin.rec.Timeline.Now(), false)
 		return nil
 	}
 	return io.EOF
@@ -501,7 +392,7 @@ func (r *relay) readWhole() ([]byte, error) {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := r.body.Read(buf[len(buf):cap(buf)])
+		n, err := r.src.body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		r.scratch = buf
 		if len(buf) > limit {
@@ -534,17 +425,17 @@ func clientCause(cause error) bool {
 // once the upstream connection is closed (the reads then end at what had
 // arrived), before the body is let go.
 func (r *relay) undelivered() int {
-	if !r.body.open {
+	if !r.src.body.open {
 		return 0
 	}
 	n := 0
-	if r.outContent && (r.handedOut || len(r.out) > 0) {
+	if r.dst.outContent && (r.dst.handedOut || len(r.dst.out) > 0) {
 		n++
 	}
-	r.out, r.handedOut, r.outContent = nil, false, false
+	r.dst.out, r.dst.handedOut, r.dst.outContent = nil, false, false
 	tl := &r.fin.rec.Timeline
-	for r.next() == nil {
-		if r.ev.HasData && r.sig.Event(r.ev.Data, tl).Content {
+	for r.src.next() == nil {
+		if r.src.ev.HasData && r.sig.Event(r.src.ev.Data, tl).Content {
 			n++
 		}
 	}
@@ -554,10 +445,10 @@ func (r *relay) undelivered() int {
 // closeUpstream lets go of the upstream body, closing the connection unless
 // the body was read to a clean end; it reports whether a body was open.
 func (r *relay) closeUpstream(discard bool) bool {
-	if !r.body.open {
+	if !r.src.body.open {
 		return false
 	}
-	r.fin.rec.Stream.Arrivals = r.body.arrivals()
-	r.body.close(discard || r.fin.facts.Read != endreason.ReadClean)
+	r.fin.rec.Stream.Arrivals = r.src.body.arrivals()
+	r.src.body.close(discard || r.fin.facts.Read != endreason.ReadClean)
 	return true
 }

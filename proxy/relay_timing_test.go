@@ -48,10 +48,10 @@ func (h *relayHarness) run(tb testing.TB, stream []byte) int {
 	x.sig.Begin(engines.KindGeneric, noRequestHeaders)
 	x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
 	x.fin.rec.Stream.Reset()
-	x.fin.facts.Done, r.handedOut, r.out = false, false, nil
+	x.fin.facts.Done, r.dst.handedOut, r.dst.out = false, false, nil
 	r.firstToken.Store(false)
 	h.src.Reset(stream)
-	r.scan.Reset(h.src)
+	r.src.scan.Reset(h.src)
 	if _, err := r.WriteTo(streamWriter{x}); err != nil {
 		tb.Fatal(err)
 	}

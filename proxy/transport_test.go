@@ -46,7 +46,7 @@ func TestSlowClientIsTransport(t *testing.T) {
 	addr, sink, _ := startProxy(t, up.url, nil)
 	// A small receive window, set before connecting so it takes effect.
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+		return rc.Control(func(fd uintptr) { setReceiveBuffer(fd, 16<<10) })
 	}}
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -54,7 +55,7 @@ func UpstreamName(rawURL, name string) (string, error) {
 // upstream in records and metrics; empty means its host:port. maxHeaderBytes
 // bounds a response's status line and headers. The connections it dials
 // are registered with w, when not nil, which wakes their pumps at their end.
-func newUpstream(rawURL, name string, maxHeaderBytes int, w *watcher) (*upstream, error) {
+func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -90,12 +91,12 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *watcher) (*upstream
 				if err != nil {
 					return nil, err
 				}
-				cc := &countingConn{Conn: c, raw: newRawIO(c)}
+				cc := &countingConn{Conn: c, raw: sock.New(c)}
 				if cc.raw != nil {
-					cc.raw.stampReceives() // without: arrivals are the reads'
+					cc.raw.StampReceives() // without: arrivals are the reads'
 					// A TLS body is never pumped: only plain sockets are watched.
 					if w != nil && u.Scheme != "https" {
-						cc.watcher, cc.watch = w, w.watch(c, cc.raw.ended)
+						cc.watcher, cc.watch = w, w.WatchEnd(cc.raw)
 					}
 				}
 				return cc, nil
@@ -395,21 +396,11 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return 0, nil
 }
 
-// errWouldBlock is a read in a pump finding the socket empty: the pump
-// waits for more. It is a Timeout, so readers above keep what they hold
-// and read on at the next call (sse.Scanner's rule for deadlines).
-var errWouldBlock error = wouldBlock{}
-
-type wouldBlock struct{}
-
-func (wouldBlock) Error() string { return "the upstream socket has no bytes yet" }
-func (wouldBlock) Timeout() bool { return true }
-
-// pumpable returns the raw reader of the body's socket when the body can
-// be read in a pump (rawIO.pump): a plain TCP connection on Linux whose
-// end the watcher reports (rawIO.ended).
-func (b *upstreamBody) pumpable() *rawIO {
-	if c, ok := b.conn.(*countingConn); ok && c.watch.ok() {
+// pumpable returns the socket of the body's connection when the body can
+// be read in a pump (sock.Conn.Pump): a plain TCP connection whose end the
+// watcher reports.
+func (b *upstreamBody) pumpable() *sock.Conn {
+	if c, ok := b.conn.(*countingConn); ok && c.raw != nil && c.raw.Pumpable() {
 		return c.raw
 	}
 	return nil

@@ -206,7 +206,7 @@ func TestRelayStopsWhenTheClientLeft(t *testing.T) {
 			x.sig.Begin(engines.KindGeneric, noRequestHeaders)
 			x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
 			gen := x.ctl.begin(x.fin.rec.Timeline.Now)
-			r.scan.Reset(h.src)
+			r.src.scan.Reset(h.src)
 			x.client.conn = &abortingConn{abort: func() { x.ctl.abort(gen, tc.cause) }}
 			_, err := r.WriteTo(streamWriter{x})
 			if err != tc.cause || x.fin.rec.Stream.Events != tc.events {

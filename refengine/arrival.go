@@ -6,8 +6,9 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/sock"
 )
 
 // A request's time in the engine starts when its first bytes are read from
@@ -26,7 +27,7 @@ import (
 // unread).
 type arrivalConn struct {
 	net.Conn
-	raw    syscall.RawConn // nil: no receive timestamps
+	raw    *sock.Conn // nil: no receive timestamps
 	armed  atomic.Bool
 	late   atomic.Bool  // the arrival's read had no timestamp: the next read's will do
 	at     atomic.Int64 // nanoseconds since arrivalEpoch; 0: not seen
@@ -48,7 +49,7 @@ func (c *arrivalConn) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
-	n, waited, err := readStamped(c.Conn, c.raw, p)
+	n, waited, err := c.raw.ReadStamped(p)
 	if n == 0 {
 		return n, err
 	}
@@ -143,4 +144,15 @@ func arrivedAt(r *http.Request) time.Time {
 		}
 	}
 	return time.Now()
+}
+
+// stampReceives asks the kernel to timestamp what c receives, so that a
+// request's first read can say how long its bytes waited in the socket.
+// It returns c's socket, nil when c is not a TCP socket or the kernel
+// refuses (elsewhere than Linux, always).
+func stampReceives(c net.Conn) *sock.Conn {
+	if raw := sock.New(c); raw != nil && raw.StampReceives() {
+		return raw
+	}
+	return nil
 }

@@ -91,7 +91,7 @@ func TestUnreadWait(t *testing.T) {
 		if _, err := client.Write([]byte("probe")); err != nil {
 			t.Fatal(err)
 		}
-		_, waited, err := readStamped(ac.Conn, ac.raw, buf)
+		_, waited, err := ac.raw.ReadStamped(buf)
 		if err != nil {
 			t.Fatal(err)
 		}

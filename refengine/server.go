@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
@@ -163,7 +164,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.srvs = append(s.srvs, srv)
 	s.mu.Unlock()
-	stampListener(ln)
+	sock.StampListener(ln)
 	err := srv.Serve(arrivalListener{ln})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -1,12 +1,13 @@
 package engines
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf16"
-	"unsafe"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson/fastfloat"
 )
@@ -42,13 +43,13 @@ const jsonMaxDepth = 300
 type jsonValue struct {
 	t             jsonType
 	keysUnescaped bool   // an object's keys were unescaped
-	s             string // a string's or a number's text
+	s             []byte // a string's or a number's text (the parser's document)
 	o             []jsonMember
 	a             []*jsonValue
 }
 
 type jsonMember struct {
-	k string
+	k []byte
 	v *jsonValue
 }
 
@@ -77,11 +78,11 @@ var jsonParsers = sync.Pool{New: func() any { return new(jsonParser) }}
 // around it aside).
 func (p *jsonParser) parse(data []byte) (*jsonValue, error) {
 	p.b = append(p.b[:0], data...)
-	s := unsafe.String(unsafe.SliceData(p.b), len(p.b))
+	s := p.b
 	p.vs, p.stack = p.vs[:0], p.stack[:0]
 	i := skipJSONSpace(s, 0)
 	var root *jsonValue
-	var key string // the key of the object member whose value comes next
+	var key []byte // the key of the object member whose value comes next
 	for {
 		if i >= len(s) || len(p.stack)+1 > jsonMaxDepth {
 			return nil, errJSON
@@ -145,7 +146,7 @@ func (p *jsonParser) parse(data []byte) (*jsonValue, error) {
 // memberStart reads what comes before the next value in the innermost open
 // container: nothing for an array, the key and ':' for an object. It
 // returns where the value starts.
-func (p *jsonParser) memberStart(s string, i int, key *string) (int, bool) {
+func (p *jsonParser) memberStart(s []byte, i int, key *[]byte) (int, bool) {
 	i = skipJSONSpace(s, i)
 	if p.stack[len(p.stack)-1].t == jsonArray {
 		return i, true
@@ -167,12 +168,12 @@ func (p *jsonParser) memberStart(s string, i int, key *string) (int, bool) {
 
 // value reads the value starting at s[i] (a container only opened) and
 // returns where it ends.
-func (p *jsonParser) value(s string, i int) (*jsonValue, int, bool) {
+func (p *jsonParser) value(s []byte, i int) (*jsonValue, int, bool) {
 	switch rest := s[i:]; rest[0] {
 	case '{':
-		return p.alloc(jsonObject, ""), i + 1, true
+		return p.alloc(jsonObject, nil), i + 1, true
 	case '[':
-		return p.alloc(jsonArray, ""), i + 1, true
+		return p.alloc(jsonArray, nil), i + 1, true
 	case '"':
 		str, end, ok := rawString(s, i+1)
 		if !ok {
@@ -184,7 +185,7 @@ func (p *jsonParser) value(s string, i int) (*jsonValue, int, bool) {
 	case 'f':
 		return literal(rest, "false", jsonValueFalse, i)
 	case 'n':
-		if !strings.HasPrefix(rest, "null") && len(rest) >= 3 && strings.EqualFold(rest[:3], "nan") {
+		if !hasWord(rest, "null") && len(rest) >= 3 && bytes.EqualFold(rest[:3], []byte("nan")) {
 			return p.alloc(jsonNumber, rest[:3]), i + 3, true
 		}
 		return literal(rest, "null", jsonValueNull, i)
@@ -196,11 +197,16 @@ func (p *jsonParser) value(s string, i int) (*jsonValue, int, bool) {
 	return p.alloc(jsonNumber, s[i:i+n]), i + n, true
 }
 
-func literal(rest, word string, v *jsonValue, i int) (*jsonValue, int, bool) {
-	if !strings.HasPrefix(rest, word) {
+func literal(rest []byte, word string, v *jsonValue, i int) (*jsonValue, int, bool) {
+	if !hasWord(rest, word) {
 		return nil, 0, false
 	}
 	return v, i + len(word), true
+}
+
+// hasWord reports that b starts with word (a comparison: no copy).
+func hasWord(b []byte, word string) bool {
+	return len(b) >= len(word) && string(b[:len(word)]) == word
 }
 
 func closer(t jsonType) byte {
@@ -212,7 +218,7 @@ func closer(t jsonType) byte {
 
 // alloc returns a value from the parser's reused ones. A value handed out
 // before the slice grew stays where it was, which its parent points to.
-func (p *jsonParser) alloc(t jsonType, s string) *jsonValue {
+func (p *jsonParser) alloc(t jsonType, s []byte) *jsonValue {
 	if len(p.vs) < cap(p.vs) {
 		p.vs = p.vs[:len(p.vs)+1]
 	} else {
@@ -223,7 +229,7 @@ func (p *jsonParser) alloc(t jsonType, s string) *jsonValue {
 	return v
 }
 
-func skipJSONSpace(s string, i int) int {
+func skipJSONSpace(s []byte, i int) int {
 	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r') {
 		i++
 	}
@@ -232,7 +238,7 @@ func skipJSONSpace(s string, i int) int {
 
 // rawKey reads a key whose text starts at s[i]; it returns the text and the
 // index past the closing quote.
-func rawKey(s string, i int) (string, int, bool) {
+func rawKey(s []byte, i int) ([]byte, int, bool) {
 	for j := i; j < len(s); j++ {
 		switch s[j] {
 		case '"':
@@ -241,18 +247,18 @@ func rawKey(s string, i int) (string, int, bool) {
 			return rawString(s, i)
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 // rawString reads a string whose text starts at s[i]: up to the first quote
 // not escaped by an odd run of backslashes before it. Its escapes are not
 // checked (fastjson's rule; unescaping keeps what it cannot read).
-func rawString(s string, i int) (string, int, bool) {
+func rawString(s []byte, i int) ([]byte, int, bool) {
 	from := i
 	for {
-		n := strings.IndexByte(s[from:], '"')
+		n := bytes.IndexByte(s[from:], '"')
 		if n < 0 {
-			return "", 0, false
+			return nil, 0, false
 		}
 		q := from + n
 		k := q
@@ -269,14 +275,14 @@ func rawString(s string, i int) (string, int, bool) {
 // rawNumber returns the length of the number at the start of s, by
 // fastjson's loose rule: a run of digits, '.', '-', '+', 'e' and 'E' (its
 // text is checked when it is read), or inf or nan, with a sign or not.
-func rawNumber(s string) (int, bool) {
+func rawNumber(s []byte) (int, bool) {
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
 		if ch >= '0' && ch <= '9' || ch == '.' || ch == '-' || ch == 'e' || ch == 'E' || ch == '+' {
 			continue
 		}
 		if i == 0 || i == 1 && (s[0] == '-' || s[0] == '+') {
-			if len(s)-i >= 3 && (strings.EqualFold(s[i:i+3], "inf") || strings.EqualFold(s[i:i+3], "nan")) {
+			if len(s)-i >= 3 && (bytes.EqualFold(s[i:i+3], []byte("inf")) || bytes.EqualFold(s[i:i+3], []byte("nan"))) {
 				return i + 3, true
 			}
 			return 0, false
@@ -323,7 +329,7 @@ func (v *jsonValue) Get(keys ...string) *jsonValue {
 func (v *jsonValue) member(key string) *jsonValue {
 	if !v.keysUnescaped && strings.IndexByte(key, '\\') < 0 {
 		for i := range v.o {
-			if v.o[i].k == key {
+			if string(v.o[i].k) == key {
 				return v.o[i].v
 			}
 		}
@@ -335,7 +341,7 @@ func (v *jsonValue) member(key string) *jsonValue {
 		v.keysUnescaped = true
 	}
 	for i := range v.o {
-		if v.o[i].k == key {
+		if string(v.o[i].k) == key {
 			return v.o[i].v
 		}
 	}
@@ -358,7 +364,7 @@ func (v *jsonValue) GetStringBytes(keys ...string) []byte {
 	if v == nil || v.Type() != jsonString {
 		return nil
 	}
-	return unsafe.Slice(unsafe.StringData(v.s), len(v.s))
+	return v.s
 }
 
 // GetInt returns the integer at the path, 0 when it is not one.
@@ -367,7 +373,7 @@ func (v *jsonValue) GetInt(keys ...string) int {
 	if v == nil || v.t != jsonNumber {
 		return 0
 	}
-	n := fastfloat.ParseInt64BestEffort(v.s)
+	n := fastfloat.ParseInt64BestEffort(string(v.s))
 	if int64(int(n)) != n {
 		return 0
 	}
@@ -385,7 +391,7 @@ func (v *jsonValue) Int() (int, error) {
 	if v.t != jsonNumber {
 		return 0, errJSON
 	}
-	n, err := fastfloat.ParseInt64(v.s)
+	n, err := parseInt(v.s)
 	if err != nil || int64(int(n)) != n {
 		return 0, errJSON
 	}
@@ -397,17 +403,53 @@ func (v *jsonValue) Float64() (float64, error) {
 	if v.t != jsonNumber {
 		return 0, errJSON
 	}
-	return fastfloat.Parse(v.s)
+	return parseFloat(v.s)
+}
+
+// parseFloat is fastfloat.Parse of b, without copying b: fastfloat's
+// error quotes its text, so a string made of b for it is copied to the
+// heap. The text is handed over only when the copy-free reading says 0,
+// which is also what it says for text that is not a number.
+func parseFloat(b []byte) (float64, error) {
+	if f := fastfloat.ParseBestEffort(string(b)); f != 0 || isZero(b) {
+		return f, nil
+	}
+	return fastfloat.Parse(string(b))
+}
+
+// parseInt is fastfloat.ParseInt64 of b, without copying b (parseFloat).
+func parseInt(b []byte) (int64, error) {
+	if n := fastfloat.ParseInt64BestEffort(string(b)); n != 0 || string(b) == "0" || string(b) == "-0" {
+		return n, nil
+	}
+	return fastfloat.ParseInt64(string(b))
+}
+
+// isZero reports a plain zero, "0" or "-0" with zeros after a point
+// ("0.00"): a number that both readings take for 0.
+func isZero(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("-"))
+	if len(b) == 0 || b[0] != '0' {
+		return false
+	}
+	b = b[1:]
+	if len(b) == 0 {
+		return true
+	}
+	if b[0] != '.' || len(b) == 1 {
+		return false
+	}
+	return len(bytes.Trim(b[1:], "0")) == 0
 }
 
 // unescapeJSON unescapes s in place (s is the parser's), keeping an escape
 // it cannot read as it is.
-func unescapeJSON(s string) string {
-	n := strings.IndexByte(s, '\\')
+func unescapeJSON(s []byte) []byte {
+	n := bytes.IndexByte(s, '\\')
 	if n < 0 {
 		return s
 	}
-	b := unsafe.Slice(unsafe.StringData(s), len(s))[:n]
+	b := s[:n] // written behind what is read: never past it
 	s = s[n+1:]
 	for len(s) > 0 {
 		ch := s[0]
@@ -430,7 +472,7 @@ func unescapeJSON(s string) string {
 		default:
 			b = append(b, '\\', ch)
 		}
-		n = strings.IndexByte(s, '\\')
+		n = bytes.IndexByte(s, '\\')
 		if n < 0 {
 			b = append(b, s...)
 			break
@@ -438,30 +480,30 @@ func unescapeJSON(s string) string {
 		b = append(b, s[:n]...)
 		s = s[n+1:]
 	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return b
 }
 
 // unescapeU appends the character of the \u escape whose hex digits start
 // s (a surrogate pair takes the next escape too) and returns the rest.
-func unescapeU(b []byte, s string) ([]byte, string) {
+func unescapeU(b, s []byte) ([]byte, []byte) {
 	if len(s) < 4 {
 		return append(b, `\u`...), s
 	}
 	xs := s[:4]
-	x, err := strconv.ParseUint(xs, 16, 16)
+	x, err := strconv.ParseUint(string(xs), 16, 16)
 	if err != nil {
 		return append(b, `\u`...), s
 	}
 	s = s[4:]
 	if !utf16.IsSurrogate(rune(x)) {
-		return append(b, string(rune(x))...), s
+		return utf8.AppendRune(b, rune(x)), s
 	}
 	if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
 		return append(append(b, `\u`...), xs...), s
 	}
-	x1, err := strconv.ParseUint(s[2:6], 16, 16)
+	x1, err := strconv.ParseUint(string(s[2:6]), 16, 16)
 	if err != nil {
 		return append(append(b, `\u`...), xs...), s
 	}
-	return append(b, string(utf16.DecodeRune(rune(x), rune(x1)))...), s[6:]
+	return utf8.AppendRune(b, utf16.DecodeRune(rune(x), rune(x1))), s[6:]
 }

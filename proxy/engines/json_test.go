@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,8 +99,8 @@ func dumpJSON(v *jsonValue) string {
 			v.member("\x00") // unescapes the keys, as a lookup that misses does
 			for _, m := range v.o {
 				fmt.Fprintf(&b, "%q:", m.k)
-				if v.Get(m.k) != nil {
-					walk(v.Get(m.k)) // the first member of that name
+				if v.Get(string(m.k)) != nil {
+					walk(v.Get(string(m.k))) // the first member of that name
 				}
 				b.WriteString(",")
 			}
@@ -211,11 +212,11 @@ func TestParseNumber(t *testing.T) {
 		if i := strings.IndexAny(mant, "eE"); i >= 0 {
 			mant = mant[:i]
 		}
-		if got := shortMantissa(mant); got != tc.short {
+		if got := string(shortMantissa([]byte(mant))); got != tc.short {
 			t.Errorf("shortMantissa(%q) = %q, want %q", mant, got, tc.short)
 		}
 		whole, err1 := fastfloat.Parse(tc.in) // strconv's slow path, for these
-		got, err2 := parseNumber(tc.in)
+		got, err2 := parseNumber([]byte(tc.in))
 		if (err1 == nil) != (err2 == nil) {
 			t.Errorf("%q: fastfloat %v, parseNumber %v", tc.in, err1, err2)
 			continue
@@ -226,6 +227,23 @@ func TestParseNumber(t *testing.T) {
 			if ok1 != ok2 || w != c {
 				t.Errorf("%q in %v: %v (%v) whole, %v (%v) read", tc.in, unit, w, ok1, c, ok2)
 			}
+		}
+	}
+}
+
+// TestParseWithoutCopy: parseFloat and parseInt read what fastfloat reads,
+// zeros and text that is not a number included.
+func TestParseWithoutCopy(t *testing.T) {
+	for _, in := range []string{"0", "-0", "0.0", "-0.000", "0.", "00", "0e0", "0e", ".0", "-", "", "1", "-12", "1.5", "1e3", "1e-400", "nan", "inf", "0x1", "12a", "9223372036854775808"} {
+		wantF, errF := fastfloat.Parse(in)
+		gotF, err := parseFloat([]byte(in))
+		if gotF != wantF && !(math.IsNaN(gotF) && math.IsNaN(wantF)) || (err == nil) != (errF == nil) {
+			t.Errorf("parseFloat(%q) = %v, %v; fastfloat %v, %v", in, gotF, err, wantF, errF)
+		}
+		wantI, errI := fastfloat.ParseInt64(in)
+		gotI, err := parseInt([]byte(in))
+		if gotI != wantI || (err == nil) != (errI == nil) {
+			t.Errorf("parseInt(%q) = %v, %v; fastfloat %v, %v", in, gotI, err, wantI, errI)
 		}
 	}
 }

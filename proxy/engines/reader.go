@@ -1,13 +1,12 @@
 package engines
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
-
-	"github.com/valyala/fastjson/fastfloat"
 
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -189,22 +188,22 @@ func numField(v *jsonValue, key string) (float64, bool) {
 // any duration of a day or less (maxDur): tenths of a nanosecond or
 // finer. A mantissa whose integer part alone is that long is read whole,
 // as is one with an exponent and a leading zero.
-func parseNumber(s string) (float64, error) {
-	mant, exp := s, ""
-	if i := strings.IndexAny(s, "eE"); i >= 0 {
+func parseNumber(s []byte) (float64, error) {
+	mant, exp := s, []byte(nil)
+	if i := bytes.IndexAny(s, "eE"); i >= 0 {
 		mant, exp = s[:i], s[i+1:]
 	}
 	short := shortMantissa(mant)
-	if len(short) == len(mant) || exp != "" && strings.TrimLeft(mant, "+-")[0] == '0' {
+	if len(short) == len(mant) || exp != nil && bytes.TrimLeft(mant, "+-")[0] == '0' {
 		// Whole: short, or zeros first, which the cut would keep instead
 		// of the digits that an exponent may raise into a duration.
-		return fastfloat.Parse(s)
+		return parseFloat(s)
 	}
-	f, err := fastfloat.Parse(short)
-	if err != nil || exp == "" {
+	f, err := parseFloat(short)
+	if err != nil || exp == nil {
 		return f, err
 	}
-	e, err := fastfloat.ParseInt64(strings.TrimPrefix(exp, "+"))
+	e, err := parseInt(bytes.TrimPrefix(exp, []byte("+")))
 	if err != nil {
 		return 0, err
 	}
@@ -213,7 +212,7 @@ func parseNumber(s string) (float64, error) {
 
 // shortMantissa is m cut after 16 characters from its first digit, when
 // the cut leaves its integer part whole.
-func shortMantissa(m string) string {
+func shortMantissa(m []byte) []byte {
 	const keep = 16 // what fastfloat parses itself
 	j := 0
 	if len(m) > 0 && (m[0] == '-' || m[0] == '+') {
@@ -222,7 +221,7 @@ func shortMantissa(m string) string {
 	if len(m)-j <= keep {
 		return m
 	}
-	if dot := strings.IndexByte(m, '.'); dot < 0 || dot >= j+keep-1 {
+	if dot := bytes.IndexByte(m, '.'); dot < 0 || dot >= j+keep-1 {
 		return m
 	}
 	return m[:j+keep]

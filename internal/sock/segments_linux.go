@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package proxy
+package sock
 
 import (
 	"net"
@@ -10,10 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// segmentCounter reads the kernel's count of data segments received on a
+// SegmentCounter reads the kernel's count of data segments received on a
 // TCP socket (tcpi_data_segs_in, Linux 4.6 and later). It allocates once,
 // on its first use on a connection.
-type segmentCounter struct {
+type SegmentCounter struct {
 	raw    syscall.RawConn
 	read   func(fd uintptr) // getsockopt bound to this counter
 	failed bool             // the socket has no count (not TCP, an older kernel)
@@ -25,8 +25,8 @@ type segmentCounter struct {
 // dataSegsInEnd is how much of tcp_info the kernel must fill for the count.
 const dataSegsInEnd = uint32(unsafe.Offsetof(unix.TCPInfo{}.Data_segs_in) + unsafe.Sizeof(unix.TCPInfo{}.Data_segs_in))
 
-// segmentsIn returns the data segments conn has received so far.
-func (k *segmentCounter) segmentsIn(conn net.Conn) (uint32, bool) {
+// SegmentsIn returns the data segments conn has received so far.
+func (k *SegmentCounter) SegmentsIn(conn net.Conn) (uint32, bool) {
 	if k.failed {
 		return 0, false
 	}
@@ -54,8 +54,8 @@ func (k *segmentCounter) segmentsIn(conn net.Conn) (uint32, bool) {
 }
 
 // getsockopt fills k.info; unix.GetsockoptTCPInfo would allocate a new one.
-// The call never blocks, so it is made raw (see rawIO).
-func (k *segmentCounter) getsockopt(fd uintptr) {
+// The call never blocks, so it is made raw (see Conn).
+func (k *SegmentCounter) getsockopt(fd uintptr) {
 	k.size = uint32(unsafe.Sizeof(k.info))
 	_, _, k.errno = unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
 		uintptr(unsafe.Pointer(&k.info)), uintptr(unsafe.Pointer(&k.size)), 0)

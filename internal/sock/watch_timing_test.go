@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package sock
 
 import (
 	"bufio"
@@ -20,13 +20,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ttftlens/ttftlens/record"
 )
 
-// Benchmarks of the transport side: what watching clients for a
-// disconnect costs, against polling TCP_INFO, and how long events stay
-// inside the proxy under load. Figures and how to run them: BENCHMARKS.md,
+// Benchmarks of the watcher: what watching clients for a disconnect
+// costs, against polling TCP_INFO. Figures and how to run them: BENCHMARKS.md,
 // "Transport and disconnect watching".
 
 // monoNS is CLOCK_MONOTONIC in nanoseconds, comparable across processes
@@ -98,19 +95,19 @@ func connFD(tb testing.TB, c syscall.Conn) int {
 // watcher and removing it again, as every request does once.
 func BenchmarkWatch(b *testing.B) {
 	srv, _ := loopbackPair(b)
-	w, err := newWatcher()
+	w, err := NewWatcher()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.close()
+	defer w.Close()
 	gone := func() {}
 	b.ReportAllocs()
 	for b.Loop() {
-		t := w.watch(srv, gone)
+		t := w.Watch(srv, gone)
 		if t.id == 0 {
 			b.Fatal("connection not watched")
 		}
-		w.unwatch(t)
+		w.Unwatch(t)
 	}
 }
 
@@ -289,11 +286,11 @@ func BenchmarkWatch10k(b *testing.B) {
 	mu.Unlock()
 	n = len(open)
 
-	w, err := newWatcher()
+	w, err := NewWatcher()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.close()
+	defer w.Close()
 
 	// cpuPerSec returns CPU ms per wall second over d of doing nothing.
 	cpuPerSec := func(d time.Duration) float64 {
@@ -311,11 +308,11 @@ func BenchmarkWatch10k(b *testing.B) {
 	fired := make([]atomic.Int64, n)
 	var firedN atomic.Int64
 	allGone := make(chan struct{})
-	tokens := make([]watchToken, n)
+	tokens := make([]Token, n)
 	byPort := make(map[int]int, n)
 	t0 := monoNS()
 	for i, c := range open {
-		tokens[i] = w.watch(c, func() {
+		tokens[i] = w.Watch(c, func() {
 			fired[i].Store(monoNS())
 			if firedN.Add(1) == closeN {
 				close(allGone)
@@ -390,8 +387,8 @@ func BenchmarkWatch10k(b *testing.B) {
 	// proxy unwatches when the request ends).
 	registered := cpuPerSec(time.Second)
 	for _, i := range closed {
-		w.unwatch(tokens[i])
-		tokens[i] = watchToken{}
+		w.Unwatch(tokens[i])
+		tokens[i] = Token{}
 	}
 	unwatched := cpuPerSec(time.Second)
 	b.StopTimer()
@@ -400,7 +397,7 @@ func BenchmarkWatch10k(b *testing.B) {
 	left := 0
 	for i := range tokens {
 		if tokens[i].id != 0 {
-			w.unwatch(tokens[i])
+			w.Unwatch(tokens[i])
 			left++
 		}
 	}
@@ -426,105 +423,4 @@ func BenchmarkWatch10k(b *testing.B) {
 	b.ReportMetric(registered, "cpu_ms/s_detected_still_watched")
 	b.ReportMetric(unwatched, "cpu_ms/s_after_unwatch")
 	b.ReportMetric(0, "ns/op")
-}
-
-// residencySink keeps every record's per-event residencies and, for
-// streams, the time blocked on the client.
-type residencySink struct {
-	mu      sync.Mutex
-	resid   []time.Duration
-	blocked []time.Duration
-	streams int
-}
-
-func (s *residencySink) Emit(r *record.Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.resid = append(s.resid, r.Stream.Residencies()...)
-	if r.Stream.ContentEvents > 0 {
-		s.blocked = append(s.blocked, r.Stream.Blocked)
-		s.streams++
-	}
-}
-
-func (s *residencySink) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.resid, s.blocked, s.streams = s.resid[:0], s.blocked[:0], 0
-}
-
-// BenchmarkResidency streams through a real proxy, 64 streams at a time
-// (and one at a time, for reference), 50 events each, and reports the
-// per-event residency inside the proxy (parsed to handed to the client
-// socket) over every event of every record, and the time each stream was
-// blocked on its client. One op is one stream; run with -benchtime 640x
-// (10 rounds of 64). Upstream, proxy and clients share the process and its
-// cores. gap=0: the upstream writes as fast as it can (events arrive
-// together, the proxy's worst case); gap=2ms: decode-like pacing.
-func BenchmarkResidency(b *testing.B) {
-	for _, c := range []struct {
-		conc int
-		gap  time.Duration
-	}{{1, 0}, {64, 0}, {64, 2 * time.Millisecond}} {
-		b.Run(fmt.Sprintf("c=%d/events=50/gap=%v", c.conc, c.gap), func(b *testing.B) {
-			benchResidency(b, c.conc, 50, c.gap)
-		})
-	}
-}
-
-func benchResidency(b *testing.B, conc, events int, gap time.Duration) {
-	up := benchUpstream(b, events, gap)
-	sink := &residencySink{}
-	via, client := benchProxy(b, up, sink, conc)
-
-	run := func(total int) {
-		var wg sync.WaitGroup
-		var next atomic.Int64
-		for range conc {
-			wg.Go(func() {
-				for next.Add(1) <= int64(total) {
-					if _, _, err := streamOnce(client, via); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-	}
-	run(2 * conc) // warm: connections, pools, parsers
-	waitRecords(sink, 2*conc)
-	sink.reset()
-	b.ResetTimer()
-	run(b.N)
-	b.StopTimer()
-	waitRecords(sink, b.N)
-
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
-	if len(sink.resid) == 0 {
-		b.Fatal("no residencies recorded")
-	}
-	slices.Sort(sink.resid)
-	slices.Sort(sink.blocked)
-	b.ReportMetric(float64(len(sink.resid))/float64(sink.streams), "events/stream")
-	b.ReportMetric(quantileUS(sink.resid, 0.5), "residency_p50_us")
-	b.ReportMetric(quantileUS(sink.resid, 0.99), "residency_p99_us")
-	b.ReportMetric(quantileUS(sink.resid, 0.999), "residency_p99.9_us")
-	b.ReportMetric(quantileUS(sink.resid, 1), "residency_max_us")
-	b.ReportMetric(quantileUS(sink.blocked, 0.5), "blocked_p50_us")
-	b.ReportMetric(quantileUS(sink.blocked, 0.99), "blocked_p99_us")
-}
-
-// waitRecords waits (up to 5 s) until the sink has seen n streams: records
-// are emitted after the client has read the end of the response.
-func waitRecords(s *residencySink, n int) {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		s.mu.Lock()
-		got := s.streams
-		s.mu.Unlock()
-		if got >= n {
-			return
-		}
-	}
 }

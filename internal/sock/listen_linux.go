@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package sock
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"syscall"
 )
 
-// Listen opens the TCP listener Serve takes. Its clients' connections get
+// Listen opens the TCP listener the proxy serves on. Its clients' connections get
 // the TCP keep-alive Go gives accepted connections by default (a probe
 // after 15 s of silence, then every 15 s, 9 unanswered ones end it), so
 // half-open clients are found eventually, but without four system calls

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 
@@ -51,15 +50,4 @@ type openAIErrorBody struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    string  `json:"code"`
-}
-
-// excerpt is the part of an upstream's body a message quotes: at most its
-// first n bytes, without the white space around them (an error body's
-// final newline would end the record's error with it).
-func excerpt(b []byte, n int) []byte {
-	b = bytes.TrimSpace(b)
-	if len(b) > n {
-		b = bytes.TrimSpace(b[:n])
-	}
-	return b
 }

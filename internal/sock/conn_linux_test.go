@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package sock
 
 import (
 	"bytes"
@@ -13,16 +13,37 @@ import (
 	"time"
 )
 
-// tcpEnds returns the two ends of a loopback TCP connection.
-func tcpEnds(t *testing.T) (local, peer *net.TCPConn) {
-	c, p := tcpPair(t)
-	return c.Conn.(*net.TCPConn), p.(*net.TCPConn)
+// tcpEnds returns the two ends of a loopback TCP connection, closed when
+// the test ends.
+func tcpEnds(t testing.TB) (local, peer *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); p.Close() })
+	return c.(*net.TCPConn), p.(*net.TCPConn)
 }
 
-// TestRawIOErrors holds rawIO to what the relay reads from net.Conn's
+// isTimeout reports a deadline passing, as net.Conn's errors say it.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// TestConnErrors holds Conn to what the relay reads from net.Conn's
 // errors: io.EOF at a clean end, a reset, a deadline (the heartbeat, the
 // write stall) and a close (an abort) by their kinds.
-func TestRawIOErrors(t *testing.T) {
+func TestConnErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(local, peer *net.TCPConn)
@@ -44,7 +65,7 @@ func TestRawIOErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local, peer := tcpEnds(t)
-			raw := newRawIO(local)
+			raw := New(local)
 			if raw == nil {
 				t.Fatal("no raw I/O for a TCP connection")
 			}
@@ -53,10 +74,10 @@ func TestRawIOErrors(t *testing.T) {
 			if tc.write {
 				big := make([]byte, 1<<20)
 				for err == nil { // until the socket buffers are full, or the reset is seen
-					_, err = raw.write(big)
+					_, err = raw.Write(big)
 				}
 			} else {
-				_, err = raw.read(make([]byte, 64))
+				_, err = raw.Read(make([]byte, 64))
 			}
 			if !tc.want(err) {
 				t.Errorf("error %v (%T), not the kind net.Conn returns here", err, err)
@@ -68,10 +89,10 @@ func TestRawIOErrors(t *testing.T) {
 	}
 }
 
-// TestRawIOData checks that bytes go through whole, both ways.
-func TestRawIOData(t *testing.T) {
+// TestConnData checks that bytes go through whole, both ways.
+func TestConnData(t *testing.T) {
 	local, peer := tcpEnds(t)
-	raw := newRawIO(local)
+	raw := New(local)
 	want := bytes.Repeat([]byte("data: {\"x\":1}\n\n"), 1<<14) // more than one socket buffer
 	go func() {
 		_, _ = peer.Write(want)
@@ -80,7 +101,7 @@ func TestRawIOData(t *testing.T) {
 	var got []byte
 	buf := make([]byte, 4096)
 	for {
-		n, err := raw.read(buf)
+		n, err := raw.Read(buf)
 		got = append(got, buf[:n]...)
 		if err == io.EOF {
 			break
@@ -97,15 +118,15 @@ func TestRawIOData(t *testing.T) {
 		b, _ := io.ReadAll(peer)
 		done <- b
 	}()
-	if n, err := raw.write(want); n != len(want) || err != nil {
+	if n, err := raw.Write(want); n != len(want) || err != nil {
 		t.Fatalf("write = %d, %v; want %d, nil", n, err, len(want))
 	}
 	// Gathered: each buffer larger than the socket takes in one call, so
 	// writes end inside a buffer and go on from there; an empty one is skipped.
 	parts := [][]byte{bytes.Repeat([]byte("a"), 300_000), nil, bytes.Repeat([]byte("b"), 200_001), []byte("c")}
 	all := bytes.Join(parts, nil)
-	if n, err := raw.writeVec(parts); n != len(all) || err != nil {
-		t.Fatalf("writeVec = %d, %v; want %d, nil", n, err, len(all))
+	if n, err := raw.WriteVec(parts); n != len(all) || err != nil {
+		t.Fatalf("WriteVec = %d, %v; want %d, nil", n, err, len(all))
 	}
 	_ = local.CloseWrite()
 	if b, want := <-done, append(want, all...); !bytes.Equal(b, want) {
@@ -113,13 +134,13 @@ func TestRawIOData(t *testing.T) {
 	}
 }
 
-// TestRawIOReadStamped: a stamped read says how long its bytes waited in
+// TestConnReadStamped: a stamped read says how long its bytes waited in
 // the socket: at least the time the reader slept after they were written,
 // at most the time since the write began.
-func TestRawIOReadStamped(t *testing.T) {
+func TestConnReadStamped(t *testing.T) {
 	local, peer := tcpEnds(t)
-	raw := newRawIO(local)
-	if !raw.stampReceives() {
+	raw := New(local)
+	if !raw.StampReceives() {
 		t.Fatal("SO_TIMESTAMPNS refused")
 	}
 	buf := make([]byte, 64)
@@ -130,7 +151,7 @@ func TestRawIOReadStamped(t *testing.T) {
 		if _, err := peer.Write([]byte("probe")); err != nil {
 			t.Fatal(err)
 		}
-		_, waited, err := raw.readStamped(buf)
+		_, waited, err := raw.ReadStamped(buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +168,7 @@ func TestRawIOReadStamped(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(slept)
-	n, waited, err := raw.readStamped(buf)
+	n, waited, err := raw.ReadStamped(buf)
 	since := time.Since(before)
 	if err != nil || string(buf[:n]) != "data: {}\n\n" {
 		t.Fatalf("read %q, %v", buf[:n], err)
@@ -156,7 +177,7 @@ func TestRawIOReadStamped(t *testing.T) {
 		t.Errorf("waited %v, want between the sleep %v and the time since the write %v", waited, slept, since)
 	}
 	peer.Close()
-	if n, _, err := raw.readStamped(buf); n != 0 || err != io.EOF {
+	if n, _, err := raw.ReadStamped(buf); n != 0 || err != io.EOF {
 		t.Errorf("after the peer closed: %d, %v; want 0, EOF", n, err)
 	}
 }

@@ -1,0 +1,94 @@
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// sockPkg is the one package that makes system calls of its own.
+const sockPkg = "internal/sock"
+
+// syscallExempt are packages not yet held to the rule, each with why.
+var syscallExempt = map[string]string{
+	// Temporary: bench/scale raises its file limit with syscall.Setrlimit
+	// on another branch; at the merge it calls sock.RaiseFileLimit and
+	// this line goes.
+	"bench/scale": "its file limit, until it uses sock.RaiseFileLimit",
+}
+
+// syscallConstant is what code outside internal/sock may use of package
+// syscall: an errno (syscall.ECONNRESET) or a signal (syscall.SIGTERM), to
+// name what happened, never to make a call.
+var syscallConstant = regexp.MustCompile(`^(E[A-Z0-9]+|SIG[A-Z0-9]+)$`)
+
+// TestSystemCallsInSock holds every Go file outside internal/sock to
+// ARCHITECTURE.md's rule: no golang.org/x/sys/unix, no unsafe, and of
+// syscall only its errno and signal constants. Test files may also set up
+// what the code under test meets with syscall (a socket option, a port
+// bound but not listening, the process's CPU time), never with unix or
+// unsafe.
+func TestSystemCallsInSock(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := filepath.ToSlash(rel)
+		if pkg == sockPkg || strings.HasPrefix(pkg, sockPkg+"/") || syscallExempt[pkg] != "" {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		isTest := strings.HasSuffix(name, "_test.go")
+		sys := ""
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			switch p {
+			case "golang.org/x/sys/unix", "unsafe":
+				t.Errorf("%s imports %s: system calls and memory tricks live in %s", path, p, sockPkg)
+			case "syscall":
+				sys = "syscall"
+				if imp.Name != nil {
+					sys = imp.Name.Name
+				}
+			}
+		}
+		if sys == "" || isTest {
+			return nil
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == sys && !syscallConstant.MatchString(sel.Sel.Name) {
+				t.Errorf("%s: syscall.%s: outside %s, syscall names errnos and signals only", fset.Position(sel.Pos()), sel.Sel.Name, sockPkg)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"time"
+
+	"github.com/ttftlens/ttftlens/internal/sock"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// countingConn is a dialed upstream connection that counts the pieces each
+// response arrives in, from the first write of its request (the counts
+// start over there) to its end: the data segments the kernel received
+// where it counts them, and reads that began an arrival. A read that fills
+// the caller's buffer left more waiting in the socket, so the read after
+// it is part of the same arrival. Only the goroutine using the connection
+// reads or touches the fields.
+type countingConn struct {
+	net.Conn
+	raw      *sock.Conn // reads and writes the socket; nil: Conn does
+	watcher  *sock.Watcher
+	watch    sock.Token // the registration that reports the connection's end (Watcher.WatchEnd)
+	kernel   sock.SegmentCounter
+	reads    uint64 // reads that began an arrival
+	lastFull bool   // the last read filled its buffer
+	// writing: a request is being written (no byte read since its first
+	// write); the counts when it began.
+	writing       bool
+	readsAtWrite  uint64
+	segsAtWrite   uint32
+	kernelCounted bool
+
+	tl     *stages.Timeline // the request timing the reads (clock); nil: none
+	readAt time.Duration    // offset of the last read with bytes; < 0 before one
+	sentAt time.Duration    // offset of the request's send mark: no arrival before it
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	if !c.writing {
+		c.writing = true
+		c.readsAtWrite = c.reads
+		c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
+	}
+	if c.raw != nil {
+		return c.raw.Write(p)
+	}
+	return c.Conn.Write(p)
+}
+
+// Close ends the watcher's registration, then the connection.
+func (c *countingConn) Close() error {
+	if c.watcher != nil {
+		c.watcher.Unwatch(c.watch)
+		c.watcher = nil
+	}
+	return c.Conn.Close()
+}
+
+func (c *countingConn) Read(p []byte) (n int, err error) {
+	waited := time.Duration(-1)
+	switch {
+	case c.raw != nil && c.tl != nil:
+		n, waited, err = c.raw.ReadStamped(p)
+	case c.raw != nil:
+		n, err = c.raw.Read(p)
+	default:
+		n, err = c.Conn.Read(p)
+	}
+	if n > 0 {
+		c.writing = false
+		if !c.lastFull {
+			c.reads++
+		}
+		c.lastFull = n == len(p)
+		if c.tl != nil {
+			// The bytes arrived when the kernel received them; the time
+			// they then waited for this goroutine is the proxy's own. A
+			// quick answer can be received before the send was marked (the
+			// mark is taken after the write returns): not before it.
+			c.readAt = max(c.tl.Now()-max(waited, 0), c.sentAt)
+		}
+	}
+	return n, err
+}
+
+// clock times the connection's reads on tl, a request's clock, from now
+// on; nil stops (the relay asks for the first token's arrival only).
+func (c *countingConn) clock(tl *stages.Timeline) {
+	c.tl, c.readAt, c.sentAt = tl, -1, 0
+}
+
+// arrivals returns the pieces the response has come in so far (see
+// stages.Stream.Arrivals).
+func (c *countingConn) arrivals() int {
+	if c.kernelCounted {
+		if segs, ok := c.kernel.SegmentsIn(c.Conn); ok {
+			return int(segs - c.segsAtWrite) // wraps around with the kernel's counter
+		}
+	}
+	return int(c.reads - c.readsAtWrite)
+}
+
+// countedConn returns the counting connection of a dialed upstream
+// connection (under TLS, the socket beneath it), or nil.
+func countedConn(conn net.Conn) *countingConn {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	c, _ := conn.(*countingConn)
+	return c
+}
+
+// readCount returns how many arrivals the connection's reads have seen;
+// ok is false when the connection is not counted.
+func (b *upstreamBody) readCount() (n uint64, ok bool) {
+	if b.counted == nil {
+		return 0, false
+	}
+	return b.counted.reads, true
+}
+
+// arrivals returns the pieces the response has come in so far; 0 when the
+// connection is not counted.
+func (b *upstreamBody) arrivals() int {
+	if b.counted == nil {
+		return 0
+	}
+	return b.counted.arrivals()
+}
