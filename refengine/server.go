@@ -1,4 +1,4 @@
-// Package engine is ttftlens' reference CPU engine server: an
+// Package refengine is ttftlens' reference CPU engine server: an
 // OpenAI-compatible model server over net/http in front of the pure-Go
 // transformer of package refengine/model, with a continuous-batching scheduler,
 // a tokenizer worker pool, media fetch, vLLM-named Prometheus metrics, the

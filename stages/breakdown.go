@@ -11,7 +11,7 @@ type Stage uint8
 const (
 	Gateway      Stage = iota // GatewayDone - Received
 	Route                     // Routed - GatewayDone
-	Queue                     // (Admitted - Routed) + engine queue
+	Queue                     // (Admitted - Routed) + engine queue + engine unread
 	Preparation               // engine recv + tokenize + media
 	Prefill                   // engine prefill
 	FirstDecode               // engine first decode + emit

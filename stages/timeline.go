@@ -18,7 +18,7 @@ const (
 	UpstreamSent                  // request written to the upstream connection
 	UpstreamHeaders               // upstream status line and headers read
 	FirstEvent                    // first SSE event parsed
-	FirstTokenArrived             // the upstream read that brought the first content event returned
+	FirstTokenArrived             // the kernel received the upstream read that brought the first content event (its receive timestamp; else when that read returned)
 	FirstToken                    // first event carrying generated content parsed
 	FirstTokenFlushed             // that event handed to the client socket
 	FirstAnswer                   // the first event carrying answer (not reasoning only) handed to the client socket

@@ -8,7 +8,7 @@ import (
 )
 
 // Detect names the engine kind behind an upstream, best effort, from what
-// it serves; "generic" when unsure. The relay calls it (--engine auto) when
+// it serves; "generic" when unsure. The proxy calls it (proxy/identify.go) (--engine auto) when
 // an upstream is first used, again until the upstream answers, and logs the
 // result. h returns a header of any one
 // response of the upstream (nil when absent; may be nil itself); modelsBody

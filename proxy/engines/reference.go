@@ -12,7 +12,7 @@ import (
 var PhasePrefix = []byte("ttftlens-phase ")
 
 // FaultHeader is the reference engine's per-request fault list
-// (engine.FaultHeader; refengine/FAULTS.md).
+// (refengine.FaultHeader; refengine/FAULTS.md).
 const FaultHeader = "X-Ttftlens-Fault"
 
 // operatorHeaders: see OperatorHeaders.
