@@ -1,12 +1,11 @@
 package record
 
 import (
-	"bufio"
-	"os"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/ttftlens/ttftlens/internal/doctest"
 )
 
 // docRecordFields returns the field names the record table of
@@ -14,28 +13,10 @@ import (
 // of the page's first table.
 func docRecordFields(t *testing.T) []string {
 	t.Helper()
-	page, err := os.ReadFile("../docs/record.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := regexp.MustCompile("`([^`]+)`")
 	var fields []string
-	inTable := false
-	sc := bufio.NewScanner(strings.NewReader(string(page)))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "|") {
-			if inTable {
-				break // the first table is the record's
-			}
-			continue
-		}
-		inTable = true
-		cells := strings.Split(line, "|")
-		if strings.TrimSpace(cells[1]) == "field" || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
-			continue
-		}
-		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+	for _, row := range doctest.Table(t, "../docs/record.md", "") {
+		for _, m := range name.FindAllStringSubmatch(row[0], -1) {
 			fields = append(fields, m[1])
 		}
 	}

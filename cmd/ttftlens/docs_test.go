@@ -1,38 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"flag"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ttftlens/ttftlens/internal/doctest"
 )
 
 // docFlags returns the flags the table of docs/configuration.md lists: the
 // `--name` forms in the first column of the page's first table.
 func docFlags(t *testing.T) []string {
 	t.Helper()
-	page, err := os.ReadFile("../../docs/configuration.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := regexp.MustCompile("`--([a-z0-9*-]+)`")
 	var flags []string
-	inTable := false
-	sc := bufio.NewScanner(strings.NewReader(string(page)))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "|") {
-			if inTable {
-				break // the first table is the flags'
-			}
-			continue
-		}
-		inTable = true
-		cells := strings.Split(line, "|")
-		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+	for _, row := range doctest.Table(t, "../../docs/configuration.md", "") {
+		for _, m := range name.FindAllStringSubmatch(row[0], -1) {
 			flags = append(flags, m[1])
 		}
 	}

@@ -94,26 +94,42 @@ func packageList(cell string) []string {
 func packages(t *testing.T) map[string][]string {
 	t.Helper()
 	pkgs := map[string][]string{}
+	walkRepo(t, func(path string) error {
+		if goSource(path) {
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			rel = filepath.ToSlash(rel)
+			pkgs[rel] = append(pkgs[rel], path)
+		}
+		return nil
+	})
+	return pkgs
+}
+
+// walkRepo calls fn with the path of every file below root, leaving out
+// hidden directories; an error from fn stops the walk and fails t.
+func walkRepo(t *testing.T, fn func(path string) error) {
+	t.Helper()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		name := d.Name()
-		if d.IsDir() && path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(name, ".go") {
+		if d.IsDir() {
+			if path != root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
 			return nil
 		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		rel = filepath.ToSlash(rel)
-		pkgs[rel] = append(pkgs[rel], path)
-		return nil
+		return fn(path)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pkgs
+}
+
+// goSource reports whether path is a Go file of a package: not one a test
+// keeps in testdata.
+func goSource(path string) bool {
+	return strings.HasSuffix(path, ".go") && !slices.Contains(strings.Split(filepath.ToSlash(path), "/"), "testdata")
 }
 
 // TestImportRules checks every package's imports against its row of
@@ -210,16 +226,7 @@ var outside = regexp.MustCompile(`DESIGN §|DESIGN\.md|\.\./shared|research (not
 // repository does not have).
 func TestNoPointersOutside(t *testing.T) {
 	self, _ := filepath.Abs("arch_test.go")
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	walkRepo(t, func(path string) error {
 		switch filepath.Ext(path) {
 		case ".go", ".md", ".yaml", ".yml", ".json", ".sh", ".txt", "":
 		default:
@@ -239,7 +246,4 @@ func TestNoPointersOutside(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

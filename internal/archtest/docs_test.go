@@ -1,7 +1,6 @@
 package archtest
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,16 +21,7 @@ var inlineCode = regexp.MustCompile("`[^`]*`")
 func mdFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	walkRepo(t, func(path string) error {
 		if filepath.Ext(path) == ".md" {
 			rel, err := filepath.Rel(root, path)
 			if err != nil {
@@ -41,9 +31,6 @@ func mdFiles(t *testing.T) []string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return files
 }
 

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -36,20 +35,11 @@ var syscallConstant = regexp.MustCompile(`^(E[A-Z0-9]+|SIG[A-Z0-9]+)$`)
 // unsafe.
 func TestSystemCallsInSock(t *testing.T) {
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
-				return filepath.SkipDir
-			}
+	walkRepo(t, func(path string) error {
+		if !goSource(path) {
 			return nil
 		}
-		if !strings.HasSuffix(name, ".go") {
-			return nil
-		}
+		name := filepath.Base(path)
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		pkg := filepath.ToSlash(rel)
 		if pkg == sockPkg || strings.HasPrefix(pkg, sockPkg+"/") || syscallExempt[pkg] != "" {
@@ -88,7 +78,4 @@ func TestSystemCallsInSock(t *testing.T) {
 		})
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
