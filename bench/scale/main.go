@@ -160,11 +160,11 @@ func (s *suite) run() error {
 	if err != nil {
 		return err
 	}
-	if err := ensure("nginx", "nginx"); err != nil {
+	if err := need("nginx", "nginx"); err != nil {
 		return err
 	}
 	if s.countSyscalls {
-		if err := ensure("perf", "linux-perf"); err != nil {
+		if err := need("perf", "linux-perf"); err != nil {
 			return err
 		}
 	}
