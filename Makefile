@@ -1,4 +1,6 @@
-# Maintainer targets. `make test` is the whole suite, exactly as CI runs it.
+# Maintainer targets. `make test` is the whole suite, exactly as CI runs it;
+# `make test-unit` needs Go alone, `make test-integration` installs the
+# programs its tests start.
 
 # Pinned tool versions, run with `go run` (nothing to install).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -11,10 +13,16 @@ BENCHFLAGS ?=
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test bench corpus lint fuzz scale
+.PHONY: test test-unit test-integration bench corpus lint fuzz scale
 
 test:
 	./scripts/test.sh
+
+test-unit:
+	go test ./...
+
+test-integration:
+	./scripts/integration.sh
 
 bench:
 	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
@@ -22,8 +30,9 @@ bench:
 # The buffering corpus's confusion matrix (BENCHMARKS.md): every case ten
 # times, with -race and without.
 corpus:
-	go test -race -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
-	go test -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
+	./scripts/need.sh nginx
+	go test -race -tags integration -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
+	go test -tags integration -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
 
 # Cost at scale against nginx (BENCHMARKS.md): ttftlens and nginx side by
 # side on a zero-compute SSE upstream, pinned to their own CPUs. It prints a
@@ -33,6 +42,7 @@ corpus:
 SCALEFLAGS ?=
 
 scale:
+	./scripts/need.sh nginx perf
 	go run ./bench/scale $(SCALEFLAGS)
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
