@@ -46,7 +46,7 @@ func checkScratchImage(t *testing.T, bin string, docker dockerfile) {
 	}
 	// The build line the comment gives is the Dockerfile's, run by the caller.
 	var documented string
-	if m := regexp.MustCompile(`(?m)^#\s+(CGO_ENABLED=0 go build .*)$`).FindSubmatch(recipe); m != nil {
+	if m := regexp.MustCompile(`(?m)^#\s+(GOWORK=off CGO_ENABLED=0 go build .*)$`).FindSubmatch(recipe); m != nil {
 		documented = strings.Replace(string(m[1]), "-o image/ttftlens", "-o /ttftlens", 1)
 	}
 	if documented != docker.build {
