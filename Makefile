@@ -1,6 +1,7 @@
 # Maintainer targets. `make` alone lists them (make help); `make test` is
-# the whole suite, exactly as CI runs it. A target's `## ` comment is its
-# line in the list.
+# the whole suite, exactly as CI runs it; `make test-unit` needs Go alone,
+# `make test-integration` installs the programs its tests start. A target's
+# `## ` comment is its line in the list.
 
 .DEFAULT_GOAL := help
 .PHONY: help build
@@ -8,7 +9,7 @@
 help: ## list the targets (what `make` alone does)
 	@echo 'usage: make [TARGET] [VARIABLE=value ...]'
 	@echo
-	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[A-Za-z0-9_-]+:.*## / { printf "  %-17s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 # What build stamps into the binary: `ttftlens version` prints them.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -22,16 +23,22 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 
 # The packages whose benchmarks BENCHMARKS.md reports.
-BENCH_PKGS := ./proxy ./proxy/engines ./sse ./gateway ./exporters ./refengine ./refengine/model ./bench
+BENCH_PKGS := ./proxy ./internal/sock ./proxy/engines ./sse ./gateway ./exporters ./refengine ./refengine/model ./bench
 BENCHFLAGS ?=
 
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test bench corpus lint fuzz scale
+.PHONY: test test-unit test-integration bench corpus lint fuzz scale
 
 test: ## the whole suite, exactly as CI runs it (scripts/test.sh)
 	./scripts/test.sh
+
+test-unit: ## the unit tests: go test ./..., Go and nothing else
+	go test ./...
+
+test-integration: ## the tests that start outside programs (installs them)
+	./scripts/integration.sh
 
 bench: ## the benchmarks BENCHMARKS.md reports (BENCHFLAGS=...)
 	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
@@ -39,8 +46,9 @@ bench: ## the benchmarks BENCHMARKS.md reports (BENCHFLAGS=...)
 # The buffering corpus's confusion matrix (BENCHMARKS.md): every case ten
 # times, with -race and without.
 corpus: ## the buffering corpus's confusion matrix, with -race and without
-	go test -race -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
-	go test -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
+	./scripts/need.sh nginx
+	go test -race -tags integration -count=1 -timeout 30m -v -run '^TestBufferingCorpus$$' ./proxy
+	go test -tags integration -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
 
 # Cost at scale against nginx (BENCHMARKS.md): ttftlens and nginx side by
 # side on a zero-compute SSE upstream, pinned to their own CPUs. It prints a
@@ -50,6 +58,7 @@ corpus: ## the buffering corpus's confusion matrix, with -race and without
 SCALEFLAGS ?=
 
 scale: ## cost at scale: ttftlens and nginx side by side (SCALEFLAGS=-quick)
+	./scripts/need.sh nginx perf
 	go run ./bench/scale $(SCALEFLAGS)
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or

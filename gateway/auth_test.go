@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -102,7 +103,7 @@ func manyKeysConfig(nKeys, nRoutes int) *Config {
 	for i := range nKeys {
 		cfg.Keys = append(cfg.Keys, KeyConfig{Name: fmt.Sprintf("key-%d", i), Key: HashKey(testKey(i))})
 	}
-	cfg.KeyDefaults.Quota = Quota{Requests: 1 << 30, Tokens: 1 << 40}
+	cfg.KeyDefaults.Quota = Quota{Requests: 1 << 30, Tokens: math.MaxInt32} // as generous on 32 bits
 	for i := range 10 {
 		cfg.Pools = append(cfg.Pools, PoolConfig{
 			Name:        fmt.Sprintf("pool-%d", i),

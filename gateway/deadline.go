@@ -23,7 +23,8 @@ type Deadlines struct {
 	Total      time.Duration
 }
 
-// maxHeaderMs bounds a header value (a year) so it cannot overflow.
+// maxHeaderMs bounds a header value (a year) so it cannot overflow; it
+// exceeds 32 bits, so the value is parsed into an int64.
 const maxHeaderMs = 365 * 24 * 3600 * 1000
 
 // Deadlines returns the deadlines of a request on r. fallback is the
@@ -56,12 +57,12 @@ func applyHeader(name string, h []byte, base, bound time.Duration) (time.Duratio
 	if len(h) == 0 {
 		return base, nil
 	}
-	ms := 0
+	var ms int64
 	for _, c := range h {
 		if c < '0' || c > '9' || ms > maxHeaderMs {
 			return 0, headerRejection(name)
 		}
-		ms = ms*10 + int(c-'0')
+		ms = ms*10 + int64(c-'0')
 	}
 	if ms < 1 || ms > maxHeaderMs {
 		return 0, headerRejection(name)

@@ -1,3 +1,5 @@
+//go:build integration
+
 package gateway
 
 import "github.com/ttftlens/ttftlens/internal/redistest"

@@ -1,4 +1,4 @@
-//go:build linux && (amd64 || arm64)
+//go:build integration && linux && (amd64 || arm64)
 
 package proxy_test
 

@@ -1,4 +1,4 @@
-//go:build linux && (amd64 || arm64)
+//go:build integration && linux && (amd64 || arm64)
 
 package proxy_test
 
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/testbin"
 )
 
 // nginxConf is a configuration for one nginx in the foreground, in one
@@ -52,6 +54,7 @@ http {
 // proxy_buffering on or off, stopped by its PID when the test ends.
 func nginxFront(target startFunc, buffering bool) startFunc {
 	return func(t *testing.T) string {
+		nginx := testbin.Path(t, "nginx")
 		up, err := url.Parse(target(t))
 		if err != nil {
 			t.Fatal(err)
@@ -71,10 +74,10 @@ func nginxFront(target startFunc, buffering bool) startFunc {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		cmd := exec.Command("nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+		cmd := exec.Command(nginx, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("nginx (scripts/test.sh installs Debian's package): %v", err)
+			t.Fatalf("nginx: %v", err)
 		}
 		var waitErr error
 		exited := make(chan struct{})

@@ -1,84 +1,79 @@
 #!/usr/bin/env bash
 # The whole test suite. The README gives this command and .ci/run calls it.
 # It installs what the tests need when it is missing, so it passes on a
-# fresh machine with only Go and the package registries.
+# fresh machine with only Go and the package registries. The unit tests
+# alone, which need Go and nothing else, are `go test ./...`; the
+# integration tests alone (files built with the integration tag: they start
+# nginx, redis-server, chromium, prometheus, podman and kubectl) are
+# scripts/integration.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -x /usr/bin/chromium ]; then # the page's browser test (exporters/web)
-	echo "== installing chromium"
-	apt-get update && apt-get install -y chromium
-fi
+# The GOOS/GOARCH pairs the code builds for (linux/arm: a 32-bit int).
+platforms='linux/amd64 linux/arm64 linux/arm darwin/amd64 darwin/arm64'
 
-# deploy/: promtool for the rules, and the prometheus server the dashboard
-# test (deploy/deploytest, run by go test below) starts on its own port,
-# config and data directory (never the Debian service's).
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-	echo "== installing prometheus"
-	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		-o DPkg::Lock::Timeout=300 prometheus
-fi
-# proxy/: the nginx the buffering corpus puts between the proxy and an
-# engine, started by the test on its own port, configuration and temporary
-# directory, in the foreground (never the Debian service).
-if ! command -v nginx >/dev/null; then
-	echo "== installing nginx"
-	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		-o DPkg::Lock::Timeout=300 nginx
-fi
-# gateway/ and proxy/: the redis-server the shared-quota tests start on their own port
-# and data directory, without persistence (never the Debian service).
-if ! command -v redis-server >/dev/null; then
-	echo "== installing redis-server"
-	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		-o DPkg::Lock::Timeout=300 redis-server
-fi
-# deploy/: podman builds the image FROM scratch (deploy/deploytest builds
-# and inspects it; nothing is pulled and nothing is run).
-if ! command -v podman >/dev/null; then
-	echo "== installing podman"
-	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		-o DPkg::Lock::Timeout=300 podman
-fi
-# deploy/: kubectl renders the kustomizations (kubectl kustomize, offline).
-# The machine image has it; elsewhere take the packaged one (Debian's
-# kubernetes-client is older: its kustomize may refuse newer fields).
-if ! command -v kubectl >/dev/null; then
-	echo "== installing kubectl"
-	apt-get update && { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		-o DPkg::Lock::Timeout=300 kubectl || DEBIAN_FRONTEND=noninteractive apt-get install -y \
-		--no-install-recommends -o DPkg::Lock::Timeout=300 kubernetes-client; }
-fi
-echo "== promtool: deploy/prometheus"
+# phase NAME starts a phase; the next one (or the end) prints its time.
+phase_name= phase_start=$SECONDS
+phase() {
+	if [ -n "$phase_name" ]; then
+		echo "== $phase_name ($((SECONDS - phase_start)) s)"
+	fi
+	phase_name=$1 phase_start=$SECONDS
+	if [ -n "$phase_name" ]; then
+		echo "== $phase_name"
+	fi
+}
+
+# The programs the integration tests start, each on its own port,
+# configuration and directory, never as the Debian service; promtool checks
+# the rules; podman builds the image FROM scratch (nothing is pulled and
+# nothing is run); kubectl renders the kustomizations, offline.
+phase "install what is missing"
+./scripts/need.sh chromium kubectl nginx podman prometheus promtool redis-server
+
+phase "promtool: deploy/prometheus"
 promtool check rules deploy/prometheus/recording.yml deploy/prometheus/alerts.yml
 promtool check config deploy/prometheus/prometheus.yml
 promtool test rules deploy/prometheus/alerts_test.yml
 
-# deploy/deploytest imports Helm and the Kubernetes API's types, the
-# heaviest compile of the suite. It has no allocation budgets and no
-# race-tagged files: vetted with -race and left out of the budgets' build,
-# those packages compile once, in the -race variant its tests run with.
-heavy='/deploy/deploytest$'
-echo "== go vet"
-go vet $(go list ./... | grep -v "$heavy")
-go vet -race ./deploy/deploytest
+# deploy/deploytest is a module of its own (go.work adds it; ./... at the
+# root does not reach it). It imports Helm and the Kubernetes API's types,
+# the heaviest compile of the suite, and has no allocation budgets and no
+# race-tagged files: vetted with -race, those packages compile once, in the
+# -race variant its tests run with.
+phase "go vet"
+go vet -tags integration ./...
+go vet -race -tags integration ./deploy/deploytest/...
+
+phase "cross-builds: $platforms"
+for p in $platforms; do
+	GOOS=${p%/*} GOARCH=${p#*/} go build ./...
+	GOOS=${p%/*} GOARCH=${p#*/} go vet -tags integration ./...
+done
+
 # The allocation budgets (zero per event on the hot path) and an open
 # stream's stack budget are built without -race, which instruments
 # allocations and enlarges frames: run them on their own.
-echo "== allocation budgets"
-go test -count=1 -run 'Allocs$|Stack$' $(go list ./... | grep -v "$heavy")
+phase "allocation budgets"
+go test -count=1 -run 'Allocs$|Stack$' ./...
+
 # Tests that measure time run last, alone: beside the other packages'
 # compiles and tests, two cores' worth of contention would be part of what
 # they measure. They are the proof (bench/lab: how a slow first token's time
 # splits) and the proxy's tests of time spent outside it.
 measured='TestSlowClientIsTransport'
-# The buffering corpus (proxy) runs every case three times here, on its own,
-# with -race and without (a faster proxy and engine make other bursts); its
-# ten-run confusion matrix in BENCHMARKS.md is `make corpus`.
+# The buffering corpus (proxy, an integration test: it starts nginx) runs
+# every case three times here, on its own, with -race and without (a faster
+# proxy and engine make other bursts); its ten-run confusion matrix in
+# BENCHMARKS.md is `make corpus`.
 corpus='TestBufferingCorpus'
-echo "== go test -race"
-go test -race -count=1 -timeout 10m -skip "^($measured|$corpus)\$" $(go list ./... | grep -v '/bench/lab$')
-echo "== go test -race: tests that measure time, alone"
+phase "unit tests, -race"
+go test -race -count=1 -timeout 10m -skip "^($measured)\$" $(go list ./... | grep -v '/bench/lab$') ./deploy/deploytest/...
+
+phase "integration tests, -race"
+./scripts/integration.sh -race -count=1 -skip "^($corpus)\$"
+
+phase "tests that measure time, alone, -race"
 go test -race -count=1 -timeout 5m -run "^($measured)\$" ./proxy
 # The proof measures how time splits, so it runs without -race, which
 # slows the engine and proxy several times over and turns two cores'
@@ -86,6 +81,10 @@ go test -race -count=1 -timeout 5m -run "^($measured)\$" ./proxy
 # tests (the end reasons) run with it.
 go test -race -count=1 -timeout 5m -skip '^TestProofCauses$' ./bench/lab
 go test -count=1 -timeout 5m -run '^TestProofCauses$' ./bench/lab
-echo "== the buffering corpus, with -race and without"
-go test -race -count=1 -timeout 10m -run "^$corpus\$" ./proxy -args -buffering.runs=3
-go test -count=1 -timeout 5m -run "^$corpus\$" ./proxy -args -buffering.runs=3
+
+phase "the buffering corpus, with -race and without"
+go test -race -tags integration -count=1 -timeout 10m -run "^$corpus\$" ./proxy -args -buffering.runs=3
+go test -tags integration -count=1 -timeout 5m -run "^$corpus\$" ./proxy -args -buffering.runs=3
+
+phase ""
+echo "== all passed ($SECONDS s)"

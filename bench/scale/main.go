@@ -22,6 +22,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/sock"
 )
 
 func main() {
@@ -151,20 +153,21 @@ func (s *suite) run() error {
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("needs Linux (/proc, taskset)")
 	}
-	limit, err := raiseFileLimit()
+	was, limit, err := sock.RaiseFileLimit()
 	if err != nil {
 		return err
 	}
+	fmt.Printf("# RLIMIT_NOFILE: soft limit raised from %d to the hard limit, %d\n", was, limit)
 	s.fileLimit = limit
 	works, err := s.workloadList()
 	if err != nil {
 		return err
 	}
-	if err := ensure("nginx", "nginx"); err != nil {
+	if err := need("nginx", "nginx"); err != nil {
 		return err
 	}
 	if s.countSyscalls {
-		if err := ensure("perf", "linux-perf"); err != nil {
+		if err := need("perf", "linux-perf"); err != nil {
 			return err
 		}
 	}

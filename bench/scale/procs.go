@@ -247,22 +247,6 @@ func freePort() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// raiseFileLimit raises RLIMIT_NOFILE's soft limit to the hard one; the
-// child processes inherit it.
-func raiseFileLimit() (uint64, error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, err
-	}
-	old := lim.Cur
-	lim.Cur = lim.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, err
-	}
-	fmt.Printf("# RLIMIT_NOFILE: soft limit raised from %d to the hard limit, %d\n", old, lim.Max)
-	return lim.Max, nil
-}
-
 // nginxConf runs one nginx process (master_process off: the one process is
 // the worker) in the foreground with every path under dir: a reverse proxy
 // to the upstream over HTTP/1.1 keep-alive, without buffering, its access
@@ -294,19 +278,11 @@ http {
 }
 `
 
-// ensure installs Debian's package pkg when the program bin is missing.
-func ensure(bin, pkg string) error {
-	if _, err := exec.LookPath(bin); err == nil {
-		return nil
-	}
-	fmt.Printf("# installing %s (Debian's package)\n", pkg)
-	for _, args := range [][]string{{"update"}, {"install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", pkg}} {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w", args[0], err)
-		}
+// need fails when the program bin is not on PATH, saying how to install
+// it: `make scale` does (scripts/need.sh), from Debian's package pkg.
+func need(bin, pkg string) error {
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Errorf("%s is not installed: `make scale` installs it, or apt-get install %s (%w)", bin, pkg, err)
 	}
 	return nil
 }

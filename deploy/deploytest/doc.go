@@ -6,7 +6,12 @@
 // kustomize, and the Helm chart, rendered and linted by Helm's own
 // packages, their objects decoded strictly into the Kubernetes API's own Go
 // types; and the images' recipes, the one FROM scratch built and inspected
-// by podman. The tests need the prometheus and podman binaries
-// (scripts/test.sh installs Debian's packages when they are missing) and
-// kubectl (part of the machine's image).
+// by podman.
+//
+// It is a module of its own (the repository's go.work adds it), so that
+// Helm's and the Kubernetes API's modules stay out of the proxy's go.mod;
+// `go test ./...` at the root does not reach it: run
+// `go test ./deploy/deploytest/...`. The tests that start prometheus,
+// podman or kubectl build with the integration tag (scripts/test.sh
+// installs those programs when they are missing).
 package deploytest

@@ -1,3 +1,5 @@
+//go:build integration
+
 package deploytest
 
 import (
@@ -10,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ttftlens/ttftlens/internal/testbin"
 )
 
 // scratchImage is what `podman image inspect` says of an image.
@@ -42,17 +46,14 @@ func checkScratchImage(t *testing.T, bin string, docker dockerfile) {
 	}
 	// The build line the comment gives is the Dockerfile's, run by the caller.
 	var documented string
-	if m := regexp.MustCompile(`(?m)^#\s+(CGO_ENABLED=0 go build .*)$`).FindSubmatch(recipe); m != nil {
+	if m := regexp.MustCompile(`(?m)^#\s+(GOWORK=off CGO_ENABLED=0 go build .*)$`).FindSubmatch(recipe); m != nil {
 		documented = strings.Replace(string(m[1]), "-o image/ttftlens", "-o /ttftlens", 1)
 	}
 	if documented != docker.build {
 		t.Errorf("%s documents the build %q (into image/), the Dockerfile runs %q", containerfile, documented, docker.build)
 	}
 
-	podman, err := exec.LookPath("podman")
-	if err != nil {
-		t.Fatalf("podman is not installed (scripts/test.sh installs Debian's package): %v", err)
-	}
+	podman := testbin.Path(t, "podman")
 	context := t.TempDir()
 	// podman refuses a run root path over 50 bytes: t.TempDir's are longer.
 	dir, err := os.MkdirTemp("", "podman-")

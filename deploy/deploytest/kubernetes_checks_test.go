@@ -1,3 +1,5 @@
+//go:build integration
+
 package deploytest
 
 // The checks of the manifests' references: what a cluster would refuse, or
@@ -19,13 +21,69 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
+
+const (
+	proxyName = "ttftlens" // the ttftlens container's name in every pod
+	// cutMargin is how long ttftlens may take after --shutdown-grace to cut
+	// what is still running (proxy.cutWait, twice) and exit.
+	cutMargin = 5 * time.Second
+)
+
+// relabelActions are the actions the operator's CRD accepts, lower case
+// (it takes each capitalised as well).
+var relabelActions = []string{"replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep", "lowercase", "uppercase", "keepequal", "dropequal"}
+
+// manifests are the objects of one rendered kustomization, by kind.
+type manifests struct {
+	kinds       []string
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	configMaps  []*corev1.ConfigMap
+	pdbs        []*policyv1.PodDisruptionBudget
+	hpas        []*autoscalingv2.HorizontalPodAutoscaler
+	netpols     []*networkingv1.NetworkPolicy
+	monitors    []*podMonitor
+}
+
+func newManifests(objs []any) *manifests {
+	m := &manifests{}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *appsv1.Deployment:
+			m.deployments = append(m.deployments, o)
+		case *corev1.Service:
+			m.services = append(m.services, o)
+		case *corev1.ConfigMap:
+			m.configMaps = append(m.configMaps, o)
+		case *policyv1.PodDisruptionBudget:
+			m.pdbs = append(m.pdbs, o)
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			m.hpas = append(m.hpas, o)
+		case *networkingv1.NetworkPolicy:
+			m.netpols = append(m.netpols, o)
+		case *podMonitor:
+			m.monitors = append(m.monitors, o)
+		}
+		kind := o.(interface {
+			GroupVersionKind() schema.GroupVersionKind
+		}).GroupVersionKind().Kind
+		if !slices.Contains(m.kinds, kind) {
+			m.kinds = append(m.kinds, kind)
+		}
+	}
+	slices.Sort(m.kinds)
+	return m
+}
 
 // containers are a pod's init containers (native sidecars among them) and
 // its containers.

@@ -1,3 +1,5 @@
+//go:build integration
+
 package deploytest
 
 import (
@@ -23,6 +25,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/bench/lab"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/internal/testbin"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/refengine"
 )
@@ -53,10 +56,7 @@ var zeroUnderLoad = map[string]string{
 // aggregate across the replicas) and checks that every rule of
 // deploy/prometheus evaluates without error and aggregates across them too.
 func TestDashboardAndRulesOnPrometheus(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("the prometheus binary is not on PATH: run ./scripts/test.sh, which installs Debian's prometheus package when it is missing (or apt-get install prometheus)")
-	}
+	promBin := testbin.Path(t, "prometheus")
 	start := time.Now()
 
 	engineAddr, proxyAddrs, adminAddrs := startReplicas(t)

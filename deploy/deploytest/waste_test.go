@@ -1,3 +1,5 @@
+//go:build integration
+
 package deploytest
 
 import (
@@ -5,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/exporters"
+	"github.com/ttftlens/ttftlens/internal/testbin"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/refengine"
@@ -36,10 +38,7 @@ const afterLeaving = 40
 // the proxy's metrics carry what the engine generated after the close, and
 // TTFTLensTokensAfterCancel fires, for both, where it did not before.
 func TestTokensAfterCancelAlert(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("the prometheus binary is not on PATH: run ./scripts/test.sh, which installs Debian's prometheus package when it is missing (or apt-get install prometheus)")
-	}
+	promBin := testbin.Path(t, "prometheus")
 	st := startWasteStack(t)
 	prom := startPrometheus(t, promBin, []string{st.admin}, st.engineAddr, alertsWithoutFor)
 

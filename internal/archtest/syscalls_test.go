@@ -14,14 +14,6 @@ import (
 // sockPkg is the one package that makes system calls of its own.
 const sockPkg = "internal/sock"
 
-// syscallExempt are packages not yet held to the rule, each with why.
-var syscallExempt = map[string]string{
-	// Temporary: bench/scale raises its file limit with syscall.Setrlimit
-	// on another branch; at the merge it calls sock.RaiseFileLimit and
-	// this line goes.
-	"bench/scale": "its file limit, until it uses sock.RaiseFileLimit",
-}
-
 // syscallConstant is what code outside internal/sock may use of package
 // syscall: an errno (syscall.ECONNRESET) or a signal (syscall.SIGTERM), to
 // name what happened, never to make a call.
@@ -42,7 +34,7 @@ func TestSystemCallsInSock(t *testing.T) {
 		name := filepath.Base(path)
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		pkg := filepath.ToSlash(rel)
-		if pkg == sockPkg || strings.HasPrefix(pkg, sockPkg+"/") || syscallExempt[pkg] != "" {
+		if pkg == sockPkg || strings.HasPrefix(pkg, sockPkg+"/") {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)

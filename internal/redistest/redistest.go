@@ -1,5 +1,5 @@
-// Package redistest runs Debian's redis-server for tests (the gateway's
-// Redis quota backend, and proxies sharing one).
+//go:build integration
+
 package redistest
 
 import (
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/testbin"
 )
 
 // Timeout is a Redis quota backend's timeout in tests: long, so that a
@@ -26,6 +28,7 @@ const Timeout = 2 * time.Second
 type Server struct {
 	t    testing.TB
 	Addr string
+	bin  string
 	dir  string
 	cmd  *exec.Cmd
 }
@@ -33,16 +36,14 @@ type Server struct {
 // Start starts a redis-server for t, stopped when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed (scripts/test.sh installs it): ", err)
-	}
+	bin := testbin.Path(t, "redis-server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	r := &Server{t: t, Addr: addr, dir: t.TempDir()}
+	r := &Server{t: t, Addr: addr, bin: bin, dir: t.TempDir()}
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
@@ -53,7 +54,7 @@ func Start(t testing.TB) *Server {
 func (r *Server) Start() {
 	r.t.Helper()
 	_, port, _ := net.SplitHostPort(r.Addr)
-	r.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", r.dir,
+	r.cmd = exec.Command(r.bin, "--port", port, "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--logfile", "")
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)
