@@ -13,14 +13,7 @@ import (
 // of the page's first table.
 func docRecordFields(t *testing.T) []string {
 	t.Helper()
-	name := regexp.MustCompile("`([^`]+)`")
-	var fields []string
-	for _, row := range doctest.Table(t, "../docs/record.md", "") {
-		for _, m := range name.FindAllStringSubmatch(row[0], -1) {
-			fields = append(fields, m[1])
-		}
-	}
-	return fields
+	return doctest.FirstColumn(t, "../docs/record.md", "", regexp.MustCompile("`([^`]+)`"))
 }
 
 // TestDocListsTheFields checks that docs/record.md's record table lists

@@ -14,14 +14,7 @@ import (
 // `--name` forms in the first column of the page's first table.
 func docFlags(t *testing.T) []string {
 	t.Helper()
-	name := regexp.MustCompile("`--([a-z0-9*-]+)`")
-	var flags []string
-	for _, row := range doctest.Table(t, "../../docs/configuration.md", "") {
-		for _, m := range name.FindAllStringSubmatch(row[0], -1) {
-			flags = append(flags, m[1])
-		}
-	}
-	return flags
+	return doctest.FirstColumn(t, "../../docs/configuration.md", "", regexp.MustCompile("`--([a-z0-9*-]+)`"))
 }
 
 // TestDocsListServeFlags checks that docs/configuration.md's flag table lists

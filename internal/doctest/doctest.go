@@ -5,6 +5,7 @@ package doctest
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -49,4 +50,18 @@ func Table(t testing.TB, path, heading string) [][]string {
 		t.Fatalf("%s: no table after %q", path, heading)
 	}
 	return rows
+}
+
+// FirstColumn returns, in order, the first group of every match of name in
+// the first column of Table(t, path, heading): the names a page's table
+// lists (`--flag`, `field`).
+func FirstColumn(t testing.TB, path, heading string, name *regexp.Regexp) []string {
+	t.Helper()
+	var names []string
+	for _, row := range Table(t, path, heading) {
+		for _, m := range name.FindAllStringSubmatch(row[0], -1) {
+			names = append(names, m[1])
+		}
+	}
+	return names
 }
