@@ -12,7 +12,7 @@ import (
 
 // queueUpstream is an upstream with the given limits on a gateway with
 // opts (by default a fake clock, returned: each waiter arms one timer on it).
-func queueUpstream(t testing.TB, opts Options, maxInFlight, size int, wait time.Duration) (*Upstream, *fakeClock) {
+func queueUpstream(t testing.TB, opts Options, maxInFlight, size int, wait time.Duration) (*Upstream, *clock.Fake) {
 	cfg := &Config{
 		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
 		Pools:  []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"}, MaxInFlight: maxInFlight, QueueSize: size, QueueMaxWait: wait}},

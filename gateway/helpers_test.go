@@ -11,15 +11,12 @@ import (
 
 func okProbe(ctx context.Context, url string) error { return nil }
 
-// fakeClock is the tests' clock: it moves only when they advance it.
-type fakeClock = clock.Fake
-
 // newGateway builds a gateway for tests from a config in code, with a fake
 // clock (returned), an always-healthy probe and a silent logger unless opts
 // say otherwise.
-func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *fakeClock) {
+func newGateway(t testing.TB, cfg *Config, opts Options) (*Gateway, *clock.Fake) {
 	t.Helper()
-	clk := &fakeClock{}
+	clk := &clock.Fake{}
 	if opts.Clock == nil {
 		opts.Clock = clk
 	}

@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // quotaGateway is a gateway with one key "k" (secret "sk") with quota q on
 // backend.
-func quotaGateway(t *testing.T, backend QuotaBackend, q Quota) (*Gateway, *Key, *fakeClock) {
+func quotaGateway(t *testing.T, backend QuotaBackend, q Quota) (*Gateway, *Key, *clock.Fake) {
 	t.Helper()
 	cfg := &Config{
 		QuotaBackend: backend,

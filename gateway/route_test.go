@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 func TestGlobMatch(t *testing.T) {
@@ -53,7 +54,7 @@ func TestRouteExactBeatsGlob(t *testing.T) {
 	}
 }
 
-func threeUpstreams(t *testing.T, pc PoolConfig) (*Gateway, *Snapshot, *Route, *fakeClock) {
+func threeUpstreams(t *testing.T, pc PoolConfig) (*Gateway, *Snapshot, *Route, *clock.Fake) {
 	pc.Name = "p"
 	pc.Upstreams = []string{"http://a:1", "http://b:1", "http://c:1"}
 	cfg := &Config{Routes: []RouteConfig{{Model: "m", Pool: "p"}}, Pools: []PoolConfig{pc}}
