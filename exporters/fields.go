@@ -39,6 +39,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldStatus:        listed,
 	record.FieldUpstream:      listed,
 	record.FieldUpstreamConn:  detailed,
+	record.FieldEngineKind:    detailed,
 	record.FieldKey:           detailed,
 	record.FieldQuota:         detailed,
 	record.FieldQuotaFallback: detailed,
@@ -56,6 +57,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldEngine:                   detailed,
 	record.FieldEngineReport:             detailed,
 	record.FieldEngineReportInferred:     detailed,
+	record.FieldEngineSpanMissing:        detailed,
 	record.FieldEngineWaiting:            detailed,
 	record.FieldEngineRunning:            detailed,
 
@@ -150,6 +152,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			if r.UpstreamConn != record.ConnNone {
 				e.Str(name, r.UpstreamConn.String())
 			}
+		case record.FieldEngineKind:
+			if r.Engine != "" {
+				e.Str(name, r.Engine)
+			}
 		case record.FieldKey:
 			if r.Key != "" {
 				e.Str(name, r.Key)
@@ -214,6 +220,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 		case record.FieldEngineReportInferred:
 			if r.EngineSource != "" && r.EngineInferred {
 				e.Bool(name, true)
+			}
+		case record.FieldEngineSpanMissing:
+			if r.EngineSpanMissing != "" {
+				e.Str(name, r.EngineSpanMissing)
 			}
 		case record.FieldEngineWaiting:
 			if r.EngineLoad {

@@ -6,12 +6,15 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/record"
@@ -46,7 +49,8 @@ type OTLPOptions struct {
 	// HTTPOptions are added after the environment's settings (tests point
 	// the exporter at their endpoint and shorten its timeouts this way).
 	HTTPOptions []otlptracehttp.Option
-	// Exporter replaces the OTLP/HTTP exporter (nil = OTLP/HTTP).
+	// Exporter replaces the OTLP/HTTP exporter (nil = OTLP/HTTP). With it,
+	// engine spans are not forwarded (Forward drops and counts them).
 	Exporter sdktrace.SpanExporter
 	// BatchOptions are added to the batch span processor's options.
 	BatchOptions []sdktrace.BatchSpanProcessorOption
@@ -82,6 +86,8 @@ type OTLPSink struct {
 	tp     *sdktrace.TracerProvider
 	tracer trace.Tracer
 	exp    *countingExporter
+	fwd    *forwarder // nil with OTLPOptions.Exporter
+	fwdOff atomic.Uint64
 }
 
 // otlpResource is the resource every span of this process carries:
@@ -112,12 +118,14 @@ func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
 		opts.QueueSize = 2048
 	}
 	exp := opts.Exporter
+	var fwd *forwarder
 	if exp == nil {
-		e, err := otlptracehttp.New(ctx, opts.HTTPOptions...)
+		client := otlptracehttp.NewClient(opts.HTTPOptions...)
+		e, err := otlptrace.New(ctx, client)
 		if err != nil {
 			return nil, err
 		}
-		exp = e
+		exp, fwd = e, newForwarder(client)
 	}
 	res, err := otlpResource(ctx, opts.ServiceVersion)
 	if err != nil {
@@ -136,6 +144,7 @@ func NewOTLPSink(ctx context.Context, opts OTLPOptions) (*OTLPSink, error) {
 		tp:     tp,
 		tracer: tp.Tracer("github.com/ttftlens/ttftlens/exporters"),
 		exp:    counting,
+		fwd:    fwd,
 	}
 	go s.run()
 	return s, nil
@@ -158,6 +167,32 @@ func (s *OTLPSink) Emit(r *record.Record) {
 		s.dropped.Add(1)
 	}
 	s.mu.RUnlock()
+}
+
+// Forward sends spans received from engines on to the destination of the
+// sink's own, unchanged (see forwarder). It never blocks and keeps rs.
+func (s *OTLPSink) Forward(rs []*tracepb.ResourceSpans) {
+	if s.fwd == nil {
+		s.fwdOff.Add(uint64(countSpans(rs)))
+		return
+	}
+	s.fwd.Forward(rs)
+}
+
+// Describe implements prometheus.Collector: the forwarded engine spans.
+func (s *OTLPSink) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descForwarded
+	ch <- descForwardDropped
+}
+
+// Collect implements prometheus.Collector.
+func (s *OTLPSink) Collect(ch chan<- prometheus.Metric) {
+	var sent, dropped uint64
+	if s.fwd != nil {
+		sent, dropped = s.fwd.forwarded.Load(), s.fwd.dropped.Load()
+	}
+	ch <- prometheus.MustNewConstMetric(descForwarded, prometheus.CounterValue, float64(sent))
+	ch <- prometheus.MustNewConstMetric(descForwardDropped, prometheus.CounterValue, float64(dropped+s.fwdOff.Load()))
 }
 
 // Dropped returns the records lost so far: the queue was full, the sink
@@ -187,6 +222,9 @@ func (s *OTLPSink) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		s.stopping.Store(true)
 		err = ctx.Err()
+	}
+	if s.fwd != nil { // before the provider's shutdown stops the client they share
+		s.fwd.close(ctx)
 	}
 	// Shutdown flushes the batch processor and stops its goroutine. When
 	// ctx is already done it does not wait for the export in flight, which

@@ -296,7 +296,9 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	x.buildUpstreamRequest(ctx, req, up, stripAuth)
-	x.sig.Begin(engines.KindFor(ctx.Path(), up.kind.get()), req.Header.Peek)
+	kind := up.kind.get()
+	x.fin.rec.Engine = kind
+	x.sig.Begin(engines.KindFor(ctx.Path(), kind), req.Header.Peek)
 	send, drop := x.sig.UpstreamBody(ctx.Request.Body(), x.sendBody, completion, x.fin.rec.Streaming, x.client.usage)
 	if drop {
 		x.sendBody = send

@@ -42,7 +42,11 @@ type Record struct {
 	Path     string
 	Model    string
 	Upstream string // upstream name ("" when none was chosen)
-	Key      string // API key name, never the key ("" when unauthenticated)
+	// Engine is the upstream's engine kind as the proxy knew it when it
+	// sent the request ("generic" until identified; "" when none was
+	// chosen).
+	Engine string
+	Key    string // API key name, never the key ("" when unauthenticated)
 	// Quota is the key's quota check, part of the gateway stage:
 	// QuotaChecked says one ran (the key has a quota), QuotaTime is how
 	// long it took (a shared backend's round trip included), and
@@ -88,6 +92,12 @@ type Record struct {
 	// EngineInferred: part of the engine report was inferred, not measured
 	// (the queue of an engine that reports only its prefill).
 	EngineInferred bool
+	// EngineSpanMissing says why a record that waited for its engine's
+	// request span (spanjoin) was written without one: "wait" (none came
+	// within --receive-otlp-wait), "full" (too many records were waiting),
+	// "shutdown" (the process stopped first); "" when it did not wait or
+	// the span joined.
+	EngineSpanMissing string
 
 	// EngineLoad says EngineWaiting and EngineRunning hold the engine's own
 	// waiting and running request counts, as last scraped from its /metrics

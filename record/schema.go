@@ -25,6 +25,7 @@ const (
 	FieldStatus
 	FieldUpstream
 	FieldUpstreamConn
+	FieldEngineKind
 	FieldKey
 	FieldQuota
 	FieldQuotaFallback
@@ -41,6 +42,7 @@ const (
 	FieldEngine
 	FieldEngineReport
 	FieldEngineReportInferred
+	FieldEngineSpanMissing
 	FieldEngineWaiting
 	FieldEngineRunning
 	FieldTokensOut
@@ -75,6 +77,7 @@ var fieldNames = [NumFields]string{
 	FieldStatus:                   "status",
 	FieldUpstream:                 "upstream",
 	FieldUpstreamConn:             "upstream_conn",
+	FieldEngineKind:               "engine",
 	FieldKey:                      "key",
 	FieldQuota:                    "quota_ms",
 	FieldQuotaFallback:            "quota_fallback",
@@ -91,6 +94,7 @@ var fieldNames = [NumFields]string{
 	FieldEngine:                   "engine_ms",
 	FieldEngineReport:             "engine_report",
 	FieldEngineReportInferred:     "engine_report_inferred",
+	FieldEngineSpanMissing:        "engine_span_missing",
 	FieldEngineWaiting:            "engine_waiting",
 	FieldEngineRunning:            "engine_running",
 	FieldTokensOut:                "tokens_out",

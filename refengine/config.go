@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ttftlens/ttftlens/refengine/model"
 )
@@ -66,6 +70,15 @@ type Config struct {
 	AllowFaults bool
 	// TruthCapacity is how many recent requests Truth remembers. Default 4096.
 	TruthCapacity int
+	// SpanShape makes the engine report its timing as a stock engine does:
+	// nothing in band (no Server-Timing header, comment or trailer, no
+	// progress comments) and, for each request it finishes, the
+	// OpenTelemetry span that engine sends (one of SpanShapes: "vllm",
+	// "sglang", "tgi"; refengine/spans.go) to Tracer. Empty means in band
+	// (PROTOCOL.md).
+	SpanShape string
+	// Tracer makes those spans; required with SpanShape.
+	Tracer trace.TracerProvider
 	// Logger receives one line per finished request (request id,
 	// traceparent, timings). Nil means no request log.
 	Logger *slog.Logger
@@ -153,6 +166,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TokenizerPath != "" && c.ModelPath == "" {
 		errs = append(errs, errors.New("a tokenizer file given without a model file"))
+	}
+	if c.SpanShape != "" && !slices.Contains(SpanShapes, c.SpanShape) {
+		errs = append(errs, fmt.Errorf("span shape %q: want one of %s", c.SpanShape, strings.Join(SpanShapes, ", ")))
+	}
+	if c.SpanShape != "" && c.Tracer == nil {
+		errs = append(errs, errors.New("a span shape without a tracer to send the spans with"))
 	}
 	if _, err := ParseFaults(c.Faults); err != nil {
 		errs = append(errs, err)

@@ -223,7 +223,9 @@ func (g *gen) run(chat bool) {
 
 	if a.stream && !g.f.HoldHeaders {
 		g.sendHeaders()
-		g.write(phaseQueued) // flushed with the headers (held under buffered)
+		if s.inBand() {
+			g.write(phaseQueued) // flushed with the headers (held under buffered)
+		}
 		g.flush()
 	}
 	g.consume(ctx)
@@ -366,7 +368,7 @@ func (g *gen) consume(ctx context.Context) {
 		}
 		req.mu.Unlock()
 
-		if scheduled && !g.prefillSent && g.a.stream && !g.f.HoldHeaders {
+		if scheduled && !g.prefillSent && g.a.stream && !g.f.HoldHeaders && g.s.inBand() {
 			g.prefillSent = true
 			g.queued = append(g.queued, phasePrefill...) // with the first token when it is here too
 			if len(toks) == 0 {
@@ -583,8 +585,10 @@ func (g *gen) begin(b []byte) []byte {
 	if !g.commentSent && g.haveST {
 		g.commentSent = true
 		g.truth.Emit = time.Since(g.st.FirstTokenAt)
-		g.timing = g.serverTiming(true)
-		b = sse.AppendComment(b, []byte("server-timing "+g.timing))
+		if g.s.inBand() {
+			g.timing = g.serverTiming(true)
+			b = sse.AppendComment(b, []byte("server-timing "+g.timing))
+		}
 	}
 	return b
 }
@@ -648,7 +652,7 @@ func (g *gen) sendHeaders() {
 		// hold_headers: the headers go out with the first token, and the
 		// values with them are the comment's.
 		h.Set("Server-Timing", g.timing)
-	case g.haveST:
+	case g.haveST && g.s.inBand():
 		h.Set("Server-Timing", g.serverTiming(false))
 	}
 	g.truth.Status = http.StatusOK
@@ -759,7 +763,9 @@ func (g *gen) writeNonStream(reason string) {
 func (g *gen) writeNonStreamBody(b []byte) {
 	h := g.w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Trailer", "Server-Timing")
+	if g.s.inBand() {
+		h.Set("Trailer", "Server-Timing")
+	}
 	g.headersSent = true
 	g.truth.Status = http.StatusOK
 	g.w.WriteHeader(http.StatusOK)
@@ -767,7 +773,9 @@ func (g *gen) writeNonStreamBody(b []byte) {
 		g.writeErr = err
 	}
 	g.truth.TTFT = time.Since(g.arrived)
-	h.Set("Server-Timing", g.serverTiming(false))
+	if g.s.inBand() {
+		h.Set("Server-Timing", g.serverTiming(false))
+	}
 }
 
 // errorEnd ends the request with an error: an error event on a stream whose
@@ -859,6 +867,7 @@ func (g *gen) finalize() {
 		s.met.finished(t.FinishReason)
 	}
 	s.truth.put(*t)
+	s.exportSpans(t)
 	if l := s.cfg.Logger; l != nil {
 		l.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("request_id", t.RequestID),

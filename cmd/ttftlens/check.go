@@ -50,10 +50,16 @@ func (f *serveFlags) prepare() (*servePlan, error) {
 	if f.grace < 0 {
 		return nil, fmt.Errorf("--shutdown-grace %v: negative", f.grace)
 	}
+	if f.receive.wait <= 0 || f.receive.maxWaiting <= 0 || f.receive.maxBytes <= 0 {
+		return nil, fmt.Errorf("--receive-otlp-wait %v, --receive-otlp-max-waiting %d, --receive-otlp-max-bytes %d: each must be positive",
+			f.receive.wait, f.receive.maxWaiting, f.receive.maxBytes)
+	}
 	if f.configWatch < 0 {
 		return nil, fmt.Errorf("--config-watch %v: negative (0: no watch, SIGHUP only)", f.configWatch)
 	}
-	if err := checkListen(f.listen, f.adminListen); err != nil {
+	if err := checkListen(listenFlag{flag: "--listen", addr: f.listen}, listenFlag{flag: "--admin-listen", addr: f.adminListen},
+		listenFlag{flag: "--receive-otlp-grpc", addr: f.receive.grpcAddr, optional: true},
+		listenFlag{flag: "--receive-otlp-http", addr: f.receive.httpAddr, optional: true}); err != nil {
 		return nil, err
 	}
 	if plan.cert, err = loadCert(f.tlsCert, f.tlsKey); err != nil {
@@ -133,6 +139,9 @@ func (p *servePlan) describe(w io.Writer, f *serveFlags) {
 	if exporters.OTLPEnabled(os.Getenv) {
 		b.WriteString("; OTLP traces on")
 	}
+	if f.receive.on() {
+		b.WriteString("; receiving engine spans")
+	}
 	fmt.Fprintln(w, b.String())
 }
 
@@ -176,24 +185,35 @@ func checkEngineKind(kind string) error {
 	return fmt.Errorf("--engine %q: want one of %s", kind, strings.Join(engineKinds(), ", "))
 }
 
-// checkListen checks the client and admin addresses as net.Listen would
-// read them, without binding, and that they do not take the same port.
-func checkListen(listen, admin string) error {
-	var addrs [2]*net.TCPAddr
-	for i, a := range [2]struct{ flag, addr string }{{"--listen", listen}, {"--admin-listen", admin}} {
+// listenFlag is an address flag serve listens on.
+type listenFlag struct {
+	flag, addr string
+	optional   bool // empty turns it off
+}
+
+// checkListen checks that each address is host:port and that no two
+// share a port on addresses that overlap.
+func checkListen(flags ...listenFlag) error {
+	var addrs []*net.TCPAddr
+	var named []listenFlag
+	for _, a := range flags {
 		if a.addr == "" {
+			if a.optional {
+				continue
+			}
 			return fmt.Errorf("%s: no address (want host:port, e.g. 127.0.0.1:9464 or :8080)", a.flag)
 		}
 		tcp, err := net.ResolveTCPAddr("tcp", a.addr)
 		if err != nil {
 			return fmt.Errorf("%s %q: %w (want host:port, e.g. 127.0.0.1:9464 or :8080)", a.flag, a.addr, err)
 		}
-		addrs[i] = tcp
-	}
-	c, d := addrs[0], addrs[1]
-	overlap := c.IP == nil || d.IP == nil || c.IP.IsUnspecified() || d.IP.IsUnspecified() || c.IP.Equal(d.IP)
-	if c.Port != 0 && c.Port == d.Port && overlap {
-		return fmt.Errorf("--listen %s and --admin-listen %s: both on port %d", listen, admin, c.Port)
+		for i, d := range addrs {
+			overlap := tcp.IP == nil || d.IP == nil || tcp.IP.IsUnspecified() || d.IP.IsUnspecified() || tcp.IP.Equal(d.IP)
+			if tcp.Port != 0 && tcp.Port == d.Port && overlap {
+				return fmt.Errorf("%s %s and %s %s: both on port %d", named[i].flag, named[i].addr, a.flag, a.addr, tcp.Port)
+			}
+		}
+		addrs, named = append(addrs, tcp), append(named, a)
 	}
 	return nil
 }

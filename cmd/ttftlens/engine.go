@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ttftlens/ttftlens/refengine"
 )
@@ -28,6 +34,8 @@ func runEngine(args []string, std stdio) error {
 	fs := newFlagSet("engine", engineHelp, "TTFTLENS_ENGINE_")
 	listen := fs.String("listen", ":8000", "address for clients")
 	fs.BoolVar(&cfg.AllowFaults, "allow-faults", false, "let requests inject faults with the X-Ttftlens-Fault header (refengine/FAULTS.md); off: the header is ignored")
+	fs.StringVar(&cfg.SpanShape, "span-shape", "", "report timing as a stock engine does: nothing in the responses, one OpenTelemetry span per finished request shaped as "+strings.Join(refengine.SpanShapes, ", ")+"'s, sent to --otlp-traces-endpoint (empty: in the responses, PROTOCOL.md)")
+	endpoint := fs.String("otlp-traces-endpoint", "", "with --span-shape, where the spans go, as vLLM's flag: OTLP/gRPC, or OTLP/HTTP with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf (then end it in /v1/traces)")
 	cfg.RegisterFlags(fs.FlagSet)
 	if err := fs.parse(args, std); err != nil {
 		return err
@@ -36,6 +44,17 @@ func runEngine(args []string, std stdio) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(std.err, &slog.HandlerOptions{ReplaceAttr: lowerLevel}))
+	if (cfg.SpanShape == "") != (*endpoint == "") {
+		return fmt.Errorf("--span-shape %q and --otlp-traces-endpoint %q: give both or neither", cfg.SpanShape, *endpoint)
+	}
+	if *endpoint != "" {
+		tp, err := spanTracer(*endpoint)
+		if err != nil {
+			return err
+		}
+		defer tp.Shutdown(context.Background()) // sends what the batch holds
+		cfg.Tracer = tp
+	}
 	srv, err := refengine.New(cfg)
 	if err != nil {
 		return err
@@ -55,6 +74,26 @@ func runEngine(args []string, std stdio) error {
 	case <-sig:
 	}
 	return err
+}
+
+// spanTracer sends the engine's spans to endpoint as vLLM does: OTLP/gRPC,
+// or OTLP/HTTP when OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is http/protobuf; a
+// host:port without a scheme is plain http.
+func spanTracer(endpoint string) (*sdktrace.TracerProvider, error) {
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "http://" + endpoint
+	}
+	var exp sdktrace.SpanExporter
+	var err error
+	if os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") == "http/protobuf" {
+		exp, err = otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
+	} else {
+		exp, err = otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpointURL(endpoint))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--otlp-traces-endpoint %s: %w", endpoint, err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp)), nil
 }
 
 // prefixedFlags registers fn's flags on fs under prefix, so "serve" can take

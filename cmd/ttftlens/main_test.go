@@ -576,7 +576,7 @@ func TestCheckListen(t *testing.T) {
 		{"", ":9464", false},
 	}
 	for _, tt := range tests {
-		if err := checkListen(tt.listen, tt.admin); (err == nil) != tt.ok {
+		if err := checkListen(listenFlag{flag: "--listen", addr: tt.listen}, listenFlag{flag: "--admin-listen", addr: tt.admin}); (err == nil) != tt.ok {
 			t.Errorf("checkListen(%q, %q) = %v, want ok=%v", tt.listen, tt.admin, err, tt.ok)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/refengine"
 )
 
@@ -31,6 +32,7 @@ type serveFlags struct {
 	logLevel            string
 	grace               time.Duration
 	cfg                 proxy.Config
+	receive             receiveFlags
 	engine              refengine.Config
 	// engineFlags are the --engine-* flags given on the command line
 	// (not from the environment).
@@ -67,7 +69,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
 	fs.StringVar(&f.logLevel, "log-level", "info", "level of operational logs on stderr: "+strings.Join(logLevels, ", "))
-	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM; those still running then are cut (deadline/shutdown), each with its record")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may finish after SIGTERM; those still running then are cut (deadline/shutdown), each with its record; with a receiver, records waiting for their engine's span are written within it too")
+	f.receive.register(fs)
 	prefixedFlags(fs, "engine-", f.engine.RegisterFlags)
 }
 
@@ -159,7 +162,16 @@ func serve(f *serveFlags, plan *servePlan) error {
 	f.cfg.Tracker = metrics
 	f.cfg.Refusals = metrics
 	f.cfg.EngineWaste = metrics // the engines' own counts, with --scrape-engine-metrics
-	p, err := proxy.New(f.cfg, sinks, log)
+	var sink record.Sink = sinks
+	var rcv *spanReceiver
+	if f.receive.on() {
+		if rcv, err = startReceiver(&f.receive, sinks, plan.traces, reg, &log); err != nil {
+			return err
+		}
+		sink = rcv.joiner
+		defer rcv.stop(context.Background()) // on an early return; after the shutdown below, a no-op
+	}
+	p, err := proxy.New(f.cfg, sink, log)
 	if err != nil {
 		return err
 	}
@@ -195,6 +207,9 @@ func serve(f *serveFlags, plan *servePlan) error {
 	defer cancel()
 	if e := p.Shutdown(ctx); e != nil && err == nil {
 		err = e
+	}
+	if rcv != nil { // within the same grace: the last records wait for their spans too
+		rcv.stop(ctx)
 	}
 	_ = admin.ShutdownWithContext(ctx)
 	return err
