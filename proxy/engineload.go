@@ -51,16 +51,15 @@ type engineLoad struct {
 	started atomic.Bool
 }
 
-// scrapeLeastLoad starts scraping the engines of s's least_load pools:
-// Watch calls it with every configuration put in effect, so their loads
-// are known before their first request.
-func (p *Proxy) scrapeLeastLoad(s *gateway.Snapshot) {
+// upstreamsInEffect readies the upstreams of s before their first request
+// (Watch calls it with every configuration put in effect): each one's
+// engine identified (--engine auto, client), and the engines of least_load
+// pools scraped, so their loads are known.
+func (p *Proxy) upstreamsInEffect(s *gateway.Snapshot) {
 	for _, pool := range s.Pools() {
-		if pool.Policy != gateway.PolicyLeastLoad {
-			continue
-		}
 		for _, u := range pool.Upstreams {
-			if c, err := p.client(u); err == nil {
+			c, err := p.client(u)
+			if err == nil && pool.Policy == gateway.PolicyLeastLoad {
 				p.startScrape(c, u.URL)
 			}
 		}

@@ -89,7 +89,8 @@ type Config struct {
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
-	// OpenAI fields only; the reference engine's Server-Timing is always
+	// OpenAI fields, and what a response says of its own engine:
+	// engines.GenericReader; the reference engine's Server-Timing is always
 	// read).
 	Engine string
 	// AllowBreakdown lets a client ask for its own TTFT breakdown with the
@@ -330,7 +331,8 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		Logger:                       fasthttpLogger{log},
 		ConnState:                    p.connState,
 	}
-	gw.Watch(p.scrapeLeastLoad)
+	gw.Watch(p.upstreamsInEffect)
+	gw.WatchProbes(p.upstreamUp)
 	return p, nil
 }
 
@@ -532,7 +534,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 		}
 		switch p.cfg.Engine {
 		case EngineAuto:
-			p.goBackground(func() { p.detectEngine(c, u.URL) })
+			p.detectEngine(c, u.URL)
 		case "":
 		default:
 			c.kind.set(p.cfg.Engine)
