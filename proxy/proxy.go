@@ -103,15 +103,18 @@ type Config struct {
 	// stripped: a fault one client injects slows every request the engine
 	// serves.
 	AllowFaults bool
-	// ScrapeEngineMetrics, when positive, polls each upstream's /metrics at
-	// that interval and annotates every record with the engine's waiting
-	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
-	// gauge names): a queue seen where it cannot be measured per request.
-	// The upstreams of least_load pools are polled even without it, at
-	// DefaultLeastLoadScrape; with it, at its interval.
+	// ScrapeEngineMetrics is how often each upstream's /metrics is polled
+	// (default DefaultEngineScrape; negative: not polled), from the moment
+	// the configuration naming it is in effect: every record carries the
+	// engine's waiting and running counts at routing time (vLLM, SGLang,
+	// TGI and llama.cpp gauge names), a queue seen where it cannot be
+	// measured per request, and EngineWaste gets the engine's counts of
+	// work for clients that had left. The upstreams of least_load pools
+	// are polled at DefaultLeastLoadScrape unless it is positive (then at
+	// its interval), even when it is negative.
 	ScrapeEngineMetrics time.Duration
 	// EngineWaste, when set, receives what each scraped engine counts of
-	// its work for clients that had left (with ScrapeEngineMetrics).
+	// its work for clients that had left.
 	EngineWaste EngineWaste
 	// Heartbeat, when positive, sends an SSE comment after that much upstream
 	// silence, at event boundaries only, for clients behind load balancers
@@ -529,9 +532,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*upstream); !loaded {
-		if p.cfg.ScrapeEngineMetrics > 0 {
-			p.startScrape(c, u.URL)
-		}
+		p.startScrape(c, u.URL)
 		switch p.cfg.Engine {
 		case EngineAuto:
 			p.detectEngine(c, u.URL)
