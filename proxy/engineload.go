@@ -21,7 +21,7 @@ import (
 // be seen where it cannot be measured. The same scrape reads what the
 // engine counts of its work for clients that had left, handed to
 // Config.EngineWaste. Every upstream of the configuration in effect is
-// scraped from the moment that configuration is (scrapeInterval says how
+// scraped from the moment that configuration is (scrapePlan says how
 // often), until a configuration drops it.
 
 // DefaultEngineScrape is how often an upstream's /metrics is scraped when
