@@ -73,6 +73,9 @@ type Gateway struct {
 	ups     map[string]*Upstream     // by base URL as written
 	buckets map[string]*quota.Bucket // by key name
 	watches []func(*Snapshot)
+	// probeWatches are told of upstreams whose health probe passed
+	// (WatchProbes); appended under mu, read by the probing goroutines.
+	probeWatches atomic.Pointer[[]func(*Upstream)]
 	// redis is made by the first config with the redis quota backend, on
 	// redisConn.
 	redis     *quota.Redis
@@ -186,6 +189,30 @@ func (g *Gateway) Watch(f func(*Snapshot)) {
 	defer g.mu.Unlock()
 	g.watches = append(g.watches, f)
 	f(g.cur.Load())
+}
+
+// WatchProbes calls f, from the probing goroutine, each time an upstream's
+// active health check passes for the first time, or for the first time
+// after a failure: the engine behind it is up (the proxy identifies it
+// then). f must not block.
+func (g *Gateway) WatchProbes(f func(*Upstream)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var fs []func(*Upstream)
+	if p := g.probeWatches.Load(); p != nil {
+		fs = append(fs, *p...)
+	}
+	fs = append(fs, f)
+	g.probeWatches.Store(&fs)
+}
+
+// probePassed tells the probe watchers that u's probe passed.
+func (g *Gateway) probePassed(u *Upstream) {
+	if p := g.probeWatches.Load(); p != nil {
+		for _, f := range *p {
+			f(u)
+		}
+	}
 }
 
 // Start begins the active health checks and, with the redis quota backend,

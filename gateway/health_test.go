@@ -77,6 +77,42 @@ func TestProbeBackoff(t *testing.T) {
 	g.Stop()
 }
 
+// TestWatchProbes: the probe watchers hear of the first probe that passes
+// and of the first after each failure, not of every pass.
+func TestWatchProbes(t *testing.T) {
+	results := []error{errRefused, errRefused, nil, nil, errRefused, nil, nil}
+	var probes, told atomic.Int32
+	probe := func(ctx context.Context, url string) error {
+		i := int(probes.Add(1)) - 1
+		if i < len(results) {
+			return results[i]
+		}
+		return nil
+	}
+	cfg := &Config{
+		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
+		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
+			Health: HealthConfig{Path: "/h", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
+	}
+	g, clk := newGateway(t, cfg, Options{Probe: probe})
+	g.WatchProbes(func(u *Upstream) {
+		if u.URL != "http://a:1" {
+			t.Errorf("told of %s", u.URL)
+		}
+		told.Add(1)
+	})
+	g.Start()
+	defer g.Stop()
+	want := []int32{0, 0, 1, 1, 1, 2, 2} // after each probe
+	for i, w := range want {
+		d := clk.WaitArmed(1) // the checker sleeps: the probe and its verdict are done
+		if int(probes.Load()) != i+1 || told.Load() != w {
+			t.Fatalf("after probe %d (%d made): told %d times, want %d", i+1, probes.Load(), told.Load(), w)
+		}
+		clk.Advance(d)
+	}
+}
+
 // TestUpstreamUpAfterStart: an upstream that starts listening after the
 // gateway started is back in rotation by a probe long before the health
 // interval (an hour: only the retries after failures can explain it), and

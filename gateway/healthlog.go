@@ -16,6 +16,7 @@ type healthLog struct {
 	out      bool  // the last line said: out of rotation
 	since    int64 // gateway clock when it went out
 	probeErr error // the last failed probe's error, until a probe passes
+	passing  bool  // the last probe passed
 }
 
 // settle compares u's availability now with the last line; on a change it
@@ -43,12 +44,23 @@ func (u *Upstream) endEjection(now int64) {
 }
 
 // setVerdict records an active health check's result (err nil: passed) for
-// pool.
+// pool, and tells the probe watchers (WatchProbes) when it is the first to
+// pass, or the first after a failure.
 func (u *Upstream) setVerdict(pool string, err error) {
+	if u.verdict(pool, err) {
+		u.g.probePassed(u)
+	}
+}
+
+// verdict is setVerdict's record and log line; it reports whether the
+// probe is the first to pass, or the first after a failure.
+func (u *Upstream) verdict(pool string, err error) (cameUp bool) {
 	u.hlog.mu.Lock()
 	defer u.hlog.mu.Unlock()
 	now := u.g.now()
 	ok := err == nil
+	cameUp = ok && !u.hlog.passing
+	u.hlog.passing = ok
 	u.hlog.probeErr = err
 	flipped := u.healthy.Swap(ok) != ok
 	u.endEjection(now)
@@ -63,6 +75,7 @@ func (u *Upstream) setVerdict(pool string, err error) {
 	default:
 		u.recovered(pool, "ejection ended", outFor)
 	}
+	return cameUp
 }
 
 // eject takes u out of rotation for its ejection duration after failures

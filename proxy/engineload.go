@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
@@ -16,19 +18,27 @@ import (
 // waiting and running counts and KV-cache usage to the gateway's upstream
 // (Upstream.SetEngineLoad), whose Pick compares them and whose load each
 // record carries as it was when the request was routed. A queue can then
-// be seen where it cannot be measured. Upstreams are scraped when
-// Config.ScrapeEngineMetrics is set (at that interval, each from its first
-// request), and those of least_load pools always, from the moment the
-// configuration that names them is in effect (at ScrapeEngineMetrics, or
-// DefaultLeastLoadScrape when it is not set). The same scrape reads what
-// the engine counts of its work for clients that had left, handed to
-// Config.EngineWaste.
+// be seen where it cannot be measured. The same scrape reads what the
+// engine counts of its work for clients that had left, handed to
+// Config.EngineWaste. Every upstream of the configuration in effect is
+// scraped from the moment that configuration is (scrapePlan says how
+// often), until a configuration drops it.
+
+// DefaultEngineScrape is how often an upstream's /metrics is scraped when
+// Config.ScrapeEngineMetrics is zero. The engines' counts of work for
+// clients that had left are cumulative counters: a scrape every 15 s (the
+// Prometheus default interval, at which the dashboard's panels are read)
+// loses none of them and shows a change within one dashboard step, while
+// costing an engine four requests a minute. The load a record carries is
+// then up to 15 s old: a least_load pool, which routes on it, is scraped
+// at DefaultLeastLoadScrape instead.
+const DefaultEngineScrape = 15 * time.Second
 
 // DefaultLeastLoadScrape is how often the engines of least_load pools are
-// scraped without --scrape-engine-metrics: a queue that builds in a
-// fraction of a second shows within one, and a scrape over a kept-alive
-// connection costs the engine about a millisecond. Between scrapes Pick
-// counts this replica's own requests (gateway.Upstream.loadKey).
+// scraped when Config.ScrapeEngineMetrics is not positive: a queue that
+// builds in a fraction of a second shows within one, and a scrape over a
+// kept-alive connection costs the engine about a millisecond. Between
+// scrapes Pick counts this replica's own requests (gateway.Upstream.loadKey).
 const DefaultLeastLoadScrape = 100 * time.Millisecond
 
 // scrapeMisses is how many scrapes in a row must fail before an
@@ -46,63 +56,108 @@ type EngineWaste interface {
 	EngineWaste(upstream string, tokensAfterClientLeft, abortedRequests int64)
 }
 
-// engineLoad is an upstream's scraping: started once.
+// engineLoad is an upstream's scraping: at most one loop at a time, which
+// ends when the configuration in effect no longer scrapes the upstream.
 type engineLoad struct {
-	started atomic.Bool
+	mu      sync.Mutex
+	running bool
 }
 
-// scrapeLeastLoad starts scraping the engines of s's least_load pools:
-// Watch calls it with every configuration put in effect, so their loads
-// are known before their first request.
-func (p *Proxy) scrapeLeastLoad(s *gateway.Snapshot) {
+// upstreamsInEffect readies the upstreams of s before their first request
+// (Watch calls it with every configuration put in effect): each one's
+// engine identified (--engine auto, client) and scraped, so its load is
+// known.
+func (p *Proxy) upstreamsInEffect(s *gateway.Snapshot) {
 	for _, pool := range s.Pools() {
-		if pool.Policy != gateway.PolicyLeastLoad {
-			continue
-		}
 		for _, u := range pool.Upstreams {
 			if c, err := p.client(u); err == nil {
-				p.startScrape(c, u.URL)
+				p.startScrape(c, u.URL) // again: a reload may scrape one it did not
 			}
 		}
 	}
 }
 
-// startScrape starts scraping c's engine at baseURL unless it runs already.
+// startScrape starts scraping c's engine at baseURL unless it runs already
+// or the configuration in effect does not scrape it.
 func (p *Proxy) startScrape(c *upstream, baseURL string) {
-	if !c.load.started.CompareAndSwap(false, true) {
+	c.load.mu.Lock()
+	defer c.load.mu.Unlock()
+	if c.load.running {
 		return
 	}
-	interval := p.cfg.ScrapeEngineMetrics
-	if interval <= 0 {
-		interval = DefaultLeastLoadScrape
+	if _, interval := p.scrapePlan(baseURL); interval == 0 {
+		return
 	}
-	p.goBackground(func() { p.scrapeLoad(c, baseURL, interval) })
+	c.load.running = true
+	p.goBackground(func() { p.scrapeLoad(c, baseURL) })
 }
 
-// scrapeLoad polls baseURL/metrics every interval until the proxy stops.
-// Each scrape goes to the gateway upstream the configuration in effect has
-// for baseURL (a reload may have replaced it); scrapeMisses failed ones in
-// a row, or with no load gauge, make its load unknown (one slow answer
-// does not turn a least_load pool to least_request and back).
-func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) {
+// scrapePlan is the gateway upstream the configuration in effect has for
+// baseURL (nil when a reload dropped it; it may have replaced it) and how
+// often it is scraped: Config.ScrapeEngineMetrics when positive; else
+// DefaultLeastLoadScrape in a least_load pool; else DefaultEngineScrape,
+// or 0 (not scraped) when ScrapeEngineMetrics is negative or the
+// configuration has no such upstream.
+func (p *Proxy) scrapePlan(baseURL string) (*gateway.Upstream, time.Duration) {
+	var found *gateway.Upstream
+	leastLoad := false
+	for _, pool := range p.gw.Snapshot().Pools() {
+		for _, u := range pool.Upstreams {
+			if u.URL == baseURL {
+				found = u
+				leastLoad = leastLoad || pool.Policy == gateway.PolicyLeastLoad
+			}
+		}
+	}
+	set := p.cfg.ScrapeEngineMetrics
+	switch {
+	case found == nil:
+		return nil, 0
+	case set > 0:
+		return found, set
+	case leastLoad:
+		return found, DefaultLeastLoadScrape
+	case set == 0:
+		return found, DefaultEngineScrape
+	}
+	return found, 0
+}
+
+// scrapeLoad polls baseURL/metrics at scrapePlan's interval, on
+// Config.Clock, until the proxy stops or the configuration in effect no
+// longer scrapes it. Each scrape goes to the gateway upstream the
+// configuration has for baseURL; scrapeMisses failed ones in a row, or
+// with no load gauge, make its load unknown (one slow answer does not turn
+// a least_load pool to least_request and back). An upstream whose /metrics
+// cannot be read (unreachable, not found, not Prometheus text) is logged
+// once, as a warning, and again only when the problem changes; its
+// recovery once, as info.
+func (p *Proxy) scrapeLoad(c *upstream, baseURL string) {
 	transport := &http.Transport{MaxIdleConnsPerHost: 1}
 	defer transport.CloseIdleConnections()
-	// A busy engine may answer its /metrics slowly: a late answer is
-	// still the freshest there is.
-	client := &http.Client{Timeout: max(interval, scrapeTimeout), Transport: transport}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	misses := 0
+	client := &http.Client{Transport: transport}
+	misses, lastProblem := 0, ""
 	for {
-		u := p.currentUpstream(baseURL)
-		var mark int64
-		if u != nil {
-			mark = u.ScrapeMark()
+		c.load.mu.Lock()
+		u, interval := p.scrapePlan(baseURL)
+		if interval == 0 {
+			c.load.running = false // under the lock: a startScrape after it starts another loop
 		}
-		em, ok := scrapeOnce(p.stopCtx, client, baseURL+"/metrics")
+		c.load.mu.Unlock()
+		if interval == 0 {
+			return
+		}
+		mark := u.ScrapeMark()
+		// A busy engine may answer its /metrics slowly: a late answer is
+		// still the freshest there is.
+		ctx, cancel := context.WithTimeout(p.stopCtx, max(interval, scrapeTimeout))
+		em, problem, err := scrapeOnce(ctx, client, baseURL+"/metrics")
+		cancel()
+		if p.stopCtx.Err() != nil {
+			return
+		}
 		switch {
-		case u == nil:
-		case ok && em.Load:
+		case problem == "" && em.Load:
 			misses = 0
 			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage}, mark)
 		default:
@@ -110,45 +165,45 @@ func (p *Proxy) scrapeLoad(c *upstream, baseURL string, interval time.Duration) 
 				u.ClearEngineLoad()
 			}
 		}
-		if ok && p.cfg.EngineWaste != nil {
+		if problem == "" && p.cfg.EngineWaste != nil {
 			p.cfg.EngineWaste.EngineWaste(c.Name, em.TokensAfterClientLeft, em.AbortedRequests)
 		}
-		select {
-		case <-p.stopCtx.Done():
+		switch {
+		case problem == lastProblem:
+		case problem != "":
+			p.log.Warn().Str("upstream", c.Name).Err(err).Str("retry_every", interval.String()).
+				Msg("engine metrics not scraped: " + problem)
+		default:
+			p.log.Info().Str("upstream", c.Name).Msg("engine metrics scraped")
+		}
+		lastProblem = problem
+		if !clock.Sleep(p.stopCtx, p.cfg.Clock, interval, nil) {
 			return
-		case <-t.C:
 		}
 	}
 }
 
-// currentUpstream is the gateway upstream at baseURL in the configuration
-// in effect; nil when a reload dropped it.
-func (p *Proxy) currentUpstream(baseURL string) *gateway.Upstream {
-	for _, pool := range p.gw.Snapshot().Pools() {
-		for _, u := range pool.Upstreams {
-			if u.URL == baseURL {
-				return u
-			}
-		}
-	}
-	return nil
-}
-
-// scrapeOnce reads the engine's /metrics; ok is false when it could not.
-func scrapeOnce(ctx context.Context, client *http.Client, url string) (em engines.EngineMetrics, ok bool) {
+// scrapeOnce reads the engine's /metrics: what it says, or the problem
+// that kept it from saying anything ("upstream unreachable", "/metrics
+// answers status 404", "/metrics is not Prometheus text"), with its error.
+func scrapeOnce(ctx context.Context, client *http.Client, url string) (em engines.EngineMetrics, problem string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return em, false
+		return em, "bad URL", err // a URL NewUpstream took; cannot happen
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return em, false
+		return em, "upstream unreachable", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return em, false
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return em, fmt.Sprintf("/metrics answers status %d", resp.StatusCode), fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 	}
 	em = engines.ParseMetrics(io.LimitReader(resp.Body, 4<<20))
 	_, _ = io.Copy(io.Discard, resp.Body) // read to the end, so the connection is kept
-	return em, true
+	if em.Families == 0 {
+		return em, "/metrics is not Prometheus text", fmt.Errorf("GET %s: no metric in %q", url, resp.Header.Get("Content-Type"))
+	}
+	return em, "", nil
 }

@@ -2,13 +2,22 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/clock"
+	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/refengine"
 )
 
@@ -97,5 +106,77 @@ func TestEngineWasteScraped(t *testing.T) {
 	aborted, after := srv.Counters()
 	if c, ok := waste.get("ref"); c != want || c != [2]int64{after, aborted} {
 		t.Errorf("scraped for upstream ref: %v (%v), want %v: the engine counts %d tokens after the client left, %d aborted", c, ok, want, after, aborted)
+	}
+}
+
+// TestScrapeProblemLoggedOnce: by default every upstream's /metrics is
+// scraped from the start, every DefaultEngineScrape (on Config.Clock, a
+// fake here); one that cannot be read costs one warning, not one per
+// scrape, and another only when the problem changes; its recovery, one
+// info line.
+func TestScrapeProblemLoggedOnce(t *testing.T) {
+	var answer atomic.Pointer[func(http.ResponseWriter)]
+	set := func(f func(http.ResponseWriter)) { answer.Store(&f) }
+	status := func(code int, body string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) { w.WriteHeader(code); io.WriteString(w, body) }
+	}
+	set(status(http.StatusNotFound, "404 page not found\n"))
+	addr := closedAddr(t)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the reserved port was taken meanwhile: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*answer.Load())(w) })}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	clk := &clock.Fake{}
+	logs := &logtest.Lines{}
+	waste := &wasteCounts{last: map[string][2]int64{}}
+	p, err := New(Config{Upstream: "http://" + addr, UpstreamName: "engine", Clock: clk, EngineWaste: waste}, newCaptureSink(t), zerolog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	const msg = "engine metrics not scraped: "
+	steps := []struct {
+		name   string
+		answer func(http.ResponseWriter)
+		close  bool // the upstream stops listening
+		line   string
+	}{
+		{"the first scrape: no /metrics", nil, false, msg + "/metrics answers status 404"},
+		{"still none", nil, false, ""},
+		{"still none", nil, false, ""},
+		{"an HTML page", status(http.StatusOK, "<!doctype html><html><body>hi</body></html>"), false, msg + "/metrics is not Prometheus text"},
+		{"again", nil, false, ""},
+		{"metrics", status(http.StatusOK, "ttftlens_engine_aborted_requests_total 3\n"), false, "engine metrics scraped"},
+		{"metrics again", nil, false, ""},
+		{"unreachable", nil, true, msg + "upstream unreachable"},
+		{"still unreachable", nil, false, ""},
+	}
+	for i, st := range steps {
+		if st.answer != nil {
+			set(st.answer)
+		}
+		if st.close {
+			srv.Close()
+		}
+		if i > 0 {
+			clk.Advance(DefaultEngineScrape)
+		}
+		if d := clk.WaitArmed(1); d != DefaultEngineScrape { // the scrape is done, the next one waits
+			t.Fatalf("%s: next scrape in %v, want %v", st.name, d, DefaultEngineScrape)
+		}
+		lines := logs.Take(t)
+		switch {
+		case st.line == "" && len(lines) != 0:
+			t.Errorf("%s: logged %v", st.name, lines)
+		case st.line != "" && (len(lines) != 1 || lines[0]["message"] != st.line || lines[0]["upstream"] != "engine"):
+			t.Errorf("%s: logged %v, want one line %q", st.name, lines, st.line)
+		}
+	}
+	if c, ok := waste.get("engine"); !ok || c != [2]int64{-1, 3} {
+		t.Errorf("engine waste %v (%v), want the scraped counts", c, ok)
 	}
 }

@@ -47,6 +47,9 @@ type exchange struct {
 	relay relay
 	sig   engines.Report
 	tc    traceContext
+	// engine is the upstream the request went to, whose engine kind a
+	// response that names its engine settles (learnEngine); nil until sent.
+	engine *upstream
 
 	resp     fasthttp.Response        // from the upstream
 	peekResp func(name string) []byte // its headers
@@ -104,6 +107,7 @@ func (x *exchange) reset() {
 	x.lease = lease{}
 	x.relay.reset()
 	x.sig.Reset()
+	x.engine = nil
 	x.resp.Reset()
 	x.client = clientSide{}
 	x.out = clientStream{buf: x.out.buf[:0]}
@@ -299,6 +303,7 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 	kind := up.kind.get()
 	x.fin.rec.Engine = kind
 	x.sig.Begin(engines.KindFor(ctx.Path(), kind), req.Header.Peek)
+	x.engine = up
 	send, drop := x.sig.UpstreamBody(ctx.Request.Body(), x.sendBody, completion, x.fin.rec.Streaming, x.client.usage)
 	if drop {
 		x.sendBody = send
@@ -534,6 +539,9 @@ func (x *exchange) finish() {
 	// The body is read: trailers have arrived.
 	rec.EngineInferred = x.sig.End(x.peekEnd, tl)
 	rec.EngineSource = x.sig.Source()
+	if x.engine != nil {
+		x.p.learnEngine(x.engine, x.sig.Recognised())
+	}
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)
 	f.complete(x.sig.Phase(rec.Streaming, tl))

@@ -340,7 +340,9 @@ func startProxy(t *testing.T, upstreamURL string, mod func(*Config)) (string, *c
 // startProxyTLS is startProxy with a TLS listener when tlsCfg is not nil.
 func startProxyTLS(t *testing.T, upstreamURL string, mod func(*Config), tlsCfg *tls.Config) (string, *captureSink, *Proxy) {
 	t.Helper()
-	cfg := Config{Upstream: upstreamURL}
+	// The test upstreams are scripts that answer every request alike: the
+	// engine's /metrics is not scraped unless a test asks for it.
+	cfg := Config{Upstream: upstreamURL, ScrapeEngineMetrics: -1}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -10,37 +10,77 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 )
 
 // EngineAuto asks the proxy to identify each upstream's engine from what it
-// serves (its headers and /v1/models) when it is first used, retrying until
-// the upstream answers.
+// serves (its headers and /v1/models): as soon as the configuration naming
+// it is in effect, again when its health probe first passes, retrying until
+// the upstream answers; and, until then, from a response that names its
+// engine (engines.GenericReader).
 const EngineAuto = "auto"
 
 // engineKind is an upstream's engine kind, set once known.
 type engineKind struct {
 	v atomic.Pointer[string]
 	// wake, while identification waits to retry, lets a request for the
-	// upstream cut the wait short: a request is a good sign it is up.
+	// upstream, or a passing health probe, cut the wait short: a good sign
+	// it is up.
 	wake atomic.Pointer[chan struct{}]
+	// running: an identification of the upstream is under way.
+	running atomic.Bool
 }
 
 func (k *engineKind) get() string {
 	if p := k.v.Load(); p != nil {
 		return *p
 	}
+	k.wakeUp()
+	return engines.KindGeneric // until identified: the OpenAI fields, and what a response says of its engine
+}
+
+// wakeUp cuts a waiting identification's wait short; it reports whether
+// one was waiting.
+func (k *engineKind) wakeUp() bool {
 	if w := k.wake.Load(); w != nil {
 		select {
 		case *w <- struct{}{}:
 		default:
 		}
+		return true
 	}
-	return engines.KindGeneric // until identified: the OpenAI fields, no engine timing
+	return false
 }
 
 func (k *engineKind) set(kind string) { k.v.Store(&kind) }
+
+// identified records what /v1/models said: a kind it named replaces any,
+// generic only an unknown one (a response may have named the engine
+// meanwhile: learn).
+func (k *engineKind) identified(kind string) {
+	if kind != engines.KindGeneric {
+		k.set(kind)
+		return
+	}
+	k.v.CompareAndSwap(nil, &kind)
+}
+
+// learn settles the kind from a response that named its engine, when the
+// upstream is not identified or was identified as generic; it reports
+// whether it changed the kind. A kind /v1/models named is never replaced.
+func (k *engineKind) learn(kind string) bool {
+	for {
+		p := k.v.Load()
+		if p != nil && *p != engines.KindGeneric {
+			return false
+		}
+		if k.v.CompareAndSwap(p, &kind) {
+			return true
+		}
+	}
+}
 
 // retrySchedule is how identification retries an upstream that did not
 // answer: after first, doubling up to max, or sooner when a request comes
@@ -51,9 +91,42 @@ var detectRetry = retrySchedule{min: 250 * time.Millisecond, first: time.Second,
 
 // detectEngine identifies the engine behind u (see identify) in the
 // background, so no request waits for it, until it is known or the proxy
-// stops.
+// stops; it does nothing while an identification of u runs already.
 func (p *Proxy) detectEngine(u *upstream, baseURL string) {
-	p.identify(p.stopCtx, u, baseURL, detectRetry)
+	if !u.kind.running.CompareAndSwap(false, true) {
+		return
+	}
+	p.goBackground(func() {
+		defer u.kind.running.Store(false)
+		p.identify(p.stopCtx, u, baseURL, detectRetry)
+	})
+}
+
+// upstreamUp is told of a gateway upstream whose health probe passed, the
+// first time or after failures (gateway.WatchProbes): with --engine auto,
+// an engine not identified yet, or identified only as generic (an answer
+// before the engine behind it was up), is identified now.
+func (p *Proxy) upstreamUp(gu *gateway.Upstream) {
+	v, ok := p.clients.Load(gu.URL)
+	if !ok || p.cfg.Engine != EngineAuto {
+		return
+	}
+	u := v.(*upstream)
+	if k := u.kind.v.Load(); k != nil && *k != engines.KindGeneric {
+		return
+	}
+	if !u.kind.wakeUp() {
+		p.detectEngine(u, gu.URL)
+	}
+}
+
+// learnEngine settles u's kind from a response that named its engine
+// (engines.Report.Recognised), with --engine auto.
+func (p *Proxy) learnEngine(u *upstream, kind string) {
+	if kind == "" || p.cfg.Engine != EngineAuto || !u.kind.learn(kind) {
+		return
+	}
+	p.log.Info().Str("upstream", u.Name).Str("engine", kind).Msg("engine recognised from its response")
 }
 
 // identify asks the upstream what it is (GET /v1/models, bounded) and
@@ -76,7 +149,7 @@ func (p *Proxy) identify(ctx context.Context, u *upstream, baseURL string, retry
 			return // stopped
 		}
 		if problem == "" {
-			u.kind.set(kind)
+			u.kind.identified(kind)
 			e := p.log.Info().Str("upstream", u.Name).Str("engine", kind)
 			if attempt > 1 {
 				e = e.Int("attempts", attempt)

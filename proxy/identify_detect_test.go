@@ -220,7 +220,7 @@ func TestAutoEngineUpstreamComesUp(t *testing.T) {
 // log.
 func startProxyLogged(t *testing.T, upstreamURL string, log zerolog.Logger, mod func(*Config)) string {
 	t.Helper()
-	cfg := Config{Upstream: upstreamURL}
+	cfg := Config{Upstream: upstreamURL, ScrapeEngineMetrics: -1} // as startProxy
 	if mod != nil {
 		mod(&cfg)
 	}

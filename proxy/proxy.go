@@ -89,7 +89,8 @@ type Config struct {
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
-	// OpenAI fields only; the reference engine's Server-Timing is always
+	// OpenAI fields, and what a response says of its own engine:
+	// engines.GenericReader; the reference engine's Server-Timing is always
 	// read).
 	Engine string
 	// AllowBreakdown lets a client ask for its own TTFT breakdown with the
@@ -102,15 +103,18 @@ type Config struct {
 	// stripped: a fault one client injects slows every request the engine
 	// serves.
 	AllowFaults bool
-	// ScrapeEngineMetrics, when positive, polls each upstream's /metrics at
-	// that interval and annotates every record with the engine's waiting
-	// and running counts at routing time (vLLM, SGLang, TGI and llama.cpp
-	// gauge names): a queue seen where it cannot be measured per request.
-	// The upstreams of least_load pools are polled even without it, at
-	// DefaultLeastLoadScrape; with it, at its interval.
+	// ScrapeEngineMetrics is how often each upstream's /metrics is polled
+	// (default DefaultEngineScrape; negative: not polled), from the moment
+	// the configuration naming it is in effect: every record carries the
+	// engine's waiting and running counts at routing time (vLLM, SGLang,
+	// TGI and llama.cpp gauge names), a queue seen where it cannot be
+	// measured per request, and EngineWaste gets the engine's counts of
+	// work for clients that had left. The upstreams of least_load pools
+	// are polled at DefaultLeastLoadScrape unless it is positive (then at
+	// its interval), even when it is negative.
 	ScrapeEngineMetrics time.Duration
 	// EngineWaste, when set, receives what each scraped engine counts of
-	// its work for clients that had left (with ScrapeEngineMetrics).
+	// its work for clients that had left.
 	EngineWaste EngineWaste
 	// Heartbeat, when positive, sends an SSE comment after that much upstream
 	// silence, at event boundaries only, for clients behind load balancers
@@ -330,7 +334,8 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		Logger:                       fasthttpLogger{log},
 		ConnState:                    p.connState,
 	}
-	gw.Watch(p.scrapeLeastLoad)
+	gw.Watch(p.upstreamsInEffect)
+	gw.WatchProbes(p.upstreamUp)
 	return p, nil
 }
 
@@ -527,12 +532,10 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	}
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*upstream); !loaded {
-		if p.cfg.ScrapeEngineMetrics > 0 {
-			p.startScrape(c, u.URL)
-		}
+		p.startScrape(c, u.URL)
 		switch p.cfg.Engine {
 		case EngineAuto:
-			p.goBackground(func() { p.detectEngine(c, u.URL) })
+			p.detectEngine(c, u.URL)
 		case "":
 		default:
 			c.kind.set(p.cfg.Engine)

@@ -522,6 +522,13 @@ func TestServeHelpText(t *testing.T) {
 			t.Errorf("--total-timeout help: %s", h)
 		}
 	})
+	t.Run("engine metrics", func(t *testing.T) {
+		h := flagHelp("scrape-engine-metrics")
+		if !strings.HasPrefix(h, "duration") || !strings.Contains(h, "(default "+proxy.DefaultEngineScrape.String()+")") ||
+			!strings.Contains(h, "0: off") {
+			t.Errorf("--scrape-engine-metrics help: %s", h)
+		}
+	})
 	t.Run("log levels", func(t *testing.T) {
 		h := flagHelp("log-level")
 		for _, l := range logLevels {
@@ -553,6 +560,40 @@ func TestServeDefaults(t *testing.T) {
 	none := proxy.Config{Upstream: "http://x:1", TotalTimeout: -1}
 	if err := none.Normalize(); err != nil || none.TotalTimeout != 0 {
 		t.Errorf("--total-timeout -1: normalized to %v (%v), want 0 (none)", none.TotalTimeout, err)
+	}
+}
+
+// TestScrapeEngineMetricsFlag: the engines' /metrics are polled unless
+// --scrape-engine-metrics (or its variable) turns it off with 0; not
+// given, the proxy's defaults apply (least_load pools keep their own).
+func TestScrapeEngineMetricsFlag(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		env, want time.Duration // env: TTFTLENS_SCRAPE_ENGINE_METRICS when not 0
+	}{
+		{"not given: the defaults", nil, 0, 0},
+		{"given", []string{"--scrape-engine-metrics=2s"}, 0, 2 * time.Second},
+		{"given as the default", []string{"--scrape-engine-metrics=15s"}, 0, 15 * time.Second},
+		{"0: off", []string{"--scrape-engine-metrics=0"}, 0, -1},
+		{"0s: off", []string{"--scrape-engine-metrics=0s"}, 0, -1},
+		{"the variable", nil, 30 * time.Second, 30 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != 0 {
+				t.Setenv("TTFTLENS_SCRAPE_ENGINE_METRICS", tt.env.String())
+			}
+			var f serveFlags
+			fs := newFlagSet("serve", "", "TTFTLENS_")
+			f.register(fs.FlagSet)
+			if err := fs.parse(tt.args, stdio{}); err != nil {
+				t.Fatal(err)
+			}
+			if f.cfg.ScrapeEngineMetrics != tt.want {
+				t.Errorf("Config.ScrapeEngineMetrics %v, want %v", f.cfg.ScrapeEngineMetrics, tt.want)
+			}
+		})
 	}
 }
 

@@ -64,7 +64,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request holds a read buffer of this size while it reads them")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
 	fs.BoolVar(&f.cfg.AllowFaults, "allow-faults", false, "pass clients' X-Ttftlens-Fault headers to the upstream and let the embedded engine inject them (refengine/FAULTS.md); off: stripped")
-	fs.DurationVar(&f.cfg.ScrapeEngineMetrics, "scrape-engine-metrics", 0, "poll each upstream's /metrics at this interval: the engine's waiting and running counts on every request, and its own counts of tokens generated and requests aborted for clients that left (ttftlens_upstream_tokens_after_cancel_total, ttftlens_upstream_aborted_requests_total) (0: off)")
+	fs.Var(scrapeFlag{&f.cfg.ScrapeEngineMetrics}, "scrape-engine-metrics", "poll each upstream's /metrics every `duration`: the engine's waiting and running counts on every request, and its own counts of tokens generated and requests aborted for clients that left (ttftlens_upstream_tokens_after_cancel_total, ttftlens_upstream_aborted_requests_total); a least_load pool's upstreams are polled every "+proxy.DefaultLeastLoadScrape.String()+" unless this is given (0: off, least_load pools aside)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", 0, "send an SSE comment after this much upstream silence, at event boundaries (for idle-timeout load balancers; 0: off)")
 	fs.StringVar(&f.cfg.CompressStreams, "compress-streams", "", "compress event streams to clients that accept it: gzip or zstd, flushed per event (off when empty)")
 	fs.BoolVar(&f.cfg.PassEngineTiming, "pass-engine-timing", false, "forward the engine's Server-Timing header and timing comments to clients")
@@ -73,6 +73,36 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.receive.register(fs)
 	prefixedFlags(fs, "engine-", f.engine.RegisterFlags)
 }
+
+// scrapeFlag is --scrape-engine-metrics, proxy.Config.ScrapeEngineMetrics:
+// left 0 (proxy.DefaultEngineScrape, and least_load pools' own interval)
+// until given; given 0 (or less), off.
+type scrapeFlag struct{ d *time.Duration }
+
+func (f scrapeFlag) String() string {
+	switch {
+	case f.d == nil || *f.d < 0: // nil: the flag package's zero value
+		return "0s"
+	case *f.d == 0:
+		return proxy.DefaultEngineScrape.String()
+	}
+	return f.d.String()
+}
+
+func (f scrapeFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		d = -1
+	}
+	*f.d = d
+	return nil
+}
+
+// Get is the interval as given (for the flag package's error messages).
+func (f scrapeFlag) Get() any { return *f.d }
 
 const serveHelp = `usage: ttftlens serve [flags]
 
@@ -161,7 +191,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
 	f.cfg.Refusals = metrics
-	f.cfg.EngineWaste = metrics // the engines' own counts, with --scrape-engine-metrics
+	f.cfg.EngineWaste = metrics // the engines' own counts, as --scrape-engine-metrics scrapes them
 	var sink record.Sink = sinks
 	var rcv *spanReceiver
 	if f.receive.on() {

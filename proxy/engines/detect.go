@@ -9,8 +9,8 @@ import (
 
 // Detect names the engine kind behind an upstream, best effort, from what
 // it serves; "generic" when unsure. The proxy calls it (proxy/identify.go,
-// --engine auto) when an upstream is first used, again until the upstream
-// answers, and logs the result. h returns a header of any one
+// --engine auto) when an upstream's configuration takes effect, again until
+// the upstream answers, and logs the result. h returns a header of any one
 // response of the upstream (nil when absent; may be nil itself); modelsBody
 // is the body of GET /v1/models (or Ollama's GET /api/tags, or TGI's
 // GET /info; nil when not fetched); serverHeader is that response's Server

@@ -56,41 +56,45 @@ func (*LlamaCppReader) Header(h func(string) []byte, tl *stages.Timeline) bool {
 
 // Event reads a chunk or body and its timings.
 func (r *LlamaCppReader) Event(data []byte, tl *stages.Timeline) Event {
-	return readEvent(data, func(v *jsonValue, ev Event) Event {
-		ev = readOpenAIExt(v, ev)
-		// Native /completion.
-		if len(v.GetStringBytes("content")) > 0 {
-			ev.add(outAnswer)
+	return readEvent(data, func(v *jsonValue, ev Event) Event { return r.read(v, ev, tl) })
+}
+
+// read reads a parsed chunk or body (Event's work, for the generic reader
+// too).
+func (r *LlamaCppReader) read(v *jsonValue, ev Event, tl *stages.Timeline) Event {
+	ev = readOpenAIExt(v, ev)
+	// Native /completion.
+	if len(v.GetStringBytes("content")) > 0 {
+		ev.add(outAnswer)
+	}
+	if v.GetBool("stop") {
+		if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
+			ev.Finish = f
 		}
-		if v.GetBool("stop") {
-			if f := endreason.ParseFinish(v.GetStringBytes("stop_type")); f != endreason.FinishNone {
-				ev.Finish = f
-			}
-			p, okp := intField(v, "tokens_evaluated")
-			c, okc := intField(v, "tokens_predicted")
-			if !ev.Usage && (okp || okc) {
-				ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
-			}
+		p, okp := intField(v, "tokens_evaluated")
+		c, okc := intField(v, "tokens_predicted")
+		if !ev.Usage && (okp || okc) {
+			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
 		}
-		t := v.Get("timings")
-		if t == nil || t.Type() != jsonObject {
-			return ev
-		}
-		const ms = 1e6 // nanoseconds
-		if d, ok := durField(t, "prompt_ms", ms); ok && !r.prefillFinal {
-			setEngine(tl, stages.EnginePrefill, d)
-			ev.Timing, ev.Inferred = true, true
-			n, _ := intField(t, "predicted_n")
-			r.prefillFinal = n > 0
-		}
-		if n, ok := intField(t, "cache_n"); ok {
-			ev.CachedTokens = n
-		}
-		if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
-			ev.Decode = d
-		}
+	}
+	t := v.Get("timings")
+	if t == nil || t.Type() != jsonObject {
 		return ev
-	})
+	}
+	const ms = 1e6 // nanoseconds
+	if d, ok := durField(t, "prompt_ms", ms); ok && !r.prefillFinal {
+		setEngine(tl, stages.EnginePrefill, d)
+		ev.Timing, ev.Inferred = true, true
+		n, _ := intField(t, "predicted_n")
+		r.prefillFinal = n > 0
+	}
+	if n, ok := intField(t, "cache_n"); ok {
+		ev.CachedTokens = n
+	}
+	if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
+		ev.Decode = d
+	}
+	return ev
 }
 
 // Reset forgets the request's prefill.

@@ -23,6 +23,9 @@ type EngineMetrics struct {
 	// client that left, mostly): cumulative counts, -1 when it does not
 	// report them.
 	TokensAfterClientLeft, AbortedRequests int64
+	// Families counts the metric families read: 0 when the body is not
+	// Prometheus text (an HTML page, JSON) or holds no metric.
+	Families int
 }
 
 // loadSeries are the gauges in which engines count their waiting and
@@ -84,7 +87,7 @@ var (
 func ParseMetrics(r io.Reader) EngineMetrics {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	families, _ := p.TextToMetricFamilies(r) // partial on error
-	var em EngineMetrics
+	em := EngineMetrics{Families: len(families)}
 	for _, s := range loadSeries {
 		mf := families[s.name]
 		if mf == nil {

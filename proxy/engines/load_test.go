@@ -34,6 +34,28 @@ func TestParseMetricsLoad(t *testing.T) {
 	}
 }
 
+// TestParseMetricsFamilies: a body that is not Prometheus text reads as
+// no metric family; one read up to where it breaks counts what it read.
+func TestParseMetricsFamilies(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       int
+	}{
+		{"an HTML page", "<!doctype html>\n<html><body>Not Found</body></html>\n", 0},
+		{"JSON", `{"detail":"Not Found"}`, 0},
+		{"empty", "", 0},
+		{"two families", "# TYPE up gauge\nup 1\nvllm:num_requests_running 2\n", 2},
+		{"read up to a broken line", "tgi_queue_size 3\ntgi_batch_current_size{\n", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ParseMetrics(strings.NewReader(tt.text)).Families; got != tt.want {
+				t.Errorf("%d families, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestParseKVCacheUsage reads each engine's KV-cache usage gauge: a
 // fraction, the largest over label sets, the newer vLLM name first.
 func TestParseKVCacheUsage(t *testing.T) {

@@ -42,28 +42,32 @@ func (*OllamaReader) Kind() string { return KindOllama }
 func (*OllamaReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
 
 // Event reads one NDJSON line (or a whole body).
-func (*OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
-	return readEvent(data, func(v *jsonValue, ev Event) Event {
-		ev = readOpenAIExt(v, ev)
-		if m := v.Get("message"); m != nil && m.Type() == jsonObject {
-			ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
-		}
-		ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
-		if !v.GetBool("done") {
-			return ev
-		}
-		ev.Done = true
-		if f := endreason.ParseFinish(v.GetStringBytes("done_reason")); f != endreason.FinishNone {
-			ev.Finish = f
-		}
-		p, okp := intField(v, "prompt_eval_count")
-		c, okc := intField(v, "eval_count")
-		if okp || okc {
-			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
-		}
-		ollamaDurations.read(v, tl, &ev)
+func (r *OllamaReader) Event(data []byte, tl *stages.Timeline) Event {
+	return readEvent(data, func(v *jsonValue, ev Event) Event { return r.read(v, ev, tl) })
+}
+
+// read reads a parsed line or body (Event's work, for the generic reader
+// too).
+func (*OllamaReader) read(v *jsonValue, ev Event, tl *stages.Timeline) Event {
+	ev = readOpenAIExt(v, ev)
+	if m := v.Get("message"); m != nil && m.Type() == jsonObject {
+		ev.add(ollamaOutput(len(m.GetStringBytes("content")) > 0 || len(m.GetArray("tool_calls")) > 0, m))
+	}
+	ev.add(ollamaOutput(len(v.GetStringBytes("response")) > 0, v))
+	if !v.GetBool("done") {
 		return ev
-	})
+	}
+	ev.Done = true
+	if f := endreason.ParseFinish(v.GetStringBytes("done_reason")); f != endreason.FinishNone {
+		ev.Finish = f
+	}
+	p, okp := intField(v, "prompt_eval_count")
+	c, okc := intField(v, "eval_count")
+	if okp || okc {
+		ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
+	}
+	ollamaDurations.read(v, tl, &ev)
+	return ev
 }
 
 // ollamaDurations are the durations of Ollama's last line.

@@ -43,6 +43,10 @@ var readerEvents = []struct {
 	{KindOllama, "thinking", `{"model":"qwen3","created_at":"2025-05-29T09:35:56.012Z","message":{"role":"assistant","content":"","thinking":" the"},"done":false}`},
 	{KindAnthropic, "thinking", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`},
 	{KindGeneric, "usage_reasoning", deepseekUsage},
+	// An engine not identified yet, whose response says which it is.
+	{KindGeneric, "llamacpp_final_timings", llamacppFinal},
+	{KindGeneric, "vllm_usage_metrics", vllmUsageMetrics},
+	{KindGeneric, "ollama_done", ollamaDone},
 }
 
 // loopReader returns data over and over.

@@ -514,6 +514,10 @@ func FuzzTGI(f *testing.F)       { fuzzReader(f, KindTGI, "tgi") }
 func FuzzAnthropic(f *testing.F) { fuzzReader(f, KindAnthropic, "anthropic") }
 func FuzzReference(f *testing.F) { fuzzReader(f, KindReference, "reference") }
 
+// FuzzGeneric: the generic reader, and the engines it recognises in a
+// response.
+func FuzzGeneric(f *testing.F) { fuzzReader(f, KindGeneric, "generic", "llamacpp", "vllm", "ollama") }
+
 func FuzzTGIHeaders(f *testing.F) {
 	f.Add("37", "2", "380")
 	f.Add(" 0 ", "", "")

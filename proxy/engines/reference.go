@@ -79,22 +79,3 @@ func (*ReferenceReader) Event(data []byte, _ *stages.Timeline) Event {
 
 // Reset does nothing: the reader keeps no per-request state.
 func (*ReferenceReader) Reset() {}
-
-// GenericReader reads any OpenAI-compatible server that says nothing about
-// its own timing (TRT-LLM, Triton, NIM, Ollama's /v1, SGLang's /v1, hosted
-// APIs): the upstream window stays unsplit.
-type GenericReader struct{}
-
-// Kind returns "generic".
-func (*GenericReader) Kind() string { return KindGeneric }
-
-// Header records nothing.
-func (*GenericReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
-
-// Event reads an OpenAI-compatible chunk or body.
-func (*GenericReader) Event(data []byte, _ *stages.Timeline) Event {
-	return readEvent(data, readOpenAIExt)
-}
-
-// Reset does nothing: the reader keeps no per-request state.
-func (*GenericReader) Reset() {}

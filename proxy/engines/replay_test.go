@@ -439,3 +439,37 @@ func TestReplayAnyKind(t *testing.T) {
 		}
 	}
 }
+
+// TestGenericRecognisesEngines: read with the generic reader (an upstream
+// not identified yet), a transcript of an engine whose response says who
+// sent it records what that engine's own reader records, and names the
+// engine; every other transcript names none and records nothing.
+func TestGenericRecognisesEngines(t *testing.T) {
+	self := map[string]bool{KindLlamaCpp: true, KindVLLM: true, KindOllama: true}
+	files, _ := filepath.Glob("testdata/*/*.txt")
+	for _, f := range files {
+		kind := filepath.Base(filepath.Dir(f))
+		t.Run(strings.TrimPrefix(f, "testdata/"), func(t *testing.T) {
+			tr := loadTranscript(t, f)
+			var generic GenericReader
+			got := replay(t, &generic, tr, 10*ms, "")
+			if !self[kind] {
+				if generic.Recognised() != "" || got.Timing {
+					t.Errorf("recognised %q, timing %v; want neither", generic.Recognised(), got.Timing)
+				}
+				return
+			}
+			own, _ := NewReader(kind)
+			want := replay(t, own, tr, 10*ms, "")
+			if want.Timing && generic.Recognised() != kind {
+				t.Errorf("recognised %q, want %q", generic.Recognised(), kind)
+			}
+			if got.Timing != want.Timing || got.Inferred != want.Inferred || got.QueueInferred != want.QueueInferred ||
+				!reflect.DeepEqual(got.Engine, want.Engine) || got.Decode != want.Decode {
+				t.Errorf("read as generic: timing %v, inferred %v/%v, engine %v, decode %v;\n%s's reader: %v, %v/%v, %v, %v",
+					got.Timing, got.Inferred, got.QueueInferred, got.Engine, got.Decode,
+					kind, want.Timing, want.Inferred, want.QueueInferred, want.Engine, want.Decode)
+			}
+		})
+	}
+}

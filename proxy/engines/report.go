@@ -113,8 +113,21 @@ func (r *Report) Event(data []byte, tl *stages.Timeline) Event {
 	ev := r.rd.Event(data, tl)
 	if ev.Timing {
 		r.source = r.rd.Kind()
+		if k := r.Recognised(); k != "" {
+			r.source = k
+		}
 	}
 	return ev
+}
+
+// Recognised names the engine kind a response read as generic showed
+// itself to be (see GenericReader), "" when it did not: the proxy settles
+// the kind of an upstream it has not identified with it.
+func (r *Report) Recognised() string {
+	if g, ok := r.rd.(*GenericReader); ok {
+		return g.Recognised()
+	}
+	return ""
 }
 
 // End reads the trailers after the body ended, and infers the engine queue

@@ -39,6 +39,7 @@ func TestReportSource(t *testing.T) {
 		{"trailer", KindReference, nil, "", "", map[string]string{"Server-Timing": "prefill;dur=2"}, SourceServerTiming},
 		{"tgi headers", KindTGI, map[string]string{"X-Queue-Time": "3", "X-Inference-Time": "9"}, "", "", nil, KindTGI},
 		{"vllm usage chunk", KindVLLM, nil, "", vllmMetrics, nil, KindVLLM},
+		{"vllm usage chunk read as generic", KindGeneric, nil, "", vllmMetrics, nil, KindVLLM},
 		{"an event's timing wins over the protocol", KindVLLM, map[string]string{"Server-Timing": "prefill;dur=2"}, "", vllmMetrics, nil, KindVLLM},
 		{"unknown comment", KindReference, nil, "keep-alive", "", nil, ""},
 	}

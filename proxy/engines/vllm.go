@@ -35,16 +35,20 @@ func (*VLLMReader) Kind() string { return KindVLLM }
 func (*VLLMReader) Header(h func(string) []byte, tl *stages.Timeline) bool { return noHeader(h, tl) }
 
 // Event reads an OpenAI-compatible chunk or body, and its metrics.
-func (*VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
-	return readEvent(data, func(v *jsonValue, ev Event) Event {
-		ev = readOpenAIExt(v, ev)
-		m := v.Get("metrics")
-		if m == nil || m.Type() != jsonObject {
-			return ev
-		}
-		vllmDurations.read(m, tl, &ev)
+func (r *VLLMReader) Event(data []byte, tl *stages.Timeline) Event {
+	return readEvent(data, func(v *jsonValue, ev Event) Event { return r.read(v, ev, tl) })
+}
+
+// read reads a parsed chunk or body (Event's work, for the generic reader
+// too).
+func (*VLLMReader) read(v *jsonValue, ev Event, tl *stages.Timeline) Event {
+	ev = readOpenAIExt(v, ev)
+	m := v.Get("metrics")
+	if m == nil || m.Type() != jsonObject {
 		return ev
-	})
+	}
+	vllmDurations.read(m, tl, &ev)
+	return ev
 }
 
 // vllmDurations are the durations in vLLM's metrics object; a null queue
