@@ -203,6 +203,11 @@ type Joiner struct {
 	Wait time.Duration
 }
 
+// maxPending bounds how long Fetch waits for a record the proxy says is
+// waiting for its engine's span: longer than any sensible
+// --receive-otlp-wait.
+const maxPending = 2 * time.Minute
+
 // ErrNoRecord is returned by Fetch when the admin endpoint kept no record
 // with the id (after retrying).
 var ErrNoRecord = errors.New("no record kept for this request id")
@@ -233,13 +238,15 @@ func (j *Joiner) Check(ctx context.Context) error {
 }
 
 // Fetch returns the record of request id, retrying on 404 with a short
-// backoff until Wait has passed.
+// backoff until Wait has passed, and for as long as the proxy answers 202:
+// the record waits for its engine's span (at most the proxy's
+// --receive-otlp-wait, bounded here by maxPending).
 func (j *Joiner) Fetch(ctx context.Context, id string) (Record, error) {
 	wait := j.Wait
 	if wait <= 0 {
 		wait = 2 * time.Second
 	}
-	deadline := time.Now().Add(wait)
+	deadline, pendingUntil := time.Now().Add(wait), time.Now().Add(maxPending)
 	u := strings.TrimRight(j.Admin, "/") + "/debug/requests/" + url.PathEscape(id)
 	backoff := 2 * time.Millisecond
 	for {
@@ -247,7 +254,9 @@ func (j *Joiner) Fetch(ctx context.Context, id string) (Record, error) {
 		if err == nil {
 			return rec, nil
 		}
-		if status != http.StatusNotFound || time.Now().After(deadline) {
+		if status == http.StatusAccepted && time.Now().Before(pendingUntil) {
+			deadline = time.Now().Add(wait) // written once its span joins, or its wait ends
+		} else if status != http.StatusNotFound || time.Now().After(deadline) {
 			if status == http.StatusNotFound {
 				return Record{}, ErrNoRecord
 			}

@@ -1,11 +1,17 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,5 +123,31 @@ func TestParseRecordRejects(t *testing.T) {
 				t.Errorf("record %+v, want none", r)
 			}
 		})
+	}
+}
+
+// TestFetchWaitsForPendingRecords: a record the proxy says is waiting for
+// its engine's span (202) is asked for again, past Wait, until it comes; a
+// 404 still gives up after Wait.
+func TestFetchWaitsForPendingRecords(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/gone"):
+			http.NotFound(w, r)
+		case asked.Add(1) <= 5:
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			io.WriteString(w, `{"msg":"request","request_id":"late","end_reason":"stop","e2e_ms":9}`)
+		}
+	}))
+	defer srv.Close()
+	j := &Joiner{Admin: srv.URL, Wait: time.Nanosecond}
+	rec, err := j.Fetch(context.Background(), "late")
+	if err != nil || rec.RequestID != "late" || asked.Load() != 6 {
+		t.Errorf("pending record: %+v, %v after %d asks; want it after 6", rec, err, asked.Load())
+	}
+	if _, err := j.Fetch(context.Background(), "gone"); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("missing record: %v, want ErrNoRecord", err)
 	}
 }

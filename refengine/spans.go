@@ -49,6 +49,10 @@ func (s *Server) exportSpans(t *Truth) {
 	start, end := t.Received, t.Received.Add(t.E2E)
 	prep := t.Recv + t.Tokenize + t.Media // arrival to the scheduler's queue
 	prefill := t.Prefill + t.FirstDecode  // scheduled to the first token
+	// vLLM and SGLang stamp the first token where their API server process
+	// takes it from the engine, after the hand-off: here, when the handler
+	// has it to write (Emit after the sampling).
+	ttft := t.FirstTokenSampled + t.Emit
 	tokens := []attribute.KeyValue{
 		attribute.Int("gen_ai.usage.prompt_tokens", t.PromptTokens),
 		attribute.Int("gen_ai.usage.completion_tokens", t.CompletionTokens),
@@ -61,7 +65,7 @@ func (s *Server) exportSpans(t *Truth) {
 		sp.SetAttributes(append(tokens,
 			attribute.Float64("gen_ai.latency.time_in_queue", t.Queue.Seconds()),
 			attribute.Float64("gen_ai.latency.time_in_model_prefill", prefill.Seconds()),
-			attribute.Float64("gen_ai.latency.time_to_first_token", t.FirstTokenSampled.Seconds()),
+			attribute.Float64("gen_ai.latency.time_to_first_token", ttft.Seconds()),
 			attribute.Float64("gen_ai.latency.e2e", t.E2E.Seconds()),
 		)...)
 		sp.End(trace.WithTimestamp(end))
@@ -69,7 +73,7 @@ func (s *Server) exportSpans(t *Truth) {
 		rctx, root := tr.Start(ctx, " Req "+short(t.RequestID), trace.WithTimestamp(start))
 		root.SetAttributes(append(tokens,
 			attribute.Float64("gen_ai.latency.time_in_model_prefill", (t.Queue+prefill).Seconds()),
-			attribute.Float64("gen_ai.latency.time_to_first_token", t.FirstTokenSampled.Seconds()),
+			attribute.Float64("gen_ai.latency.time_to_first_token", ttft.Seconds()),
 			attribute.Float64("gen_ai.latency.e2e", t.E2E.Seconds()),
 		)...)
 		queued := start.Add(prep)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,7 @@ func (s *records) Emit(r *record.Record) {
 	s.written <- struct{}{}
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,99 +77,181 @@ func TestEnginesSpansSplitTheirRecords(t *testing.T) {
 	}
 }
 
-func runEngineSpans(t *testing.T, shape, kind, protocol string) {
-	const clients = 4
-	ctx := context.Background()
-	sink := &records{written: make(chan struct{}, clients)}
-	joiner := spanjoin.New(sink, spanjoin.Options{Wait: time.Minute})
-	rcv := receiver.New(joiner, receiver.Options{})
+// spanStack is the reference engine playing a stock engine, the receiver,
+// the joiner and the proxy, on loopback.
+type spanStack struct {
+	sink   *records
+	joiner *spanjoin.Joiner
+	eng    *refengine.Server
+	tp     *sdktrace.TracerProvider
+	proxy  *proxy.Proxy
+	url    string
+	stop   func() // the receiver's server
+}
 
-	// The receiver, on the protocol's server.
+// startSpanStack starts a stack whose engine reports as shape over
+// protocol ("grpc", "http/protobuf"), running at most maxRunning sequences
+// at once; the sink signals up to capacity records without blocking.
+func startSpanStack(t testing.TB, shape, kind, protocol string, maxRunning, capacity int) *spanStack {
+	ctx := context.Background()
+	s := &spanStack{sink: &records{written: make(chan struct{}, capacity)}}
+	s.joiner = spanjoin.New(s.sink, spanjoin.Options{Wait: time.Minute})
+	rcv := receiver.New(s.joiner, receiver.Options{})
+
 	rln := listen(t)
 	var exp sdktrace.SpanExporter
-	var stopReceiver func()
+	var err error
 	switch protocol {
 	case "grpc":
 		srv := rcv.GRPCServer()
 		go srv.Serve(rln)
-		stopReceiver = srv.Stop
-		e, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(rln.Addr().String()), otlptracegrpc.WithInsecure())
-		if err != nil {
-			t.Fatal(err)
-		}
-		exp = e
+		s.stop = srv.Stop
+		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(rln.Addr().String()), otlptracegrpc.WithInsecure())
 	default:
 		srv := &http.Server{Handler: rcv.Handler()}
 		go srv.Serve(rln)
-		stopReceiver = func() { srv.Close() }
-		e, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(rln.Addr().String()), otlptracehttp.WithInsecure())
-		if err != nil {
-			t.Fatal(err)
-		}
-		exp = e
+		s.stop = func() { srv.Close() }
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(rln.Addr().String()), otlptracehttp.WithInsecure())
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp)) // the SDK's defaults: a 5 s batch delay
-
-	// The engine, reporting only through spans, one sequence at a time so
-	// that concurrent requests queue in it.
-	eng, err := refengine.New(refengine.Config{SpanShape: shape, Tracer: tp, MaxRunning: 1})
 	if err != nil {
+		t.Fatal(err)
+	}
+	s.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp)) // the SDK's defaults: a 5 s batch delay
+
+	if s.eng, err = refengine.New(refengine.Config{SpanShape: shape, Tracer: s.tp, MaxRunning: maxRunning}); err != nil {
 		t.Fatal(err)
 	}
 	eln := listen(t)
-	go eng.Serve(eln)
+	go s.eng.Serve(eln)
 
-	p, err := proxy.New(proxy.Config{Upstream: "http://" + eln.Addr().String(), Engine: kind}, joiner, zerolog.Nop())
-	if err != nil {
+	if s.proxy, err = proxy.New(proxy.Config{Upstream: "http://" + eln.Addr().String(), Engine: kind}, s.joiner, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	pln := listen(t)
-	go p.Serve(pln)
+	go s.proxy.Serve(pln)
+	s.url = "http://" + pln.Addr().String() + "/v1/chat/completions"
+	return s
+}
 
+// request sends one streamed chat request and reads it whole.
+func (s *spanStack) request(t testing.TB, i int) {
+	body := fmt.Sprintf(`{"model":"ttftlens-ref","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"request %d: %s"}]}`, i, strings.Repeat("a long prompt ", 40))
+	resp, err := http.Post(s.url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d, %v", resp.StatusCode, err)
+	}
+}
+
+// close shuts the proxy down, then the joiner (writing what waits), the
+// engine's exporter and the receiver.
+func (s *spanStack) close(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.proxy.Shutdown(ctx); err != nil {
+		t.Error(err)
+	}
+	s.joiner.Close(ctx)
+	_ = s.tp.Shutdown(ctx)
+	s.stop()
+	if err := s.eng.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		t.Log(err)
+	}
+}
+
+func runEngineSpans(t *testing.T, shape, kind, protocol string) {
+	const clients = 4
+	s := startSpanStack(t, shape, kind, protocol, 1, clients) // one sequence at a time: concurrent requests queue
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body := fmt.Sprintf(`{"model":"ttftlens-ref","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"request %d: %s"}]}`, i, strings.Repeat("a long prompt ", 40))
-			resp, err := http.Post("http://"+pln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(body))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer resp.Body.Close()
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
-				t.Errorf("status %d, %v", resp.StatusCode, err)
-			}
+			s.request(t, i)
 		}()
 	}
 	wg.Wait()
 	for range clients { // each record comes when its span joined: after the batch delay
-		<-sink.written
+		<-s.sink.written
 	}
+	s.close(t)
 
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := p.Shutdown(sctx); err != nil {
-		t.Error(err)
-	}
-	joiner.Close(sctx)
-	_ = tp.Shutdown(sctx)
-	stopReceiver()
-	if err := eng.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		t.Log(err)
-	}
-
-	if n := joiner.Waiting(); n != 0 {
+	if n := s.joiner.Waiting(); n != 0 {
 		t.Errorf("records still waiting after shutdown: %d", n)
 	}
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
-	if len(sink.all) != clients {
-		t.Fatalf("records = %d, want %d (exactly one per request)", len(sink.all), clients)
+	s.sink.mu.Lock()
+	defer s.sink.mu.Unlock()
+	if len(s.sink.all) != clients {
+		t.Fatalf("records = %d, want %d (exactly one per request)", len(s.sink.all), clients)
 	}
-	for _, r := range sink.all {
-		checkSplit(t, eng, &r, shape)
+	for _, r := range s.sink.all {
+		checkSplit(t, s.eng, &r, shape)
+	}
+}
+
+// BenchmarkSpanSplit measures how much of TTFT stays unattributed in front
+// of a vLLM-shaped engine that reports only through its spans (over gRPC),
+// warm, at 1 and 4 clients: the network, the engine's HTTP handling before
+// its arrival stamp and its write of the first token, which no span covers.
+func BenchmarkSpanSplit(b *testing.B) {
+	for _, c := range []int{1, 4} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			s := startSpanStack(b, refengine.SpanVLLM, engines.KindVLLM, "grpc", 16, 1<<16)
+			defer s.close(b)
+			for i := range 20 { // warm: the engine's pools, the connections
+				s.request(b, i)
+			}
+			_ = s.tp.ForceFlush(context.Background())
+			for range 20 {
+				<-s.sink.written
+			}
+			s.sink.mu.Lock()
+			s.sink.all = s.sink.all[:0]
+			s.sink.mu.Unlock()
+
+			var wg sync.WaitGroup
+			next := make(chan int)
+			for range c {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						s.request(b, i)
+					}
+				}()
+			}
+			n := 0
+			for b.Loop() {
+				next <- n
+				n++
+			}
+			close(next)
+			wg.Wait()
+			_ = s.tp.ForceFlush(context.Background())
+			for range n {
+				<-s.sink.written
+			}
+			s.sink.mu.Lock()
+			defer s.sink.mu.Unlock()
+			var share, ttft []float64
+			for _, r := range s.sink.all {
+				bd := r.Breakdown()
+				if r.EngineSource != engines.SourceOTLP {
+					b.Fatalf("a record not split from its span: %q", r.EngineSpanMissing)
+				}
+				share = append(share, float64(bd.Stages[stages.Unattributed])/float64(bd.TTFT))
+				ttft = append(ttft, float64(bd.TTFT)/1e6)
+			}
+			slices.Sort(share)
+			slices.Sort(ttft)
+			b.ReportMetric(ttft[len(ttft)/2], "ttft-p50-ms")
+			b.ReportMetric(100*share[len(share)/2], "unattributed-p50-%")
+			b.ReportMetric(100*share[len(share)*99/100], "unattributed-p99-%")
+		})
 	}
 }
 

@@ -80,6 +80,7 @@ type Joiner struct {
 	mu        sync.Mutex
 	closed    bool
 	waiting   map[[16]byte][]*held // by trace id: a client's trace may hold several requests
+	ids       map[string]struct{}  // the waiting records' request ids
 	n         int                  // records waiting
 	bytes     int64                // their estimated memory
 	drained   chan struct{}        // closed when the last waiting record leaves during Close
@@ -136,6 +137,7 @@ func New(next record.Sink, opts Options) *Joiner {
 		next:      next,
 		opts:      opts,
 		waiting:   map[[16]byte][]*held{},
+		ids:       map[string]struct{}{},
 		early:     map[[16]byte][]*earlySpan{},
 		stages:    map[[16]byte]*stageSpans{},
 		recent:    newRecentSet(recentKeys),
@@ -191,6 +193,7 @@ func (j *Joiner) Emit(r *record.Record) {
 	r.CopyTo(&h.rec)
 	h.bytes = size
 	j.waiting[r.TraceID] = append(j.waiting[r.TraceID], h)
+	j.ids[r.RequestID] = struct{}{}
 	j.n++
 	j.bytes += size
 	h.timer = j.opts.Clock.AfterFunc(j.opts.Wait, func() { j.expire(h) })
@@ -315,6 +318,7 @@ func (j *Joiner) dropWaiting(trace [16]byte, i int) {
 	} else {
 		j.waiting[trace] = hs
 	}
+	delete(j.ids, h.rec.RequestID)
 	j.n--
 	j.bytes -= h.bytes
 	if j.n == 0 && j.drained != nil {
@@ -497,6 +501,7 @@ func (j *Joiner) Close(ctx context.Context) {
 		delete(j.waiting, trace)
 	}
 	j.n, j.bytes = 0, 0
+	clear(j.ids)
 	for trace, es := range j.early {
 		for _, e := range es {
 			e.timer.Stop()
@@ -516,6 +521,14 @@ func (j *Joiner) Close(ctx context.Context) {
 		h.rec.EngineSpanMissing = MissingShutdown
 		j.next.Emit(&h.rec)
 	}
+}
+
+// Waits reports whether the record of request id is waiting for its span.
+func (j *Joiner) Waits(id string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.ids[id]
+	return ok
 }
 
 // Waiting returns the records waiting for their span now.

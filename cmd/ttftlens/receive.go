@@ -6,11 +6,14 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 
 	"github.com/ttftlens/ttftlens/exporters"
@@ -95,6 +98,24 @@ func startReceiver(f *receiveFlags, sinks record.Sink, traces *exporters.OTLPSin
 		log.Info().Str("listen", ln.Addr().String()).Str("path", receiver.TracesPath).Msg("receiving engine spans over OTLP/HTTP")
 	}
 	return r, nil
+}
+
+// pending wraps GET /debug/requests/{id}: a record still waiting for its
+// engine's span is answered 202 with Retry-After, so that a client joining
+// records (ttftlens bench) keeps asking rather than taking it for lost.
+func (r *spanReceiver) pending(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	prefix := strings.TrimSuffix(exporters.RequestsPrefix, "*")
+	return func(ctx *fasthttp.RequestCtx) {
+		id, ok := strings.CutPrefix(string(ctx.Path()), prefix)
+		if ok && r.joiner.Waits(id) {
+			ctx.Response.Header.Set("Retry-After", "1")
+			ctx.SetContentType("application/json")
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+			ctx.SetBodyString(`{"request_id":` + strconv.Quote(id) + `,"status":"waiting for its engine's span"}`)
+			return
+		}
+		next(ctx)
+	}
 }
 
 // stop writes every waiting record (joining the spans that come while it

@@ -218,6 +218,9 @@ func serve(f *serveFlags, plan *servePlan) error {
 	for path, h := range web.Routes(ring) {
 		adminRoutes[path] = h
 	}
+	if rcv != nil {
+		adminRoutes[exporters.RequestsPrefix] = rcv.pending(adminRoutes[exporters.RequestsPrefix])
+	}
 	adminRoutes["/ready"] = p.Ready
 	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, adminRoutes), Name: "ttftlens-admin"}
 	errc := make(chan error, 2)
