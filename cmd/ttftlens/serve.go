@@ -158,6 +158,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
 	f.cfg.Refusals = metrics
+	f.cfg.ConnDiscards = metrics
 	f.cfg.EngineWaste = metrics // the engines' own counts, with --scrape-engine-metrics
 	p, err := proxy.New(f.cfg, sinks, log)
 	if err != nil {
