@@ -9,8 +9,8 @@ type ConnDiscard string
 
 // Why a pooled upstream connection was closed.
 const (
-	DiscardBytesPastEnd    ConnDiscard = "bytes_past_end"    // bytes behind the response's end (its Content-Length, or its final chunk and trailers): read with it, or waiting when it ended
-	DiscardIdleReadable    ConnDiscard = "idle_readable"     // bytes arrived while it was idle in the pool
+	DiscardBytesPastEnd    ConnDiscard = "bytes_past_end"    // bytes behind the response's end (its Content-Length, or its final chunk and trailers), read with it
+	DiscardIdleReadable    ConnDiscard = "idle_readable"     // bytes in the socket once it was idle in the pool: arrived then, or behind the response unread
 	DiscardIdleClosed      ConnDiscard = "idle_closed"       // the upstream ended it (FIN, RST) after its response: as the response ended, or idle in the pool
 	DiscardReadableAtReuse ConnDiscard = "readable_at_reuse" // bytes found waiting when it was taken for a request, before the request was written
 	DiscardClosedAtReuse   ConnDiscard = "closed_at_reuse"   // its end found when it was taken for a request, before the request was written

@@ -495,8 +495,9 @@ func (b *upstreamBody) close(discard bool) {
 // leftover says why a connection whose response reached its framing's
 // end must still not go back to the pool: bytes read past that end (with
 // the body's last bytes, or still in the headers' reader, as behind a
-// response without a body), bytes or the peer's end waiting in the socket;
-// "" when there is nothing, the connection then watched while idle.
+// response without a body), or its end already reported; "" when there is
+// nothing, the connection then watched while idle (which reports bytes
+// already waiting in the socket at once).
 func (b *upstreamBody) leftover() endreason.ConnDiscard {
 	if b.frame.extra || (b.src.head != nil && b.src.head.Buffered() > 0) {
 		return endreason.DiscardBytesPastEnd

@@ -87,17 +87,12 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 }
 
 // park readies the connection for the pool, its response read to its
-// framing's end: "" when nothing waits in the socket (it is then watched
-// while idle), else why it is to be closed instead.
+// framing's end: it is watched while idle, and what already waits in its
+// socket is reported at once (a re-armed registration reports what is
+// ready), so no peek is made here; unpark's check covers a connection
+// without a watcher. "" when it may be pooled, else why it is to be
+// closed instead.
 func (c *countingConn) park() endreason.ConnDiscard {
-	if c.raw != nil {
-		switch bytes, ended := c.raw.Unread(); {
-		case bytes:
-			return endreason.DiscardBytesPastEnd
-		case ended:
-			return endreason.DiscardIdleClosed
-		}
-	}
 	if c.watcher != nil && !c.watcher.WatchIdle(c.watch, c.idle) {
 		return endreason.DiscardIdleClosed // the watcher reported its end
 	}

@@ -89,6 +89,9 @@ func TestPooledConnLeftovers(t *testing.T) {
 		body := `{"choices":[{"index":0,"message":{"role":"assistant","content":"leaked ` + marker + `"},"finish_reason":"stop"}]}`
 		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}
+	// Bytes read with the response, or found in the socket by the watcher
+	// once it is idle, or by the check before the next request's write.
+	spoiled := []endreason.ConnDiscard{endreason.DiscardBytesPastEnd, endreason.DiscardIdleReadable, endreason.DiscardReadableAtReuse}
 	tests := []struct {
 		name string
 		// after: what the upstream writes on a connection once the round's
@@ -100,14 +103,10 @@ func TestPooledConnLeftovers(t *testing.T) {
 		chunked bool // with: the response is chunked even for a request not streamed
 		reasons []endreason.ConnDiscard
 	}{
-		{name: "unsolicited response after a response", after: extraResponse,
-			reasons: []endreason.ConnDiscard{endreason.DiscardBytesPastEnd, endreason.DiscardIdleReadable, endreason.DiscardReadableAtReuse}},
-		{name: "stray bytes after a response", after: func(string) string { return "\r\nstray\r\n" },
-			reasons: []endreason.ConnDiscard{endreason.DiscardBytesPastEnd, endreason.DiscardIdleReadable, endreason.DiscardReadableAtReuse}},
-		{name: "bytes past the Content-Length", with: extraResponse,
-			reasons: []endreason.ConnDiscard{endreason.DiscardBytesPastEnd}},
-		{name: "a second final chunk", with: func(string) string { return "0\r\n\r\n" }, chunked: true,
-			reasons: []endreason.ConnDiscard{endreason.DiscardBytesPastEnd}},
+		{name: "unsolicited response after a response", after: extraResponse, reasons: spoiled},
+		{name: "stray bytes after a response", after: func(string) string { return "\r\nstray\r\n" }, reasons: spoiled},
+		{name: "bytes past the Content-Length", with: extraResponse, reasons: spoiled},
+		{name: "a second final chunk", with: func(string) string { return "0\r\n\r\n" }, chunked: true, reasons: spoiled},
 	}
 	const rounds, clients = 5, 12
 	for _, tc := range tests {

@@ -88,8 +88,8 @@ func NewWatcher() (*Watcher, error) {
 
 // entry is one registration: gone is called at the peer's end; while idle
 // (WatchIdle) is set, idle is called instead, at any byte or end. rearm,
-// made once, re-arms it for its phase (so that a phase costs no
-// allocation), and leaves its error in err.
+// made at the first change of phase, re-arms it for its phase (so that
+// later ones cost no allocation), and leaves its error in err.
 type entry struct {
 	gone  func()
 	idle  func(bytes bool)
@@ -142,9 +142,7 @@ func (w *Watcher) Watch(conn net.Conn, gone func()) Token {
 	}
 	id := w.next
 	w.next++
-	e := &entry{gone: gone, rc: rc}
-	e.rearm = func(fd uintptr) { e.err = w.arm(unix.EPOLL_CTL_MOD, fd, id, e.idle != nil) }
-	w.entries[id] = e
+	w.entries[id] = &entry{gone: gone, rc: rc}
 
 	var err error
 	ctlErr := rc.Control(func(fd uintptr) {
@@ -201,6 +199,9 @@ func (w *Watcher) phase(t Token, idle func(bool)) bool {
 		// trusted. Gone: reported. Already in that phase: a caller's bug,
 		// answered as a connection not to use.
 		return false
+	}
+	if e.rearm == nil {
+		e.rearm = func(fd uintptr) { e.err = w.arm(unix.EPOLL_CTL_MOD, fd, t.id, e.idle != nil) }
 	}
 	before := e.idle
 	e.idle, e.err = idle, nil
