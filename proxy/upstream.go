@@ -93,39 +93,43 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 	if name == "" {
 		name = u.Host
 	}
-	up := &upstream{Name: name, Addr: addr}
-	up.hc = &fasthttp.HostClient{
-		Addr:  addr,
-		IsTLS: u.Scheme == "https",
-		Dial: func(addr string) (net.Conn, error) {
-			c, err := fasthttp.Dial(addr) // HostClient's own default
-			if err != nil {
-				return nil, err
-			}
-			cc := &countingConn{Conn: c, raw: sock.New(c)}
-			if cc.raw != nil {
-				cc.raw.StampReceives() // without: arrivals are the reads'
-				// A TLS body is never pumped: only plain sockets are watched.
-				if w != nil && u.Scheme != "https" {
-					cc.watcher, cc.watch = w, w.WatchEnd(cc.raw)
-					cc.idle = func(bytes bool) { up.idleReport(cc.raw, bytes) }
+	var up *upstream // the dialed connections' idle reports count on it
+	up = &upstream{
+		Name: name,
+		Addr: addr,
+		hc: &fasthttp.HostClient{
+			Addr:  addr,
+			IsTLS: u.Scheme == "https",
+			Dial: func(addr string) (net.Conn, error) {
+				c, err := fasthttp.Dial(addr) // HostClient's own default
+				if err != nil {
+					return nil, err
 				}
-			}
-			return cc, nil
+				cc := &countingConn{Conn: c, raw: sock.New(c)}
+				if cc.raw != nil {
+					cc.raw.StampReceives() // without: arrivals are the reads'
+					// A TLS body is never pumped: only plain sockets are watched.
+					if w != nil && u.Scheme != "https" {
+						cc.watcher, cc.watch = w, w.WatchEnd(cc.raw)
+						cc.idle = func(bytes bool) { up.idleReport(cc.raw, bytes) }
+					}
+				}
+				return cc, nil
+			},
+			// Each in-flight stream pins one connection for its whole life.
+			MaxConns:           8192,
+			MaxConnWaitTimeout: 2 * time.Second,
+			// Below uvicorn's 5 s keep-alive, so we rarely reuse a
+			// connection the engine is about to close.
+			MaxIdleConnDuration: 4 * time.Second,
+			// ReadTimeout stays 0: it would cap the whole stream. The
+			// proxy's watchdog bounds time to first token and idle gaps.
+			WriteTimeout:                  10 * time.Second,
+			ReadBufferSize:                maxHeaderBytes,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
 		},
-		// Each in-flight stream pins one connection for its whole life.
-		MaxConns:           8192,
-		MaxConnWaitTimeout: 2 * time.Second,
-		// Below uvicorn's 5 s keep-alive, so we rarely reuse a
-		// connection the engine is about to close.
-		MaxIdleConnDuration: 4 * time.Second,
-		// ReadTimeout stays 0: it would cap the whole stream. The
-		// proxy's watchdog bounds time to first token and idle gaps.
-		WriteTimeout:                  10 * time.Second,
-		ReadBufferSize:                maxHeaderBytes,
-		NoDefaultUserAgentHeader:      true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
 	}
 	return up, nil
 }
