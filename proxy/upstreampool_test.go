@@ -210,14 +210,16 @@ func allEqual(seen []string, s string) bool {
 }
 
 // TestPooledConnDiscardReasons takes each way a pooled connection is found
-// spoiled, one at a time, to its reason: with the watcher, what arrives
+// spoiled, one at a time, to its reason: bytes behind a response without
+// a body (left in the headers' reader); with the watcher, what arrives
 // while it is idle (bytes, the upstream's end); without one, the check
 // right before the next request is written finds them. The next request
 // gets its own answer on a connection dialed for it.
 func TestPooledConnDiscardReasons(t *testing.T) {
 	type spoil func(t *testing.T, c *net.TCPConn)
+	const stray = "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nleaked mk-0"
 	strayBytes := func(t *testing.T, c *net.TCPConn) {
-		if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nleaked mk-0")); err != nil {
+		if _, err := c.Write([]byte(stray)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,19 +227,25 @@ func TestPooledConnDiscardReasons(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		watched bool
-		spoil   spoil
+		behind  bool  // the first answer is a 204 with stray bytes behind it, in one write
+		spoil   spoil // what the upstream does after the first answer
 		want    endreason.ConnDiscard
 	}{
-		{"bytes while idle, watched", true, strayBytes, endreason.DiscardIdleReadable},
-		{"the end while idle, watched", true, end, endreason.DiscardIdleClosed},
-		{"bytes at reuse", false, strayBytes, endreason.DiscardReadableAtReuse},
-		{"the end at reuse", false, end, endreason.DiscardClosedAtReuse},
+		{"bytes behind a response without a body", true, true, nil, endreason.DiscardBytesPastEnd},
+		{"bytes while idle, watched", true, false, strayBytes, endreason.DiscardIdleReadable},
+		{"the end while idle, watched", true, false, end, endreason.DiscardIdleClosed},
+		{"bytes at reuse", false, false, strayBytes, endreason.DiscardReadableAtReuse},
+		{"the end at reuse", false, false, end, endreason.DiscardClosedAtReuse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conns := make(chan *net.TCPConn, 2)
 			up := startUpstream(t, func(c *upConn) {
 				marker := markerRE.FindString(c.body)
-				c.whole(200, "application/json", `{"content":"`+marker+`"}`)
+				if tc.behind && marker == "mk-0" {
+					c.write("HTTP/1.1 204 No Content\r\n\r\n" + stray)
+				} else {
+					c.whole(200, "application/json", `{"content":"`+marker+`"}`)
+				}
 				conns <- c.conn
 			})
 			var w *sock.Watcher
@@ -257,13 +265,20 @@ func TestPooledConnDiscardReasons(t *testing.T) {
 			u.discards = discards
 
 			used, got, cc := exchangeOnce(t, u, "mk-0")
-			if used != record.ConnNew || got != `{"content":"mk-0"}` {
+			want := `{"content":"mk-0"}`
+			if tc.behind {
+				want = ""
+			}
+			if used != record.ConnNew || got != want {
 				t.Fatalf("first exchange: %s, %q", used, got)
 			}
-			tc.spoil(t, <-conns)
-			if tc.watched {
+			switch conn := <-conns; {
+			case tc.spoil == nil:
+			case tc.watched:
+				tc.spoil(t, conn)
 				discards.waitTotal(t, 1) // the watcher's report
-			} else {
+			default:
+				tc.spoil(t, conn)
 				sock.WaitReadable(cc.(*countingConn).Conn, 5*time.Second) // arrived, unread, in the pooled connection
 			}
 			used, got, _ = exchangeOnce(t, u, "mk-1")
