@@ -193,8 +193,9 @@ type Metrics struct {
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
 	engineWaste       *engineWasteCollector
-	refusedRequests   refusalCounters
-	refusedConns      refusalCounters
+	refusedRequests   reasonCounters[endreason.Refusal]
+	refusedConns      reasonCounters[endreason.Refusal]
+	connDiscards      reasonCounters[endreason.ConnDiscard]
 }
 
 // NewMetrics creates the ttftlens_* series, registers them on reg (it
@@ -237,7 +238,8 @@ type Metrics struct {
 // token); ttftlens_buffered_streams_total{upstream, kind};
 // ttftlens_refused_requests_total{reason} and
 // ttftlens_refused_connections_total{reason} (endreason's refusals, each
-// pre-created);
+// pre-created); ttftlens_upstream_conns_discarded_total{reason}
+// (endreason's ConnDiscards, each pre-created);
 // ttftlens_build_info{version, revision, goversion}.
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m := &Metrics{}
@@ -363,10 +365,15 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 		Name: "refused_connections_total",
 		Help: "Client connections refused as they were accepted: the proxy's connection cap, or the client address's."},
 		[]string{"reason"})
+	discardedVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
+		Name: "upstream_conns_discarded_total",
+		Help: "Pooled upstream connections closed instead of used again, because something no request asked for arrived on them (bytes past a response's end, while idle, or found right before the next request was written) or their end did; no request read it."},
+		[]string{"reason"})
 	reg.MustRegister(m.inFlight, unsplitVec, inconsistentVec, phaseVec, cancelToClose,
-		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, m.engineWaste, buildInfo, refusedReqVec, refusedConnVec)
-	m.refusedRequests = newRefusalCounters(refusedReqVec, endreason.RequestRefusals())
-	m.refusedConns = newRefusalCounters(refusedConnVec, endreason.ConnectionRefusals())
+		m.tokensAfterCancel, residency, blocked, bufferedVec, m.drops, m.engineWaste, buildInfo, refusedReqVec, refusedConnVec, discardedVec)
+	m.refusedRequests = newReasonCounters(refusedReqVec, endreason.RequestRefusals())
+	m.refusedConns = newReasonCounters(refusedConnVec, endreason.ConnectionRefusals())
+	m.connDiscards = newReasonCounters(discardedVec, endreason.ConnDiscards())
 
 	m.cancelToClose = cancelToClose
 	m.residency = residency
@@ -491,22 +498,27 @@ func (m *Metrics) RequestRefused(r endreason.Refusal) { m.refusedRequests.inc(r)
 // (ttftlens_refused_connections_total).
 func (m *Metrics) ConnectionRefused(r endreason.Refusal) { m.refusedConns.inc(r) }
 
-// refusalCounters holds one counter per known refusal; any other is
-// counted as LabelOther, so the label stays bounded.
-type refusalCounters struct {
+// UpstreamConnDiscarded counts a pooled upstream connection closed instead
+// of used again (ttftlens_upstream_conns_discarded_total).
+func (m *Metrics) UpstreamConnDiscarded(why endreason.ConnDiscard) { m.connDiscards.inc(why) }
+
+// reasonCounters holds one counter per known reason (a refusal, a
+// discard); any other is counted as LabelOther, so the label stays
+// bounded.
+type reasonCounters[R ~string] struct {
 	vec   *prometheus.CounterVec
-	known map[endreason.Refusal]prometheus.Counter // read-only after newRefusalCounters
+	known map[R]prometheus.Counter // read-only after newReasonCounters
 }
 
-func newRefusalCounters(vec *prometheus.CounterVec, known []endreason.Refusal) refusalCounters {
-	c := refusalCounters{vec: vec, known: make(map[endreason.Refusal]prometheus.Counter, len(known))}
+func newReasonCounters[R ~string](vec *prometheus.CounterVec, known []R) reasonCounters[R] {
+	c := reasonCounters[R]{vec: vec, known: make(map[R]prometheus.Counter, len(known))}
 	for _, r := range known {
 		c.known[r] = vec.WithLabelValues(string(r))
 	}
 	return c
 }
 
-func (c refusalCounters) inc(r endreason.Refusal) {
+func (c reasonCounters[R]) inc(r R) {
 	if k, ok := c.known[r]; ok {
 		k.Inc()
 		return

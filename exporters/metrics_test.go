@@ -403,19 +403,31 @@ func TestMetricsRequestsPlacement(t *testing.T) {
 // TestMetricsRequestsLabels checks each record lands on its own (end_reason,
 // detail, model, upstream) series, including a gateway rejection (no
 // upstream) and a pair outside endreason's table.
-// TestMetricsRefusals checks each refusal counts on its own series, pre-created
-// at zero, and one outside endreason's set counts as other.
+// labels returns reasons as label values.
+func labels[R ~string](rs []R) []string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = string(r)
+	}
+	return s
+}
+
+// TestMetricsRefusals checks each refusal (and each upstream connection
+// discard) counts on its own series, pre-created at zero, and one outside
+// endreason's set counts as other.
 func TestMetricsRefusals(t *testing.T) {
-	type count func(*Metrics, endreason.Refusal)
-	request := func(m *Metrics, r endreason.Refusal) { m.RequestRefused(r) }
-	connection := func(m *Metrics, r endreason.Refusal) { m.ConnectionRefused(r) }
+	type count func(*Metrics, string)
+	request := func(m *Metrics, r string) { m.RequestRefused(endreason.Refusal(r)) }
+	connection := func(m *Metrics, r string) { m.ConnectionRefused(endreason.Refusal(r)) }
+	discard := func(m *Metrics, r string) { m.UpstreamConnDiscarded(endreason.ConnDiscard(r)) }
 	tests := []struct {
 		family string
-		known  []endreason.Refusal
+		known  []string
 		count  count
 	}{
-		{"ttftlens_refused_requests_total", endreason.RequestRefusals(), request},
-		{"ttftlens_refused_connections_total", endreason.ConnectionRefusals(), connection},
+		{"ttftlens_refused_requests_total", labels(endreason.RequestRefusals()), request},
+		{"ttftlens_refused_connections_total", labels(endreason.ConnectionRefusals()), connection},
+		{"ttftlens_upstream_conns_discarded_total", labels(endreason.ConnDiscards()), discard},
 	}
 	for _, tt := range tests {
 		t.Run(tt.family, func(t *testing.T) {
@@ -429,7 +441,7 @@ func TestMetricsRefusals(t *testing.T) {
 					tt.count(m, r)
 				}
 			}
-			tt.count(m, "no_such_refusal")
+			tt.count(m, "no_such_reason")
 			var want strings.Builder
 			want.WriteString("# HELP " + tt.family + " " + familyHelp(t, reg, tt.family) + "\n# TYPE " + tt.family + " counter\n")
 			for i, r := range tt.known {

@@ -140,6 +140,9 @@ type Config struct {
 	// Refusals, when set, counts what is refused before a record can
 	// exist: request heads that could not be read, connections over a cap.
 	Refusals Refusals
+	// ConnDiscards, when set, counts the pooled upstream connections
+	// closed because something arrived on them that no request asked for.
+	ConnDiscards ConnDiscards
 }
 
 // DefaultTotalTimeout bounds a request's life when Config.TotalTimeout is
@@ -158,6 +161,12 @@ type Tracker interface {
 type Refusals interface {
 	RequestRefused(endreason.Refusal)
 	ConnectionRefused(endreason.Refusal)
+}
+
+// ConnDiscards counts the upstream connections the pool closed instead of
+// using again. It is called from any goroutine.
+type ConnDiscards interface {
+	UpstreamConnDiscarded(endreason.ConnDiscard)
 }
 
 // The defaults of the client-facing limits.
@@ -530,6 +539,7 @@ func (p *Proxy) client(u *gateway.Upstream) (*upstream, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.discards = p.cfg.ConnDiscards
 	actual, loaded := p.clients.LoadOrStore(u.URL, c)
 	if c = actual.(*upstream); !loaded {
 		p.startScrape(c, u.URL)

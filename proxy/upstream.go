@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
@@ -28,6 +29,17 @@ type upstream struct {
 	hc   *fasthttp.HostClient
 	kind engineKind // the engine behind it, for its signal reader
 	load engineLoad // the scraping of its engine's /metrics
+	// discards counts the pooled connections closed because something
+	// arrived that no request asked for; nil: not counted. Set before the
+	// first dial.
+	discards ConnDiscards
+}
+
+// discard counts a connection the pool closed, for why.
+func (u *upstream) discard(why endreason.ConnDiscard) {
+	if u.discards != nil {
+		u.discards.UpstreamConnDiscarded(why)
+	}
 }
 
 // An upstream response's status line and headers are parsed whole in a
@@ -54,7 +66,8 @@ func UpstreamName(rawURL, name string) (string, error) {
 // newUpstream parses an http:// or https:// base URL. name labels the
 // upstream in records and metrics; empty means its host:port. maxHeaderBytes
 // bounds a response's status line and headers. The connections it dials
-// are registered with w, when not nil, which wakes their pumps at their end.
+// are registered with w, when not nil, which wakes their pumps at their end
+// and, while they are idle in the pool, reports anything that arrives.
 func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -80,7 +93,8 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 	if name == "" {
 		name = u.Host
 	}
-	up := &upstream{
+	var up *upstream // the dialed connections' idle reports count on it
+	up = &upstream{
 		Name: name,
 		Addr: addr,
 		hc: &fasthttp.HostClient{
@@ -97,6 +111,7 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 					// A TLS body is never pumped: only plain sockets are watched.
 					if w != nil && u.Scheme != "https" {
 						cc.watcher, cc.watch = w, w.WatchEnd(cc.raw)
+						cc.idle = func(bytes bool) { up.idleReport(cc.raw, bytes) }
 					}
 				}
 				return cc, nil
@@ -117,6 +132,18 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 		},
 	}
 	return up, nil
+}
+
+// idleReport is the watcher's report that bytes (or, without, the peer's
+// end) arrived on a connection idle in the pool: it is counted and shut
+// down at once, and closed when the pool hands it out (its EndIdle fails).
+func (u *upstream) idleReport(raw *sock.Conn, bytes bool) {
+	if bytes {
+		u.discard(endreason.DiscardIdleReadable)
+	} else {
+		u.discard(endreason.DiscardIdleClosed)
+	}
+	raw.Shutdown()
 }
 
 // errAbortedBeforeSend means the request was aborted before it reached the
@@ -179,9 +206,10 @@ func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab 
 func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (used record.UpstreamConn, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
-	// The pool hands out its idle connections before it dials: those are
-	// closed on the way, as likely stale as the one that failed.
-	for fresh && err == nil && !cc.LastUseTime().IsZero() {
+	// The pool hands out its idle connections before it dials. With fresh,
+	// those are closed on the way, as likely stale as the one that failed;
+	// else so is one on which something arrived while it was idle.
+	for err == nil && !cc.LastUseTime().IsZero() && (fresh || !u.reusable(cc.Conn())) {
 		hc.CloseConn(cc)
 		cc, err = hc.AcquireConn(0, false)
 	}
@@ -243,7 +271,10 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 		return used, err
 	}
 	// fasthttp's pooled-connection type is unexported: keep it in a closure.
-	release := func(reuse bool) {
+	release := func(reuse bool, why endreason.ConnDiscard) {
+		if why != "" {
+			u.discard(why)
+		}
 		if reuse {
 			hc.ReleaseConn(cc)
 		} else {
@@ -252,6 +283,23 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 	body.start(hc, release, conn, br, resp, ab)
 	return used, nil
+}
+
+// reusable reports that conn, taken idle from the pool, may carry a
+// request: nothing arrived on it while it was idle, and nothing waits in
+// it now, right before the request is written (what arrives in between is
+// the request's response as far as anyone can tell). A connection that is
+// not is counted; the caller closes it.
+func (u *upstream) reusable(conn net.Conn) bool {
+	c := countedConn(conn)
+	if c == nil {
+		return true
+	}
+	why, ok := c.unpark()
+	if !ok && why != "" {
+		u.discard(why)
+	}
+	return ok
 }
 
 // isClosedBeforeResponse reports an upstream that closed the connection
@@ -294,7 +342,7 @@ func headersTooLarge(err error) bool {
 // (cut), which makes a blocked Read return, and Read reads nothing after.
 type upstreamBody struct {
 	hc      *fasthttp.HostClient
-	release func(reuse bool)
+	release func(reuse bool, why endreason.ConnDiscard) // to the pool, or closed (why: counted)
 	conn    net.Conn
 	src     bodySource
 	frame   framing
@@ -306,7 +354,7 @@ type upstreamBody struct {
 }
 
 // start streams resp's body, the headers having been read through head.
-func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool), conn net.Conn, head *bufio.Reader, resp *fasthttp.Response, ab *control) {
+func (b *upstreamBody) start(hc *fasthttp.HostClient, release func(bool, endreason.ConnDiscard), conn net.Conn, head *bufio.Reader, resp *fasthttp.Response, ab *control) {
 	*b = upstreamBody{hc: hc, release: release, conn: conn, src: bodySource{hc: hc, head: head, conn: conn}, frame: b.frame, resp: resp, ab: ab, counted: countedConn(conn), open: true}
 	switch n := resp.Header.ContentLength(); {
 	case !hasBody(resp.Header.StatusCode()):
@@ -423,8 +471,9 @@ func (b *upstreamBody) arrival() (time.Duration, bool) {
 }
 
 // close releases the body. The connection goes back to the pool only when
-// the body was read to its end and nothing went wrong; otherwise it is closed,
-// which is also how the upstream learns to stop generating.
+// the body was read to its end, exactly (leftover), and nothing went wrong;
+// otherwise it is closed, which is also how the upstream learns to stop
+// generating.
 func (b *upstreamBody) close(discard bool) {
 	if !b.open {
 		return
@@ -434,10 +483,31 @@ func (b *upstreamBody) close(discard bool) {
 	if b.counted != nil {
 		b.counted.clock(nil) // the connection may serve another request
 	}
-	reuse := b.frame.done && !discard && !b.frame.extra && b.frame.kind != framingClose && !b.resp.ConnectionClose()
+	reuse := b.frame.done && !discard && b.frame.kind != framingClose && !b.resp.ConnectionClose()
+	var why endreason.ConnDiscard
+	if reuse {
+		why = b.leftover()
+		reuse = why == ""
+	}
 	if !reuse {
 		_ = b.conn.Close() // before releasing the reader, so nothing can read it again
 	}
 	b.src.releaseHead()
-	b.release(reuse)
+	b.release(reuse, why)
+}
+
+// leftover says why a connection whose response reached its framing's
+// end must still not go back to the pool: bytes read past that end (with
+// the body's last bytes, or still in the headers' reader, as behind a
+// response without a body), or its end already reported; "" when there is
+// nothing, the connection then watched while idle (which reports bytes
+// already waiting in the socket at once).
+func (b *upstreamBody) leftover() endreason.ConnDiscard {
+	if b.frame.extra || (b.src.head != nil && b.src.head.Buffered() > 0) {
+		return endreason.DiscardBytesPastEnd
+	}
+	if b.counted != nil {
+		return b.counted.park()
+	}
+	return ""
 }

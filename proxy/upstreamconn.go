@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/internal/sock"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -21,6 +22,7 @@ type countingConn struct {
 	raw      *sock.Conn // reads and writes the socket; nil: Conn does
 	watcher  *sock.Watcher
 	watch    sock.Token // the registration that reports the connection's end (Watcher.WatchEnd)
+	idle     func(bool) // the watcher's report of anything arriving while idle (Watcher.WatchIdle)
 	kernel   sock.SegmentCounter
 	reads    uint64 // reads that began an arrival
 	lastFull bool   // the last read filled its buffer
@@ -82,6 +84,38 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 		}
 	}
 	return n, err
+}
+
+// park readies the connection for the pool, its response read to its
+// framing's end: it is watched while idle, and what already waits in its
+// socket is reported at once (a re-armed registration reports what is
+// ready), so no peek is made here; unpark's check covers a connection
+// without a watcher. "" when it may be pooled, else why it is to be
+// closed instead.
+func (c *countingConn) park() endreason.ConnDiscard {
+	if c.watcher != nil && !c.watcher.WatchIdle(c.watch, c.idle) {
+		return endreason.DiscardIdleClosed // the watcher reported its end
+	}
+	return ""
+}
+
+// unpark readies a connection taken from the pool for a request, right
+// before it is written: ok when nothing arrived while it was idle and
+// nothing waits in the socket. Not ok, why is what to count, "" when the
+// watcher's idle report counted it already.
+func (c *countingConn) unpark() (why endreason.ConnDiscard, ok bool) {
+	if c.watcher != nil && !c.watcher.EndIdle(c.watch) {
+		return "", false
+	}
+	if c.raw != nil {
+		switch bytes, ended := c.raw.Unread(); {
+		case bytes:
+			return endreason.DiscardReadableAtReuse, false
+		case ended:
+			return endreason.DiscardClosedAtReuse, false
+		}
+	}
+	return "", true
 }
 
 // clock times the connection's reads on tl, a request's clock, from now

@@ -191,6 +191,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	sinks.Track(metrics)
 	f.cfg.Tracker = metrics
 	f.cfg.Refusals = metrics
+	f.cfg.ConnDiscards = metrics
 	f.cfg.EngineWaste = metrics // the engines' own counts, as --scrape-engine-metrics scrapes them
 	var sink record.Sink = sinks
 	var rcv *spanReceiver

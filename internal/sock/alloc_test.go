@@ -120,3 +120,21 @@ func TestConnWatchAllocs(t *testing.T) {
 		t.Errorf("%v allocations per request, want 0", n)
 	}
 }
+
+// TestIdleWatchAllocs: a pooled upstream connection's phases (idle, back
+// to a request) and the check that it is empty allocate nothing.
+func TestIdleWatchAllocs(t *testing.T) {
+	w, err := NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	local, _ := tcpEnds(t)
+	raw := New(local)
+	tok := w.WatchEnd(raw)
+	defer w.Unwatch(tok)
+	idle := func(bool) {}
+	if n := testing.AllocsPerRun(100, func() { w.WatchIdle(tok, idle); w.EndIdle(tok); raw.Unread() }); n != 0 {
+		t.Errorf("%v allocations per request, want 0", n)
+	}
+}

@@ -40,10 +40,13 @@ type Conn struct {
 	msg     syscall.Msghdr
 	iov     syscall.Iovec
 	oob     [64]byte
-	wvec    [][]byte // what the write in progress writes, in order
-	one     [1][]byte
-	wn      int
-	werr    syscall.Errno
+	// Unread's peek and its answer, kept here so that it allocates nothing.
+	peekFn             func(fd uintptr)
+	peekBytes, peekEnd bool
+	wvec               [][]byte // what the write in progress writes, in order
+	one                [1][]byte
+	wn                 int
+	werr               syscall.Errno
 }
 
 // New returns the Conn of conn's socket, nil when conn is not a TCP
@@ -59,7 +62,40 @@ func New(conn net.Conn) *Conn {
 	}
 	c := &Conn{conn: conn, rc: rc}
 	c.readFn, c.writeFn, c.stampFn = c.readOnce, c.writeGathered, c.recvOnce
+	c.peekFn = func(fd uintptr) { c.peekBytes, c.peekEnd = peek(fd) }
 	return c
+}
+
+// Unread reports what waits in the socket unread, without reading it and
+// without waiting: bytes, or the peer's end (FIN, RST, or the socket shut
+// down; also a socket that cannot be asked). Neither: it is empty. It is
+// read's check that an idle connection is still only idle; call it where
+// the connection is read.
+func (c *Conn) Unread() (bytes, ended bool) {
+	c.peekBytes, c.peekEnd = false, false
+	if c.rc.Control(c.peekFn) != nil {
+		return false, true
+	}
+	return c.peekBytes, c.peekEnd
+}
+
+// peek asks the socket fd for one byte without taking it or waiting
+// (MSG_PEEK, MSG_DONTWAIT): bytes when it holds some, ended at its end
+// (a read would return 0) or an error; both false when it is empty.
+func peek(fd uintptr) (bytes, ended bool) {
+	var b [1]byte
+	for {
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno == syscall.EAGAIN:
+			return false, false
+		case errno == 0 && n > 0:
+			return true, false
+		}
+		return false, true
+	}
 }
 
 // Read reads as net.Conn.Read does: io.EOF at the peer's end, a

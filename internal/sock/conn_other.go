@@ -62,5 +62,8 @@ func (c *Conn) Pumpable() bool { return false }
 // reader.
 func (c *Conn) Shutdown() { _ = c.conn.Close() }
 
+// Unread cannot ask the socket here: empty, as far as it knows.
+func (c *Conn) Unread() (bytes, ended bool) { return false, false }
+
 // WaitReadable does not wait here: true at once.
 func WaitReadable(net.Conn, time.Duration) bool { return true }

@@ -33,6 +33,12 @@
 //     or written, through one epoll set of its own, itself waited on
 //     through Go's poller. A client connection is registered once
 //     (WatchConn) and pointed at each request it serves (ConnWatch.Arm).
+//     An upstream connection's registration (WatchEnd) is pointed at its
+//     idle time in a pool (WatchIdle): then any byte or end that arrives is
+//     reported once, the connection no longer to be used, and EndIdle, the
+//     way back to a request, says so. What arrives between EndIdle and the
+//     request's write only a check of the socket finds (Conn.Unread: bytes,
+//     the end, or empty, without reading or waiting).
 //
 //   - RawListener hands out accepted connections read and written through
 //     a Conn (Of finds it); Listen opens a listener whose sockets inherit

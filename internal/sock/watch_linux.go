@@ -16,14 +16,17 @@ import (
 
 // Watcher learns that clients went away while their requests are in
 // flight, also when nothing is being written to them (prefill, a silent
-// upstream), and that upstreams ended their connections (for a pump, which
-// cannot see that end itself: WatchEnd).
+// upstream), that upstreams ended their connections (for a pump, which
+// cannot see that end itself: WatchEnd), and that anything at all arrived
+// on an idle pooled upstream connection (WatchIdle).
 //
 // It keeps one epoll instance, separate from Go's network poller, in which
 // each watched socket is registered for EPOLLRDHUP only: the kernel wakes
-// us when the peer sends FIN (EPOLLRDHUP) or RST (EPOLLHUP, EPOLLERR).
-// Nothing is ever read from or written to the socket, so the server's use
-// of the connection is undisturbed, and because the signal is the TCP
+// us when the peer sends FIN (EPOLLRDHUP) or RST (EPOLLHUP, EPOLLERR). An
+// idle connection's registration is re-armed for EPOLLIN as well, for the
+// time it is idle. Nothing is ever read from or written to the socket
+// (an idle report peeks), so the server's use of the connection is
+// undisturbed, and because the signal is the TCP
 // state, not data, it works for TLS clients as well (a close_notify alert
 // in front of the FIN does not hide it). An idle watched socket costs no
 // CPU. Each client connection is registered once, when accepted
@@ -40,7 +43,7 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	next    uint64
-	entries map[uint64]func()
+	entries map[uint64]*entry
 	closed  bool // epfd is closed: watch and unwatch do nothing
 	done    chan struct{}
 
@@ -76,11 +79,43 @@ func NewWatcher() (*Watcher, error) {
 		ep.Close()
 		return nil, err
 	}
-	w := &Watcher{epfd: epfd, ep: ep, rc: rc, entries: make(map[uint64]func()), next: 1,
+	w := &Watcher{epfd: epfd, ep: ep, rc: rc, entries: make(map[uint64]*entry), next: 1,
 		done: make(chan struct{}), events: make([]unix.EpollEvent, 128)}
 	w.wait = w.collect
 	go w.loop()
 	return w, nil
+}
+
+// entry is one registration: gone is called at the peer's end; while idle
+// (WatchIdle) is set, idle is called instead, at any byte or end. rearm,
+// made at the first change of phase, re-arms it for its phase (so that
+// later ones cost no allocation), and leaves its error in err.
+type entry struct {
+	gone  func()
+	idle  func(bytes bool)
+	rc    syscall.RawConn
+	rearm func(fd uintptr)
+	err   error
+}
+
+// An event's data is its registration's id shifted left by one, its low
+// bit set when the registration was armed for an idle connection: an event
+// the loop took before the registration changed phase is then told apart
+// and dropped (the phase armed since reports anything still true, as a
+// re-armed epoll registration reports what is ready at once).
+const idleTag = 1
+
+// arm (re-)arms the registration id on fd, one-shot (once the peer has gone
+// the socket would otherwise be reported on every wait until unwatched,
+// spinning the loop): for the peer's end only, or, idle, also for any
+// byte (EPOLLIN).
+func (w *Watcher) arm(op int, fd uintptr, id uint64, idle bool) error {
+	events, key := uint32(unix.EPOLLRDHUP|unix.EPOLLONESHOT), id<<1
+	if idle {
+		events, key = events|unix.EPOLLIN, key|idleTag
+	}
+	ev := unix.EpollEvent{Events: events, Fd: int32(uint32(key)), Pad: int32(uint32(key >> 32))}
+	return epollCtl(w.epfd, op, fd, &ev)
 }
 
 // Token identifies one registration; the zero Token is none.
@@ -107,14 +142,11 @@ func (w *Watcher) Watch(conn net.Conn, gone func()) Token {
 	}
 	id := w.next
 	w.next++
-	w.entries[id] = gone
+	w.entries[id] = &entry{gone: gone, rc: rc}
 
 	var err error
 	ctlErr := rc.Control(func(fd uintptr) {
-		// One-shot: once the peer has gone the socket would otherwise be
-		// reported again on every wait until unwatch, spinning this loop.
-		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-		err = epollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		err = w.arm(unix.EPOLL_CTL_ADD, fd, id, false)
 	})
 	if err != nil || ctlErr != nil {
 		delete(w.entries, id)
@@ -130,6 +162,54 @@ func (w *Watcher) WatchEnd(c *Conn) Token {
 	t := w.Watch(c.conn, c.ended)
 	c.endWatched = t.OK()
 	return t
+}
+
+// WatchIdle points the registration t at its connection's idle time (a
+// pooled upstream connection between requests): the next byte or end that
+// arrives calls idle once, from the watcher's goroutine, with bytes true
+// when bytes are waiting (false: only the peer's end), instead of the
+// registration's own callback, and ends the registration's reports
+// (EndIdle then returns false). It returns false when the registration
+// has already reported its peer's end: the connection is done, not idle.
+// A zero Token (nothing watched) is idle at once: true.
+func (w *Watcher) WatchIdle(t Token, idle func(bytes bool)) bool {
+	return w.phase(t, idle)
+}
+
+// EndIdle points the registration t back at its peer's end only, for the
+// connection's next request. It returns false when the idle callback was
+// called or is being called: the connection is not to be used. Bytes that
+// arrive after it returns are the next request's response as far as the
+// watcher is concerned; the caller checks the socket is empty
+// (Conn.Unread) after EndIdle, before it writes. A zero Token: true.
+func (w *Watcher) EndIdle(t Token) bool {
+	return w.phase(t, nil)
+}
+
+// phase re-arms t idle (with idle's callback) or for the end only (nil).
+func (w *Watcher) phase(t Token, idle func(bool)) bool {
+	if t.id == 0 {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.entries[t.id]
+	if w.closed || !ok || (idle == nil) == (e.idle == nil) {
+		// Closed: nothing is reported any more, so nothing idle can be
+		// trusted. Gone: reported. Already in that phase: a caller's bug,
+		// answered as a connection not to use.
+		return false
+	}
+	if e.rearm == nil {
+		e.rearm = func(fd uintptr) { e.err = w.arm(unix.EPOLL_CTL_MOD, fd, t.id, e.idle != nil) }
+	}
+	before := e.idle
+	e.idle, e.err = idle, nil
+	if err := t.rc.Control(e.rearm); err != nil || e.err != nil {
+		e.idle = before
+		return false
+	}
+	return true
 }
 
 // Unwatch stops watching. It must be called while the connection is still
@@ -168,13 +248,24 @@ func (w *Watcher) loop() {
 		}
 		for i := range w.events[:w.n] {
 			ev := &w.events[i]
-			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			id, idle := key>>1, key&idleTag != 0
 			w.mu.Lock()
-			gone, ok := w.entries[id]
-			delete(w.entries, id) // report once
+			e, ok := w.entries[id]
+			if ok = ok && idle == (e.idle != nil); ok { // else gone, or armed since for the other phase
+				delete(w.entries, id) // report once
+			}
 			w.mu.Unlock()
-			if ok {
-				gone()
+			switch {
+			case !ok:
+			case idle:
+				bytes := false
+				if ev.Events&unix.EPOLLIN != 0 {
+					_ = e.rc.Control(func(fd uintptr) { bytes, _ = peek(fd) })
+				}
+				e.idle(bytes)
+			default:
+				e.gone()
 			}
 		}
 	}

@@ -23,6 +23,12 @@ func (*Watcher) Watch(net.Conn, func()) Token { return Token{} }
 // WatchEnd registers nothing here: c stays not Pumpable.
 func (*Watcher) WatchEnd(*Conn) Token { return Token{} }
 
+// WatchIdle watches nothing here: true.
+func (*Watcher) WatchIdle(Token, func(bool)) bool { return true }
+
+// EndIdle: nothing was watched, true.
+func (*Watcher) EndIdle(Token) bool { return true }
+
 // Unwatch does nothing here.
 func (*Watcher) Unwatch(Token) {}
 

@@ -111,6 +111,32 @@ func BenchmarkWatch(b *testing.B) {
 	}
 }
 
+// BenchmarkIdlePhases measures what a pooled upstream connection's reuse
+// adds to a request: its registration re-armed idle when it goes back to
+// the pool and back at its end when taken (two epoll_ctl), and the empty
+// check before the write (one recvfrom peek).
+func BenchmarkIdlePhases(b *testing.B) {
+	srv, _ := loopbackPair(b)
+	w, err := NewWatcher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	raw := New(srv)
+	t := w.WatchEnd(raw)
+	defer w.Unwatch(t)
+	idle := func(bool) {}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !w.WatchIdle(t, idle) || !w.EndIdle(t) {
+			b.Fatal("a quiet connection refused")
+		}
+		if bytes, ended := raw.Unread(); bytes || ended {
+			b.Fatal("a quiet connection not empty")
+		}
+	}
+}
+
 // BenchmarkTCPInfo measures one getsockopt(TCP_INFO) on a loopback
 // connection: the unit cost of the alternative to epoll, polling every
 // client's TCP state.
