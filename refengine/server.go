@@ -228,12 +228,17 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	b = appendJSONString(b, s.cfg.ModelName)
 	b = append(b, `,"object":"model","created":`...)
 	b = appendInt(b, int(s.created))
-	b = append(b, `,"owned_by":"ttftlens","root":`...)
+	b = append(b, `,"owned_by":`...)
+	b = appendJSONString(b, s.ownedBy())
+	b = append(b, `,"root":`...)
 	b = appendJSONString(b, s.cfg.ModelName)
 	b = append(b, `,"max_model_len":`...)
 	b = appendInt(b, s.m.Cfg.MaxSeq)
 	b = append(b, "}]}\n"...)
 	w.Header().Set("Content-Type", "application/json")
+	if s.cfg.SpanShape == SpanTGI {
+		w.Header().Set("X-Compute-Type", "cpu") // as TGI's responses carry it
+	}
 	_, _ = w.Write(b)
 }
 

@@ -37,6 +37,17 @@ var SpanShapes = []string{SpanVLLM, SpanSGLang, SpanTGI}
 // (PROTOCOL.md) rather than in spans.
 func (s *Server) inBand() bool { return s.cfg.SpanShape == "" }
 
+// ownedBy is the owner /v1/models names: the engine it plays, so that a
+// proxy identifies it as that engine (proxy/engines/detect.go), else
+// "ttftlens".
+func (s *Server) ownedBy() string {
+	switch s.cfg.SpanShape {
+	case SpanVLLM, SpanSGLang:
+		return s.cfg.SpanShape
+	}
+	return "ttftlens"
+}
+
 // exportSpans reports t as the configured engine would: only for a request
 // it finished (stop or length; the engines send no span, or not reliably,
 // for an aborted one), parented to the traceparent the request carried.
