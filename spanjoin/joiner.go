@@ -237,14 +237,21 @@ func (j *Joiner) ConsumeSpans(rs []*tracepb.ResourceSpans) {
 func (j *Joiner) consume(sp *tracepb.Span) {
 	var trace [16]byte
 	var parent [8]byte
-	if len(sp.GetTraceId()) != len(trace) || len(sp.GetParentSpanId()) != len(parent) {
-		return // a root span: the engine started its own trace, or it is not a request's
+	if len(sp.GetTraceId()) != len(trace) {
+		return
 	}
 	copy(trace[:], sp.GetTraceId())
+	hasParent := len(sp.GetParentSpanId()) == len(parent)
 	copy(parent[:], sp.GetParentSpanId())
 	rep, ok := engines.ReadSpan(sp)
-	if !ok {
+	switch {
+	case !ok && hasParent:
 		j.keepStage(trace, sp)
+		return
+	case !ok:
+		return // not a request's span
+	case !hasParent: // the engine started a trace of its own: no record is its parent
+		j.c.spans[spanUnmatched].Add(1)
 		return
 	}
 
@@ -265,7 +272,7 @@ func (j *Joiner) consume(sp *tracepb.Span) {
 		j.release(h)
 		return
 	}
-	if up, ok := j.recent.get(trace, parent); ok {
+	if up, ok := j.recent.get(trace); ok {
 		j.learned(up)
 		j.mu.Unlock()
 		j.c.spans[spanLate].Add(1)

@@ -200,6 +200,13 @@ func TestUnmatchedSpanIsCounted(t *testing.T) {
 	if n := j.c.spans[spanUnmatched].Load(); n != 1 {
 		t.Errorf("unmatched = %d, want 1", n)
 	}
+	// An engine that started a trace of its own: its span has no parent.
+	own := vllmSpan(newRecord(5, engines.KindVLLM))
+	own.ParentSpanId = nil
+	j.ConsumeSpans(export(own))
+	if n := j.c.spans[spanUnmatched].Load(); n != 2 {
+		t.Errorf("a root request span: unmatched = %d, want 2", n)
+	}
 	if len(sink.got()) != 0 {
 		t.Error("a span without a record wrote something")
 	}

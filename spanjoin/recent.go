@@ -34,10 +34,10 @@ func (s *recentSet) add(trace [16]byte, span [8]byte, upstream string) {
 	s.next = (s.next + 1) % len(s.ring)
 }
 
-// get returns the upstream of the written record a span (trace, parent)
-// belongs to: the trace's latest record (the span may hang below the
-// record's own in the engine's tree).
-func (s *recentSet) get(trace [16]byte, _ [8]byte) (upstream string, ok bool) {
+// get returns the upstream of the written record a span of trace belongs
+// to: the trace's latest record (the span may hang below the record's own
+// in the engine's tree).
+func (s *recentSet) get(trace [16]byte) (upstream string, ok bool) {
 	i, ok := s.index[trace]
 	if !ok {
 		return "", false

@@ -89,7 +89,7 @@ func startReceiver(f *receiveFlags, sinks record.Sink, traces *exporters.OTLPSin
 		log.Info().Str("listen", ln.Addr().String()).Msg("receiving engine spans over OTLP/gRPC")
 	}
 	if ln := lns[1]; ln != nil {
-		r.http = &http.Server{Handler: rcv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		r.http = &http.Server{Handler: rcv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 		go func() {
 			if err := r.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				log.Error().Err(err).Msg("OTLP/HTTP receiver stopped")
