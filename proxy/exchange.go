@@ -530,7 +530,7 @@ func (x *exchange) finish() {
 		rec.Buffering |= arrivalBuffering(&rec.Stream)
 	}
 	// The body is read: trailers have arrived.
-	rec.EngineInferred = x.sig.End(x.peekEnd, tl)
+	x.sig.End(x.peekEnd, tl, 0)
 	rec.EngineSource = x.sig.Source()
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)
