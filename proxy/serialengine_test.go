@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/proxy/engines"
 	"github.com/ttftlens/ttftlens/stages"
 )
@@ -184,6 +185,15 @@ func TestColdLoad(t *testing.T) {
 		}
 		if r.Timeline.Inferred().Has(stages.EngineLoad) {
 			t.Errorf("request %d: the load is reported, not inferred", i)
+		}
+		var bar time.Duration
+		for _, g := range exporters.Segments(nil, &r.Record) {
+			if g.Name == exporters.SegNameLoad {
+				bar = g.Dur()
+			}
+		}
+		if bar != r.bd.Parts[stages.EngineLoad] {
+			t.Errorf("request %d: the waterfall's load bar %v, want the load %v", i, bar, r.bd.Parts[stages.EngineLoad])
 		}
 	}
 }
