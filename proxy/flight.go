@@ -9,11 +9,9 @@ import (
 // in flight, how many of those were generating at once, and when each
 // ended. From it a request's wait for one of the engine's slots is inferred
 // where the engine does not report its queue (engines.InferQueue decides
-// where). The engine is taken to serve requests in the order they were
-// sent, at most its capacity at a time: the most requests it has been seen
-// generating at once lately (1 until it has been seen doing more). A
-// request sent while k others were in flight, with capacity c, got its slot
-// when k-c+1 of them had ended.
+// where; slotWait says how). The engine serves at most its capacity at a
+// time: the most requests it has been seen generating at once lately (1
+// until it has been seen doing more).
 //
 // Only this proxy's requests are seen: another client's, or another
 // replica's, are not, and their waits stay unattributed.
@@ -31,8 +29,8 @@ type flight struct {
 }
 
 const (
-	// flightEnds bounds how far back ends are kept: a request that waited
-	// behind more than this many others gets no inferred wait.
+	// flightEnds bounds how far back ends are kept: a request during which
+	// more than this many others ended gets no inferred wait.
 	flightEnds = 512
 	// flightSamples is how many first tokens the capacity is learned from:
 	// the engine's capacity is the most seen generating at once in them,
@@ -115,12 +113,18 @@ func (f *flight) capacity() int {
 }
 
 // slotWait is how long t's request waited for an engine slot: from its
-// send (clock reading sent) to the end that freed its slot.
-// ok is false when nothing says it waited: fewer requests were ahead of it
-// than the engine's capacity, the end it waited for is not known (not yet
-// ended, or too far back), or that end came after the request's first
-// token arrived (first), which means the engine served it sooner: it can
-// serve more at once than seen so far.
+// send (clock reading sent) to the end that freed its slot, which came
+// before its first token arrived (first). ok is false when nothing says it
+// waited: fewer requests were ahead of it than the engine's capacity, the
+// end it waited for is not known (not yet ended, or too far back), or that
+// end came after its first token (the engine served it sooner: it can serve
+// more at once than seen so far).
+//
+// With one slot, the end that freed it is the last one before its first
+// token: the request that had the slot before it, whatever order the
+// engine took the waiting requests in. With more, the engine is taken to
+// serve them in the order they were sent: a request sent with k ahead, on
+// c slots, got one when k-c+1 of those had ended.
 func (t *flightTicket) slotWait(sent, first int64) (time.Duration, bool) {
 	f := t.f
 	if f == nil {
@@ -129,14 +133,19 @@ func (t *flightTicket) slotWait(sent, first int64) (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.capacity()
-	if t.ahead < c {
+	if t.ahead < c || f.ends-t.ends0 > flightEnds {
 		return 0, false
 	}
-	n := t.ends0 + uint64(t.ahead-c+1)
-	if n > f.ends || f.ends-n >= flightEnds {
-		return 0, false
+	var at int64
+	if c == 1 {
+		for n := t.ends0 + 1; n <= f.ends; n++ {
+			if e := f.endAt[n%flightEnds]; e <= first && e > at {
+				at = e
+			}
+		}
+	} else if n := t.ends0 + uint64(t.ahead-c+1); n <= f.ends {
+		at = f.endAt[n%flightEnds]
 	}
-	at := f.endAt[n%flightEnds]
 	if at > first || at <= sent {
 		return 0, false
 	}

@@ -30,7 +30,7 @@ type serialEngine struct {
 	cond    *sync.Cond
 	next    int       // the next arrival's turn
 	serving int       // the turn that has the slot
-	arrived chan bool // one per arrival, once it has its turn
+	arrived chan bool // one per arrival, once it has its turn; nil: none
 }
 
 func newSerialEngine(native bool, load time.Duration) *serialEngine {
@@ -47,7 +47,9 @@ func (e *serialEngine) serve(c *upConn) {
 	turn := e.next
 	e.next++
 	e.mu.Unlock()
-	e.arrived <- true
+	if e.arrived != nil {
+		e.arrived <- true
+	}
 	if turn == 0 && e.load > 0 {
 		time.Sleep(e.load) // the engine's work: loading the model
 	}
