@@ -53,10 +53,13 @@ type Record struct {
 	E2E     time.Duration
 	Stages  [stages.NumStages]time.Duration
 	// Engine holds the engine's raw durations by name (queue, tokenize,
-	// media, prefill, sync, first_decode); absent names were not reported.
-	Engine       map[string]time.Duration
-	EngineReport string
-	Unsplit      bool
+	// media, prefill, sync, first_decode, load, ...); absent names were
+	// neither reported nor inferred. EngineInferred names those the proxy
+	// inferred (engine_report_inferred), in the record's order.
+	Engine         map[string]time.Duration
+	EngineInferred []string
+	EngineReport   string
+	Unsplit        bool
 	// Inconsistent: the engine's durations did not fit the upstream window
 	// the proxy timed on its own clock (engine_report_inconsistent).
 	Inconsistent bool
@@ -137,6 +140,7 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldEngineReportInconsistent, &r.Inconsistent},
 		{record.FieldEngine, &j.engine},
 		{record.FieldEngineReport, &r.EngineReport},
+		{record.FieldEngineReportInferred, &r.EngineInferred},
 		{record.FieldTokensOut, &r.TokensOut},
 		{record.FieldBuffering, &j.buffering},
 	} {

@@ -49,11 +49,14 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 			if m, ok := raw[record.FieldStages].(map[string]any); ok {
 				stagesMS = m
 			}
-			var buffering []string
-			if l, ok := raw[record.FieldBuffering].([]any); ok {
-				for _, k := range l {
-					buffering = append(buffering, k.(string))
+			strs := func(f record.Field) []string {
+				var out []string
+				if l, ok := raw[f].([]any); ok {
+					for _, k := range l {
+						out = append(out, k.(string))
+					}
 				}
+				return out
 			}
 			for _, c := range []struct {
 				field     record.Field
@@ -74,7 +77,8 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 				{record.FieldEngine, len(r.Engine), lenOf(raw[record.FieldEngine])},
 				{record.FieldEngineReport, r.EngineReport, stringOr(raw[record.FieldEngineReport])},
 				{record.FieldTokensOut, float64(r.TokensOut), raw[record.FieldTokensOut]},
-				{record.FieldBuffering, r.Buffering, buffering},
+				{record.FieldEngineReportInferred, r.EngineInferred, strs(record.FieldEngineReportInferred)},
+				{record.FieldBuffering, r.Buffering, strs(record.FieldBuffering)},
 			} {
 				if !reflect.DeepEqual(c.got, c.want) {
 					t.Errorf("%s: parsed %v, the line has %v", c.field, c.got, c.want)

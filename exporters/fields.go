@@ -209,7 +209,7 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 				e.Bool(name, true)
 			}
 		case record.FieldEngine:
-			if r.Timeline.EngineReported() {
+			if r.Timeline.EngineReported() || r.Timeline.Inferred() != 0 {
 				sc.b = appendEngine(sc.b[:0], &r.Timeline)
 				e.RawJSON(name, sc.b)
 			}
@@ -218,8 +218,9 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 				e.Str(name, r.EngineSource)
 			}
 		case record.FieldEngineReportInferred:
-			if r.EngineSource != "" && r.EngineInferred {
-				e.Bool(name, true)
+			if inf := r.Timeline.Inferred(); inf != 0 {
+				sc.b = inf.AppendJSON(sc.b[:0])
+				e.RawJSON(name, sc.b)
 			}
 		case record.FieldEngineSpanMissing:
 			if r.EngineSpanMissing != "" {
@@ -316,7 +317,7 @@ func appendStages(b []byte, bd *stages.Breakdown) []byte {
 	return append(b, '}')
 }
 
-// appendEngine appends the engine's reported durations, raw, in
+// appendEngine appends the engine durations, raw, reported or inferred, in
 // stages.EngineDur order.
 func appendEngine(b []byte, t *stages.Timeline) []byte {
 	b = append(b, '{')

@@ -143,7 +143,7 @@ var fixtures = []fixture{
 		r.Timeline.SetEngine(stages.EngineQueue, -3*ms)
 		r.Timeline.SetEngine(stages.EnginePrefill, 45*ms)
 		r.Timeline.SetEngine(stages.EngineFirstDecode, 4*ms)
-		r.EngineSource, r.EngineInferred = "vllm", true
+		r.EngineSource = "vllm"
 		r.Reason, r.Detail = endreason.Length, endreason.DetailLength
 		r.TokensOut = 5
 		r.BytesOut = 1400
@@ -215,9 +215,9 @@ var bufferedFixture = fixture{"buffered_burst", func(r *record.Record) {
 var reasoningFixture = fixture{"reasoning_stream", func(r *record.Record) {
 	base(r)
 	proxyMarks(r)
-	r.Timeline.SetEngine(stages.EngineQueue, 9*ms)
 	r.Timeline.SetEngine(stages.EnginePrefill, 25*ms)
-	r.EngineSource, r.EngineInferred = "llamacpp", true
+	r.Timeline.InferEngine(stages.EngineQueue, 9*ms)
+	r.EngineSource = "llamacpp"
 	r.Timeline.MarkAt(stages.FirstEvent, 40*ms)
 	last := stream(r, 40*ms+15*us, 160, 12*ms, 6)
 	r.Timeline.MarkAt(stages.FirstTokenFlushed, 40*ms+41*us)

@@ -458,6 +458,15 @@ func requestAttrs(a []attribute.KeyValue, k *kept) []attribute.KeyValue {
 	if r.EngineSource != "" {
 		a = append(a, attribute.String(attrPrefix+"engine_report", r.EngineSource))
 	}
+	if inf := r.Timeline.Inferred(); inf != 0 {
+		var names []string
+		for d := range stages.NumEngineDurs {
+			if inf.Has(d) {
+				names = append(names, d.String())
+			}
+		}
+		a = append(a, attribute.StringSlice(attrPrefix+"engine_report_inferred", names))
+	}
 	if gaps := r.Stream.Gaps(); gaps.N > 0 {
 		a = append(a,
 			attribute.Float64(attrPrefix+"itl.p50_ms", millis(gaps.P50)),
@@ -524,10 +533,14 @@ func (s *OTLPSink) export(k *kept, segs []Segment, attrs []attribute.KeyValue) (
 			if g.Kind == SegFinish {
 				continue
 			}
+			segAttrs := []attribute.KeyValue{attribute.String(attrPrefix+"segment", g.Kind.String())}
+			if g.Inferred {
+				segAttrs = append(segAttrs, attribute.Bool(attrPrefix+"inferred", true))
+			}
 			_, c := s.tracer.Start(child, g.Name,
 				trace.WithSpanKind(trace.SpanKindInternal),
 				trace.WithTimestamp(wall.Add(g.Start)),
-				trace.WithAttributes(attribute.String(attrPrefix+"segment", g.Kind.String())),
+				trace.WithAttributes(segAttrs...),
 			)
 			c.End(trace.WithTimestamp(wall.Add(g.End)))
 		}

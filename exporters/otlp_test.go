@@ -612,3 +612,23 @@ func BenchmarkOTLPSpans(b *testing.B) {
 	b.StopTimer()
 	_ = sink.Close(context.Background())
 }
+
+// TestOTLPInferredAttr: the engine durations the proxy inferred are named
+// on the request span, and only then.
+func TestOTLPInferredAttr(t *testing.T) {
+	for _, tc := range []struct {
+		fixture string
+		want    []string
+	}{{"reasoning_stream", []string{"queue"}}, {"stop_engine_report", nil}} {
+		k := keep(fixtureByName(t, tc.fixture))
+		var got []string
+		for _, a := range requestAttrs(nil, &k) {
+			if a.Key == "ttftlens.engine_report_inferred" {
+				got = a.Value.AsStringSlice()
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: ttftlens.engine_report_inferred %v, want %v", tc.fixture, got, tc.want)
+		}
+	}
+}

@@ -190,12 +190,13 @@ func appendMarks(b []byte, t *stages.Timeline) []byte {
 	return append(b, '}')
 }
 
-// appendWaterfall appends r's waterfall bars (Segments). start_ms
+// appendWaterfall appends r's waterfall bars (Segments); an inferred one
+// says "inferred": true. start_ms
 // and end_ms are the segment's offsets rounded to the microsecond, dur_ms
 // their difference, so contiguous bars stay contiguous and the TTFT stages
 // add up to ttft_ms.
 func appendWaterfall(b []byte, r *record.Record) []byte {
-	var buf [12]Segment
+	var buf [16]Segment
 	b = append(b, '[')
 	for i, g := range Segments(buf[:0], r) {
 		if i > 0 {
@@ -206,7 +207,11 @@ func appendWaterfall(b []byte, r *record.Record) []byte {
 		b = append(b, g.Name...)
 		b = append(b, `","kind":"`...)
 		b = append(b, g.Kind.String()...)
-		b = append(b, `","start_ms":`...)
+		if g.Inferred {
+			b = append(b, `","inferred":true,"start_ms":`...)
+		} else {
+			b = append(b, `","start_ms":`...)
+		}
 		b = stages.AppendMillis(b, start)
 		b = append(b, `,"end_ms":`...)
 		b = stages.AppendMillis(b, end)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,7 +119,7 @@ func TestSegments(t *testing.T) {
 		{"client_cancel_mid_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
 		{"deadline_before_first_token", "gateway:stage route:stage queue:stage upstream:open"},
 		{"worker_failure_5xx", "gateway:stage route:stage queue:stage upstream:open"},
-		{"reasoning_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage reasoning:decode decode:decode finish:finish"},
+		{"reasoning_stream", "gateway:stage route:stage queue:stage queue:stage:inferred preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage reasoning:decode decode:decode finish:finish"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
@@ -127,6 +128,9 @@ func TestSegments(t *testing.T) {
 			var names []string
 			for _, g := range segs {
 				names = append(names, g.Name+":"+g.Kind.String())
+				if g.Inferred {
+					names[len(names)-1] += ":inferred"
+				}
 				if g.Dur() < 0 {
 					t.Errorf("segment %s negative: %v", g.Name, g.Dur())
 				}
@@ -137,6 +141,22 @@ func TestSegments(t *testing.T) {
 			checkLayout(t, r, segs)
 		})
 	}
+	t.Run("a model load and an inferred queue", func(t *testing.T) {
+		r := fixtureByName(t, "reasoning_stream") // its queue inferred: 9 ms
+		r.Timeline.SetEngine(stages.EngineLoad, 20*ms)
+		r.Timeline.SetEngine(stages.EnginePrefill, 5*ms)
+		segs := Segments(nil, r)
+		bd := r.Breakdown()
+		want := []Segment{
+			{Name: "queue", Kind: SegStage, Start: segs[1].End, End: segs[1].End + bd.Stages[stages.Queue] - 29*ms},
+			{Name: "load", Kind: SegStage, Start: segs[2].End, End: segs[2].End + 20*ms},
+			{Name: "queue", Kind: SegStage, Inferred: true, Start: segs[3].End, End: segs[3].End + 9*ms},
+		}
+		if !slices.Equal(segs[2:5], want) || segs[5].Name != "preparation" {
+			t.Fatalf("segments %+v", segs)
+		}
+		checkLayout(t, r, segs)
+	})
 	t.Run("rejected at the gateway", func(t *testing.T) {
 		r := new(record.Record)
 		r.Timeline.Start(fixedClock, wall)

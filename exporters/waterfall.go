@@ -37,10 +37,12 @@ func (k SegmentKind) String() string {
 }
 
 // Segment is one bar of a request's waterfall, on the request's own clock
-// (offsets from Received).
+// (offsets from Received). Inferred marks the part of a stage that the
+// proxy inferred rather than read from the engine (stages.Timeline.Inferred).
 type Segment struct {
 	Name       string
 	Kind       SegmentKind
+	Inferred   bool
 	Start, End time.Duration
 }
 
@@ -53,6 +55,9 @@ const (
 	SegNameReasoning = "reasoning"
 	SegNameFinish    = "finish"
 	SegNameUpstream  = "upstream"
+	// SegNameLoad is a model load the engine reported, inside the queue
+	// stage (stages.EngineLoad).
+	SegNameLoad = "load"
 )
 
 // Segments appends r's waterfall to dst and returns it: the TTFT stages
@@ -67,8 +72,8 @@ func Segments(dst []Segment, r *record.Record) []Segment {
 }
 
 // tokenSegments appends the eight TTFT stages laid end to end from 0 in
-// stage order (they are contiguous and the last ends at TTFT exactly),
-// then decode (FirstToken to LastToken, when a last token was marked) and
+// stage order (they are contiguous and the last ends at TTFT exactly), each
+// followed by its parts that are their own bars (stageSegments), then decode (FirstToken to LastToken, when a last token was marked) and
 // finish (to Done, when Done is after the later of TTFT and LastToken).
 // When the model reasoned and its answer began after the first token (or
 // never came), decode is split where the answer began: reasoning
@@ -77,9 +82,8 @@ func Segments(dst []Segment, r *record.Record) []Segment {
 func tokenSegments(dst []Segment, r *record.Record, bd *stages.Breakdown) []Segment {
 	t := &r.Timeline
 	var at time.Duration
-	for i, d := range bd.Stages {
-		dst = append(dst, Segment{Name: stages.Stage(i).String(), Kind: SegStage, Start: at, End: at + d})
-		at += d
+	for i := range bd.Stages {
+		dst, at = stageSegments(dst, stages.Stage(i), bd, t.Inferred(), at)
 	}
 	end := at
 	first, okF := t.At(stages.FirstToken)
@@ -105,6 +109,35 @@ func tokenSegments(dst []Segment, r *record.Record, bd *stages.Breakdown) []Segm
 		dst = append(dst, Segment{Name: SegNameFinish, Kind: SegFinish, Start: end, End: done})
 	}
 	return dst
+}
+
+// stageSegments appends stage st's bars from at and returns where they
+// end: the stage itself, less what follows it; a model load the engine
+// reported (load, within queue); the part of the stage the proxy inferred
+// (the stage's name, Inferred). The last two only when not empty.
+func stageSegments(dst []Segment, st stages.Stage, bd *stages.Breakdown, inferred stages.EngineSet, at time.Duration) ([]Segment, time.Duration) {
+	var load, guess time.Duration
+	for d, v := range bd.Parts {
+		switch e := stages.EngineDur(d); {
+		case e.Stage() != st:
+		case inferred.Has(e):
+			guess += v
+		case e == stages.EngineLoad:
+			load += v
+		}
+	}
+	own := bd.Stages[st] - load - guess
+	dst = append(dst, Segment{Name: st.String(), Kind: SegStage, Start: at, End: at + own})
+	at += own
+	if load > 0 {
+		dst = append(dst, Segment{Name: SegNameLoad, Kind: SegStage, Start: at, End: at + load})
+		at += load
+	}
+	if guess > 0 {
+		dst = append(dst, Segment{Name: st.String(), Kind: SegStage, Inferred: true, Start: at, End: at + guess})
+		at += guess
+	}
+	return dst, at
 }
 
 // tokenlessSegments appends the proxy stages the request passed (gateway,

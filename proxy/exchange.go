@@ -50,6 +50,7 @@ type exchange struct {
 	// engine is the upstream the request went to, whose engine kind a
 	// response that names its engine settles (learnEngine); nil until sent.
 	engine *upstream
+	fl     flightTicket // its place among its upstream's requests in flight
 
 	resp     fasthttp.Response        // from the upstream
 	peekResp func(name string) []byte // its headers
@@ -81,7 +82,7 @@ func newExchange(p *Proxy) *exchange {
 	x := &exchange{p: p}
 	x.fin.log = &p.log
 	x.relay = newRelay(relayWiring{cfg: &p.cfg, fin: &x.fin, ctl: &x.ctl, sig: &x.sig,
-		onFirstToken: x.firstTokenParsed})
+		onFirstToken: x.firstTokenParsed, onEngineDone: x.engineDone})
 	x.peekResp = func(name string) []byte { return x.resp.Header.Peek(name) }
 	x.peekEnd = func(name string) []byte {
 		if v := x.relay.src.body.trailer(name); v != nil {
@@ -98,7 +99,14 @@ func (x *exchange) firstTokenParsed(now time.Duration) {
 	if at, ok := x.relay.src.body.arrival(); ok {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
+	x.fl.firstToken()
 	x.firstTokenSeen(now)
+}
+
+// engineDone takes the request out of its upstream's flight when the
+// engine said it is done generating: its slot is free from then on.
+func (x *exchange) engineDone(now time.Duration) {
+	x.fl.end(x.fin.rec.Timeline.Origin() + int64(now))
 }
 
 // reset readies a finished exchange for the pool.
@@ -108,6 +116,7 @@ func (x *exchange) reset() {
 	x.relay.reset()
 	x.sig.Reset()
 	x.engine = nil
+	x.fl = flightTicket{}
 	x.resp.Reset()
 	x.client = clientSide{}
 	x.out = clientStream{buf: x.out.buf[:0]}
@@ -310,8 +319,12 @@ func (x *exchange) roundTrip(ctx *fasthttp.RequestCtx, up *upstream, completion,
 		req.SetBodyRaw(send)
 	}
 	x.relay.dropUsage = drop
+	var fl *flightTicket
+	if ctx.IsPost() { // what may take one of the engine's slots
+		fl = &x.fl
+	}
 	var err error
-	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.src.body)
+	x.fin.rec.UpstreamConn, err = up.roundTrip(req, &x.resp, &x.ctl, &x.fin.rec.Timeline, &x.relay.src.body, fl)
 	return err
 }
 
@@ -536,8 +549,10 @@ func (x *exchange) finish() {
 	if f.facts.Stream {
 		rec.Buffering |= arrivalBuffering(&rec.Stream)
 	}
+	done, _ := tl.At(stages.Done)
+	x.fl.end(tl.Origin() + int64(done))
 	// The body is read: trailers have arrived.
-	rec.EngineInferred = x.sig.End(x.peekEnd, tl)
+	x.sig.End(x.peekEnd, tl, x.slotWait())
 	rec.EngineSource = x.sig.Source()
 	if x.engine != nil {
 		x.p.learnEngine(x.engine, x.sig.Recognised())
@@ -545,6 +560,22 @@ func (x *exchange) finish() {
 	f.classify(cause, abortedAt, closedAt)
 	x.lease.settle(x.p.gw, &f.facts, rec)
 	f.complete(x.sig.Phase(rec.Streaming, tl))
+}
+
+// slotWait is the request's wait for one of its engine's slots as the
+// proxy saw it (flight), 0 when nothing says it waited.
+func (x *exchange) slotWait() time.Duration {
+	tl := &x.fin.rec.Timeline
+	sent, ok := tl.At(stages.UpstreamSent)
+	first, okF := tl.At(stages.FirstTokenArrived)
+	if !okF {
+		first, okF = tl.At(stages.FirstToken)
+	}
+	if !ok || !okF {
+		return 0
+	}
+	w, _ := x.fl.slotWait(tl.Origin()+int64(sent), tl.Origin()+int64(first))
+	return w
 }
 
 // watchClient points the client connection's disconnect registration at

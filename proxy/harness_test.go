@@ -118,7 +118,7 @@ func checkIdentity(t *testing.T, g *gotRecord) {
 // upConn is one upstream connection as a test script drives it. The script
 // writes raw HTTP/1.1, so it can also misbehave.
 type upConn struct {
-	t    *testing.T
+	t    testing.TB
 	conn *net.TCPConn
 	req  *http.Request
 	body string
@@ -238,7 +238,7 @@ type testUpstream struct {
 	reqs   chan *upConn
 }
 
-func startUpstream(t *testing.T, script func(c *upConn)) *testUpstream {
+func startUpstream(t testing.TB, script func(c *upConn)) *testUpstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -249,7 +249,7 @@ func startUpstream(t *testing.T, script func(c *upConn)) *testUpstream {
 
 // serveUpstream runs script for each request that arrives on ln, until the
 // test ends or close.
-func serveUpstream(t *testing.T, ln net.Listener, script func(c *upConn)) *testUpstream {
+func serveUpstream(t testing.TB, ln net.Listener, script func(c *upConn)) *testUpstream {
 	u := &testUpstream{ln: ln, url: "http://" + ln.Addr().String(), script: script, reqs: make(chan *upConn, 100)}
 	u.wg.Add(1)
 	go func() {
@@ -273,7 +273,7 @@ func serveUpstream(t *testing.T, ln net.Listener, script func(c *upConn)) *testU
 // serveConn reads requests on one connection; after the script of a request
 // returns, it watches for the proxy closing the connection (or the next
 // request on it).
-func (u *testUpstream) serveConn(t *testing.T, conn *net.TCPConn) {
+func (u *testUpstream) serveConn(t testing.TB, conn *net.TCPConn) {
 	defer conn.Close()
 	br := bufio.NewReader(conn)
 	for {

@@ -60,6 +60,7 @@ type relayWiring struct {
 	ctl          *control
 	sig          *engines.Report
 	onFirstToken func(now time.Duration) // the first content event was parsed
+	onEngineDone func(now time.Duration) // an event said the engine is done generating
 }
 
 func newRelay(w relayWiring) relay {
@@ -279,6 +280,9 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 	}
 	if s.Done {
 		f.Done = true
+	}
+	if s.Done || s.Finish != endreason.FinishNone {
+		r.onEngineDone(now)
 	}
 	if s.Usage {
 		rec.UsageReported = true

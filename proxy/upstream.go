@@ -25,10 +25,11 @@ type upstream struct {
 	// Name identifies the upstream in records and metrics.
 	Name string
 	// Addr is host:port.
-	Addr string
-	hc   *fasthttp.HostClient
-	kind engineKind // the engine behind it, for its signal reader
-	load engineLoad // the scraping of its engine's /metrics
+	Addr   string
+	hc     *fasthttp.HostClient
+	kind   engineKind // the engine behind it, for its signal reader
+	load   engineLoad // the scraping of its engine's /metrics
+	flight flight     // its requests in flight, for the slot waits its engine does not report
 	// discards counts the pooled connections closed because something
 	// arrived that no request asked for; nil: not counted. Set before the
 	// first dial.
@@ -180,7 +181,9 @@ func (e *exchangeError) Unwrap() error { return e.err }
 
 // roundTrip sends req on a pooled connection and reads the response headers;
 // the body is left to stream from body. It marks UpstreamConnected on tl
-// when it has a connection and UpstreamSent when the request is written,
+// when it has a connection and UpstreamSent when the request is written
+// (fl, unless nil, joins u's flight as it is written: it may take one of
+// the engine's slots),
 // times the connection's reads on tl, and returns the connection it used
 // (none when it could not connect). A reused keep-alive connection that
 // fails before any response byte, right after the send (isStale), was
@@ -193,17 +196,20 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // which fasthttp's default transport cannot do: its Do returns only
 // once the headers are read, and offers no way to close the connection
 // meanwhile.
-func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody) (record.UpstreamConn, error) {
-	conn, err := u.tryRoundTrip(req, resp, ab, tl, body, false)
+func (u *upstream) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fl *flightTicket) (record.UpstreamConn, error) {
+	conn, err := u.tryRoundTrip(req, resp, ab, tl, body, fl, false)
 	if err != nil && conn == record.ConnReused && isStale(err) && ab.aborted() == nil {
-		conn, err = u.tryRoundTrip(req, resp, ab, tl, body, true)
+		if fl != nil {
+			fl.cancel() // the engine never saw it
+		}
+		conn, err = u.tryRoundTrip(req, resp, ab, tl, body, fl, true)
 	}
 	return conn, err
 }
 
 // tryRoundTrip is one attempt of roundTrip, on a pooled connection or, with
 // fresh, on a newly dialed one.
-func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fresh bool) (used record.UpstreamConn, err error) {
+func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, ab *control, tl *stages.Timeline, body *upstreamBody, fl *flightTicket, fresh bool) (used record.UpstreamConn, err error) {
 	hc := u.hc
 	cc, err := hc.AcquireConn(0, false)
 	// The pool hands out its idle connections before it dials. With fresh,
@@ -240,6 +246,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 			return fail(false, err)
 		}
 	}
+	if fl != nil {
+		u.flight.begin(fl) // before the write: the engine may take it at once
+	}
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
@@ -247,6 +256,9 @@ func (u *upstream) tryRoundTrip(req *fasthttp.Request, resp *fasthttp.Response, 
 	}
 	hc.ReleaseWriter(bw)
 	if err != nil {
+		if fl != nil {
+			fl.cancel()
+		}
 		return fail(false, err)
 	}
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {

@@ -309,7 +309,7 @@ func exchangeOnce(t *testing.T, u *upstream, marker string) (record.UpstreamConn
 	var ab control
 	ab.begin(tl.Now)
 	var body upstreamBody
-	used, err := u.roundTrip(req, resp, &ab, &tl, &body)
+	used, err := u.roundTrip(req, resp, &ab, &tl, &body, nil)
 	if err != nil {
 		t.Fatalf("round trip: %v", err)
 	}

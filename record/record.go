@@ -87,11 +87,9 @@ type Record struct {
 	BytesOut      int64 // response body bytes to the client
 
 	// EngineSource names where the engine durations came from ("" = none):
-	// "server-timing", "vllm", "llamacpp", ...
+	// "server-timing", "vllm", "llamacpp", ... The durations the proxy
+	// inferred rather than read are Timeline.Inferred (engine_report_inferred).
 	EngineSource string
-	// EngineInferred: part of the engine report was inferred, not measured
-	// (the queue of an engine that reports only its prefill).
-	EngineInferred bool
 	// EngineSpanMissing says why a record that waited for its engine's
 	// request span (spanjoin) was written without one: "wait" (none came
 	// within --receive-otlp-wait), "full" (too many records were waiting),

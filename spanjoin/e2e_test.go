@@ -276,7 +276,7 @@ func checkSplit(t *testing.T, eng *refengine.Server, r *record.Record, shape str
 	prefill, _ := r.Timeline.Engine(stages.EnginePrefill)
 	if shape != refengine.SpanTGI { // TGI gives no prefill: it is inferred
 		near("prefill", prefill, truth.Prefill+truth.FirstDecode)
-	} else if !r.EngineInferred || prefill < truth.Prefill {
-		t.Errorf("%s: TGI's prefill %v (inferred %v), the engine's %v", r.RequestID, prefill, r.EngineInferred, truth.Prefill)
+	} else if !r.Timeline.Inferred().Has(stages.EnginePrefill) || prefill < truth.Prefill {
+		t.Errorf("%s: TGI's prefill %v (inferred %v), the engine's %v", r.RequestID, prefill, r.Timeline.Inferred().Has(stages.EnginePrefill), truth.Prefill)
 	}
 }

@@ -443,10 +443,8 @@ func (j *Joiner) takeStages(trace [16]byte) engines.StageSpans {
 // join splits r's upstream window with the span's durations.
 func (j *Joiner) join(r *record.Record, rep *engines.SpanReport, st engines.StageSpans) {
 	j.c.spans[spanJoined].Add(1)
-	applied, prefillInferred := rep.Apply(&r.Timeline, st)
-	if applied {
+	if rep.Apply(&r.Timeline, st) {
 		r.EngineSource = engines.SourceOTLP
-		r.EngineInferred = prefillInferred
 	}
 	if r.TokensIn == 0 && rep.PromptTokens > 0 {
 		r.TokensIn = rep.PromptTokens

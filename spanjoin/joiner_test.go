@@ -371,8 +371,8 @@ func TestTGISpan(t *testing.T) {
 		t.Fatalf("records = %d, want 1", len(got))
 	}
 	bd := got[0].Breakdown()
-	if !got[0].EngineInferred || bd.Unsplit {
-		t.Fatalf("inferred %v unsplit %v; want the prefill inferred", got[0].EngineInferred, bd.Unsplit)
+	if !got[0].Timeline.Inferred().Has(stages.EnginePrefill) || bd.Unsplit {
+		t.Fatalf("inferred %v unsplit %v; want the prefill inferred", got[0].Timeline.Inferred().Has(stages.EnginePrefill), bd.Unsplit)
 	}
 	// Window sent→first token 99 ms: queue 30, validation 5.5, prefill the rest.
 	if bd.Stages[stages.Prefill] != 99*time.Millisecond-35500*time.Microsecond {

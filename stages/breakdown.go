@@ -11,7 +11,7 @@ type Stage uint8
 const (
 	Gateway      Stage = iota // GatewayDone - Received
 	Route                     // Routed - GatewayDone
-	Queue                     // (Admitted - Routed) + engine queue + engine unread
+	Queue                     // (Admitted - Routed) + engine queue + engine load + engine unread
 	Preparation               // engine recv + tokenize + media
 	Prefill                   // engine prefill
 	FirstDecode               // engine first decode + emit
@@ -38,9 +38,13 @@ type Breakdown struct {
 	TTFT time.Duration
 	// OK reports that a first token reached the client, so the stages exist.
 	OK bool
+	// Parts are the engine durations as carved out of the upstream window
+	// (clamped to fit; zero when not recorded): how much of its stage
+	// (EngineDur.Stage) each is. Sync, inside Prefill, is not carved.
+	Parts [NumEngineDurs]time.Duration
 	// Unsplit reports that the engine reported nothing: the upstream window
 	// (Admitted to FirstTokenArrived) past the proxy's send is all in
-	// Unattributed.
+	// Unattributed, but for what the proxy inferred (Timeline.Inferred).
 	Unsplit bool
 	// Inconsistent reports that engine durations did not fit the window the
 	// proxy observed and were clamped (raw values stay in the Timeline).
@@ -103,8 +107,10 @@ func (t *Timeline) Breakdown() Breakdown {
 			v = window
 		}
 		window -= v
+		b.Parts[d] = v
 		return v
 	}
+	b.Stages[Queue] += take(EngineLoad)
 	b.Stages[Queue] += take(EngineQueue)
 	b.Stages[Queue] += take(EngineUnread)
 	b.Stages[Preparation] = take(EngineTokenize)

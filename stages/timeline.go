@@ -47,7 +47,9 @@ type EngineDur uint8
 // engine's own handling around its stages: reading, decoding and
 // validating the request, and handing its first token to the response.
 // Unread is the time the request's bytes waited in the engine's socket
-// before it read them (a busy server): a queue.
+// before it read them (a busy server): a queue. Load is a model load the
+// request waited for (the engine had to load the model before it could
+// serve it): a queue too, kept apart so a cold start is named as one.
 const (
 	EngineQueue EngineDur = iota
 	EngineTokenize
@@ -58,16 +60,64 @@ const (
 	EngineRecv
 	EngineEmit
 	EngineUnread
+	EngineLoad
 	NumEngineDurs
 )
 
-var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit", "unread"}
+var engineNames = [NumEngineDurs]string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit", "unread", "load"}
 
 func (d EngineDur) String() string {
 	if d < NumEngineDurs {
 		return engineNames[d]
 	}
 	return "engine?"
+}
+
+// engineStages is the stage each engine duration counts in; Sync counts in
+// none of its own (it is inside Prefill).
+var engineStages = [NumEngineDurs]Stage{
+	EngineQueue: Queue, EngineTokenize: Preparation, EngineMedia: Preparation, EnginePrefill: Prefill,
+	EngineSync: NumStages, EngineFirstDecode: FirstDecode, EngineRecv: Preparation, EngineEmit: FirstDecode,
+	EngineUnread: Queue, EngineLoad: Queue,
+}
+
+// Stage is the stage d counts in (ARCHITECTURE.md's stage formulas);
+// NumStages for Sync, which is inside Prefill.
+func (d EngineDur) Stage() Stage {
+	if d < NumEngineDurs {
+		return engineStages[d]
+	}
+	return NumStages
+}
+
+// EngineSet is a set of engine durations.
+type EngineSet uint16
+
+// The set must hold every engine duration.
+const _ = EngineSet(1 << (NumEngineDurs - 1))
+
+// Has reports whether d is in s.
+func (s EngineSet) Has(d EngineDur) bool { return s&(1<<d) != 0 }
+
+// With returns s with d added.
+func (s EngineSet) With(d EngineDur) EngineSet { return s | 1<<d }
+
+// AppendJSON appends s as a JSON array of the durations' names, in
+// EngineDur order: ["queue"].
+func (s EngineSet) AppendJSON(b []byte) []byte {
+	b = append(b, '[')
+	first := true
+	for d := range NumEngineDurs {
+		if !s.Has(d) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(append(append(b, '"'), engineNames[d]...), '"')
+	}
+	return append(b, ']')
 }
 
 // Clock returns a monotonic reading in nanoseconds. Only differences matter.
@@ -88,14 +138,12 @@ type Timeline struct {
 	marks     [NumMarks]time.Duration
 	set       uint16
 	engine    [NumEngineDurs]time.Duration
-	engineSet uint16
+	engineSet EngineSet
+	inferred  EngineSet // the engine durations the proxy inferred
 }
 
-// The bit sets must hold every mark and every engine duration.
-const (
-	_ = uint16(1 << (NumMarks - 1))
-	_ = uint16(1 << (NumEngineDurs - 1))
-)
+// The bit set must hold every mark.
+const _ = uint16(1 << (NumMarks - 1))
 
 // Start resets t and marks Received now. wall is the wall-clock time of
 // receipt, kept only for export (logs, spans); all arithmetic uses clock.
@@ -133,16 +181,40 @@ func (t *Timeline) At(m Mark) (time.Duration, bool) { return t.marks[m], t.Has(m
 // raw; the derivation clamps them.
 func (t *Timeline) SetEngine(d EngineDur, v time.Duration) {
 	t.engine[d] = v
-	t.engineSet |= 1 << d
+	t.engineSet = t.engineSet.With(d)
+	t.inferred &^= 1 << d
 }
 
-// Engine returns an engine-reported duration and whether it was reported.
-func (t *Timeline) Engine(d EngineDur) (time.Duration, bool) {
-	return t.engine[d], t.engineSet&(1<<d) != 0
+// InferEngine records an engine duration the engine did not report, which
+// the proxy inferred; Inferred says which those are.
+func (t *Timeline) InferEngine(d EngineDur, v time.Duration) {
+	t.SetEngine(d, v)
+	t.inferred = t.inferred.With(d)
 }
+
+// DropInferred forgets the engine durations the proxy inferred, so that a
+// report that comes later (the engine's span) replaces them.
+func (t *Timeline) DropInferred() {
+	t.engineSet &^= t.inferred
+	t.inferred = 0
+}
+
+// Engine returns an engine duration and whether it was recorded, reported
+// or inferred.
+func (t *Timeline) Engine(d EngineDur) (time.Duration, bool) {
+	return t.engine[d], t.engineSet.Has(d)
+}
+
+// Inferred is the set of engine durations the proxy inferred (InferEngine)
+// rather than read from the engine's report.
+func (t *Timeline) Inferred() EngineSet { return t.inferred }
+
+// Origin is the clock's reading at Received: marks of different requests
+// on one clock compare as Origin plus their offsets.
+func (t *Timeline) Origin() int64 { return t.start }
 
 // EngineReported reports whether the engine reported any duration.
-func (t *Timeline) EngineReported() bool { return t.engineSet != 0 }
+func (t *Timeline) EngineReported() bool { return t.engineSet&^t.inferred != 0 }
 
 // at returns the offset of m, or of the latest recorded mark before it when m
 // is missing, so a stage between two marks is zero rather than undefined.

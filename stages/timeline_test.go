@@ -174,7 +174,10 @@ func TestNames(t *testing.T) {
 	if got := NumMarks.String(); got != "mark?" {
 		t.Errorf("NumMarks.String() = %q", got)
 	}
-	engines := []string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit"}
+	engines := []string{"queue", "tokenize", "media", "prefill", "sync", "first_decode", "recv", "emit", "unread", "load"}
+	if int(NumEngineDurs) != len(engines) {
+		t.Fatalf("NumEngineDurs = %d, want %d", NumEngineDurs, len(engines))
+	}
 	for i, w := range engines {
 		if got := EngineDur(i).String(); got != w {
 			t.Errorf("EngineDur(%d) = %q, want %q", i, got, w)
@@ -344,6 +347,7 @@ func TestBreakdownTable(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := build(tc.marks, tc.engine).Breakdown()
+			got.Parts = [NumEngineDurs]time.Duration{} // TestBreakdownProperty checks them
 			if got != tc.want {
 				t.Errorf("Breakdown:\n got %s\nwant %s", fmtBreakdown(got), fmtBreakdown(tc.want))
 			}
@@ -577,7 +581,7 @@ func TestBreakdownProperty(t *testing.T) {
 			window := arr - ad
 			var parts time.Duration
 			neg := false
-			for _, d := range []EngineDur{EngineQueue, EngineTokenize, EngineMedia, EnginePrefill, EngineFirstDecode, EngineRecv, EngineEmit, EngineUnread} {
+			for _, d := range []EngineDur{EngineLoad, EngineQueue, EngineTokenize, EngineMedia, EnginePrefill, EngineFirstDecode, EngineRecv, EngineEmit, EngineUnread} {
 				if !eset[d] {
 					continue
 				}
@@ -596,6 +600,21 @@ func TestBreakdownProperty(t *testing.T) {
 			if bd.Inconsistent != wantIncons {
 				fail("Inconsistent = %v, oracle %v (neg %v, parts %v > window %v, syncBad %v)",
 					bd.Inconsistent, wantIncons, neg, parts, window, syncBad)
+			}
+			var inStage [NumStages + 1]time.Duration
+			for d, v := range bd.Parts {
+				if v < 0 {
+					fail("part %v negative", EngineDur(d))
+				}
+				inStage[EngineDur(d).Stage()] += v
+			}
+			if inStage[NumStages] != 0 {
+				fail("sync carved as a part of its own")
+			}
+			for st := range NumStages {
+				if inStage[st] > bd.Stages[st] {
+					fail("parts of %v (%v) exceed it", st, inStage[st])
+				}
 			}
 			if wantIncons {
 				nIncons++
@@ -616,7 +635,7 @@ func TestBreakdownProperty(t *testing.T) {
 			want := [NumStages]time.Duration{
 				Gateway:      gd,
 				Route:        ro - gd,
-				Queue:        ad - ro + get(EngineQueue) + get(EngineUnread),
+				Queue:        ad - ro + get(EngineLoad) + get(EngineQueue) + get(EngineUnread),
 				Preparation:  get(EngineRecv) + get(EngineTokenize) + get(EngineMedia),
 				Prefill:      get(EnginePrefill),
 				FirstDecode:  get(EngineFirstDecode) + get(EngineEmit),
@@ -626,13 +645,71 @@ func TestBreakdownProperty(t *testing.T) {
 			if bd.Stages != want {
 				fail("consistent report: stages differ from the formula, want %v", want)
 			}
+			for d := range NumEngineDurs {
+				if w := get(d); d != EngineSync && bd.Parts[d] != w {
+					fail("part %v = %v, want %v as reported", d, bd.Parts[d], w)
+				}
+			}
 			if reported {
 				nSplit++
 			}
 		}
-		if nOK < 3000 || nIncons < 450 || nUnsplit < 450 || nOOO < 150 || nSplit < 120 {
+		if nOK < 3000 || nIncons < 450 || nUnsplit < 450 || nOOO < 150 || nSplit < 80 {
 			t.Errorf("seed %d: weak coverage: ok %d inconsistent %d unsplit %d out-of-order %d consistent split %d",
 				seed, nOK, nIncons, nUnsplit, nOOO, nSplit)
+		}
+	}
+}
+
+func TestInferEngine(t *testing.T) {
+	tl, _ := newTimeline(0)
+	tl.InferEngine(EngineQueue, 7*ms)
+	if v, ok := tl.Engine(EngineQueue); !ok || v != 7*ms {
+		t.Errorf("Engine(queue) = %v, %v after InferEngine", v, ok)
+	}
+	if tl.EngineReported() {
+		t.Error("an inferred duration counts as reported")
+	}
+	if got := tl.Inferred(); got != EngineSet(0).With(EngineQueue) {
+		t.Errorf("Inferred = %b", got)
+	}
+	tl.SetEngine(EnginePrefill, ms)
+	if !tl.EngineReported() || !tl.Inferred().Has(EngineQueue) || tl.Inferred().Has(EnginePrefill) {
+		t.Errorf("after a reported prefill: reported %v, inferred %b", tl.EngineReported(), tl.Inferred())
+	}
+	tl.SetEngine(EngineQueue, 2*ms) // a report replaces an inference
+	if tl.Inferred() != 0 {
+		t.Errorf("Inferred = %b after the queue was reported", tl.Inferred())
+	}
+	tl.Start(tl.clock, time.Time{})
+	if tl.Inferred() != 0 {
+		t.Error("Inferred survived Start")
+	}
+}
+
+func TestEngineSetJSON(t *testing.T) {
+	tests := []struct {
+		set  EngineSet
+		want string
+	}{
+		{0, `[]`},
+		{EngineSet(0).With(EngineQueue), `["queue"]`},
+		{EngineSet(0).With(EngineLoad).With(EngineQueue), `["queue","load"]`},
+	}
+	for _, tc := range tests {
+		if got := string(tc.set.AppendJSON(nil)); got != tc.want {
+			t.Errorf("%b: %s, want %s", tc.set, got, tc.want)
+		}
+	}
+}
+
+func TestEngineStage(t *testing.T) {
+	want := map[EngineDur]Stage{EngineQueue: Queue, EngineUnread: Queue, EngineLoad: Queue, EngineTokenize: Preparation,
+		EngineMedia: Preparation, EngineRecv: Preparation, EnginePrefill: Prefill, EngineFirstDecode: FirstDecode,
+		EngineEmit: FirstDecode, EngineSync: NumStages, NumEngineDurs: NumStages}
+	for d, s := range want {
+		if got := d.Stage(); got != s {
+			t.Errorf("%v.Stage() = %v, want %v", d, got, s)
 		}
 	}
 }

@@ -100,6 +100,32 @@ func (s *stack) emitReasoning(id string) {
 	s.ring.Emit(&r)
 }
 
+// emitColdLoad puts in the ring the record of a request that waited for a
+// model load the engine reported and for a slot, a queue the proxy
+// inferred.
+func (s *stack) emitColdLoad(id string) {
+	var r record.Record
+	r.Timeline.Start(func() int64 { return 0 }, time.Now())
+	for _, m := range []struct {
+		mark stages.Mark
+		at   time.Duration
+	}{
+		{stages.GatewayDone, 50 * time.Microsecond}, {stages.Routed, 60 * time.Microsecond}, {stages.Admitted, 70 * time.Microsecond},
+		{stages.UpstreamSent, 100 * time.Microsecond}, {stages.UpstreamHeaders, 420 * time.Millisecond}, {stages.FirstEvent, 420 * time.Millisecond},
+		{stages.FirstToken, 420 * time.Millisecond}, {stages.FirstTokenFlushed, 420*time.Millisecond + 50*time.Microsecond},
+		{stages.FirstAnswer, 420*time.Millisecond + 50*time.Microsecond}, {stages.LastToken, 600 * time.Millisecond}, {stages.Done, 601 * time.Millisecond},
+	} {
+		r.Timeline.MarkAt(m.mark, m.at)
+	}
+	r.Timeline.SetEngine(stages.EngineLoad, 290*time.Millisecond)
+	r.Timeline.SetEngine(stages.EnginePrefill, 40*time.Millisecond)
+	r.Timeline.InferEngine(stages.EngineQueue, 85*time.Millisecond)
+	r.RequestID, r.Method, r.Path, r.Model, r.Streaming, r.Status = id, "POST", "/api/chat", "llama3.2", true, 200
+	r.EngineSource, r.Reason, r.Detail = "ollama", endreason.Stop, endreason.DetailStop
+	r.TokensOut = 20
+	s.ring.Emit(&r)
+}
+
 // browse runs headless Chromium on url and returns the DOM it dumped after
 // the page's timers ran for budget (virtual time), plus its stderr. With
 // screenshot set, it also saves a PNG there.
@@ -153,6 +179,7 @@ func TestPageInChromium(t *testing.T) {
 	s.send(t, "web-completion", "/v1/completions", `{"model":"ttftlens-ref","stream":true,"max_tokens":8,"prompt":"Once upon a time"}`)
 	s.send(t, "web-bad", "/v1/chat/completions", `{"model":`)
 	s.emitReasoning("web-reasoning")
+	s.emitColdLoad("web-cold")
 	s.send(t, "web-last", "/v1/chat/completions", chat)
 
 	ttftBars := []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport", "decode"}
@@ -163,11 +190,13 @@ func TestPageInChromium(t *testing.T) {
 		bars        []string
 		wantQueue   time.Duration
 		firstAnswer bool // the first answer is marked apart from the first token
+		inferred    bool // a bar is drawn as inferred
 	}{
-		{"newest by default", "", "web-last", ttftBars, 0, false},
-		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond, false},
-		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0, false},
-		{"reasoning model", "#web-reasoning", "web-reasoning", append(ttftBars, "reasoning"), 0, true},
+		{"newest by default", "", "web-last", ttftBars, 0, false, false},
+		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond, false, false},
+		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0, false, false},
+		{"reasoning model", "#web-reasoning", "web-reasoning", append(ttftBars, "reasoning"), 0, true, false},
+		{"a model load and an inferred queue", "#web-cold", "web-cold", append(ttftBars, "load"), 0, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,7 +207,7 @@ func TestPageInChromium(t *testing.T) {
 			if !strings.Contains(dom, `data-ready="1"`) {
 				t.Fatalf("page never rendered the list; stderr:\n%s", tail(stderr, 2000))
 			}
-			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-reasoning", "web-last"} {
+			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-reasoning", "web-cold", "web-last"} {
 				if !strings.Contains(dom, `data-id="`+id+`"`) {
 					t.Errorf("request %s missing from the tables", id)
 				}
@@ -205,6 +234,9 @@ func TestPageInChromium(t *testing.T) {
 			}
 			if len(tt.bars) > 1 && widths["prefill"] <= 0 {
 				t.Errorf("prefill bar has width %v, want > 0", widths["prefill"])
+			}
+			if got := strings.Contains(m[1], `data-inferred="true"`) && strings.Contains(m[1], "queue (inferred)"); got != tt.inferred {
+				t.Errorf("a bar drawn as inferred: %v, want %v", got, tt.inferred)
 			}
 			if got := strings.Contains(m[1], `data-mark="first_answer"`); got != tt.firstAnswer {
 				t.Errorf("first answer marked: %v, want %v", got, tt.firstAnswer)

@@ -55,18 +55,22 @@ var publicCaptures = []struct {
 		Engine: eng{stages.EnginePrefill: fms(30.958), stages.EngineQueue: ttfbQueue(100*ms, 2, fms(30.958))}}},
 
 	// Ollama /api/chat, not streamed: load_duration 3106878899 ns (the
-	// model loaded for this request), prompt_eval_duration 18088408 ns,
-	// eval_duration 94230297 ns, counts 19/14.
+	// model loaded for this request: a load), prompt_eval_duration
+	// 18088408 ns, eval_duration 94230297 ns, counts 19/14. The queue is
+	// what they leave of the window (the replay knows no decode before the
+	// first token: Report.End does).
 	{"ollama/public_chat_whole.txt", KindOllama, KindGeneric, 3300 * ms, replayed{
 		Events: 1, Content: 1, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
-		Usage: true, Prompt: 19, Output: 14, Timing: true, Decode: 94230297,
-		Engine: eng{stages.EngineQueue: 3106878899, stages.EnginePrefill: 18088408}}},
+		Usage: true, Prompt: 19, Output: 14, Timing: true, Inferred: true, QueueInferred: true, Decode: 94230297,
+		Engine: eng{stages.EngineLoad: 3106878899, stages.EnginePrefill: 18088408,
+			stages.EngineQueue: 3300*ms - 3106878899 - 18088408}}},
 	// Ollama /api/chat stream: "done" before "done_reason", load_duration
-	// 64549900 ns, prompt_eval_count 12.
+	// 64549900 ns (warm: the handler's own work, recv), prompt_eval_count 12.
 	{"ollama/public_chat_stream.txt", KindOllama, KindGeneric, 150 * ms, replayed{
 		Events: 10, Content: 9, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
-		Usage: true, Prompt: 12, Output: 124, Timing: true, Decode: 1339851200,
-		Engine: eng{stages.EngineQueue: 64549900, stages.EnginePrefill: 61735200}}},
+		Usage: true, Prompt: 12, Output: 124, Timing: true, Inferred: true, QueueInferred: true, Decode: 1339851200,
+		Engine: eng{stages.EngineRecv: 64549900, stages.EnginePrefill: 61735200,
+			stages.EngineQueue: 150*ms - 64549900 - 61735200}}},
 
 	// vLLM 0.5 chat stream: the first chunk's delta is the role alone (no
 	// content key), not content.

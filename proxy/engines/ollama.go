@@ -21,16 +21,23 @@ import (
 //   - usage: prompt_eval_count (cached plus evaluated prompt tokens),
 //     eval_count, on the final line.
 //   - durations, NANOSECONDS, on the final line only:
-//     load_duration → EngineQueue: from the handler's start to the
-//     scheduler handing over a runner, so the scheduler's pending queue
-//     (OLLAMA_MAX_QUEUE), waiting for other models to unload, and loading
-//     this one (server/routes.go checkpointStart/checkpointLoaded). The wait
-//     for one of OLLAMA_NUM_PARALLEL slots happens later and is not in it.
+//     load_duration: from the handler's start (before it decodes the
+//     request) to the scheduler handing over a runner (server/routes.go
+//     checkpointStart, checkpointLoaded; server/sched.go GetRunner). Warm,
+//     that is the handler reading the request, the model's manifest and a
+//     health ping of the loaded runner: milliseconds, → EngineRecv. When
+//     the model had to be loaded (a runner process started, the weights
+//     read), or the request waited for a load under way (it waits on the
+//     runner's lock), it is that load: at least ollamaLoadMin, → EngineLoad.
+//     The response says nothing else about a load: its size is the sign.
 //     prompt_eval_duration → EnginePrefill (llama-server's prompt_ms).
 //     eval_duration → Event.Decode.
+//   - no queue: the wait for one of OLLAMA_NUM_PARALLEL slots (a semaphore
+//     in the runner's client, llm/server.go Completion) comes after
+//     load_duration and is in none of the durations. Event.Inferred is set,
+//     and InferQueue infers the queue at done.
 //
-// The fields are omitempty: a missing one is not reported (an Ollama whose
-// final line lacks load_duration gets its queue inferred by InferQueue).
+// The fields are omitempty: a missing one is not reported.
 // Ollama's OpenAI-compatible /v1 endpoints carry no timing: use "generic"
 // for them, or this reader (it reads OpenAI chunks too).
 type OllamaReader struct{}
@@ -67,11 +74,36 @@ func (*OllamaReader) read(v *jsonValue, ev Event, tl *stages.Timeline) Event {
 		ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
 	}
 	ollamaDurations.read(v, tl, &ev)
+	ollamaLoad(v, tl, &ev)
 	return ev
 }
 
-// ollamaDurations are the durations of Ollama's last line.
-var ollamaDurations = durationFields{queue: "load_duration", prefill: "prompt_eval_duration", decode: "eval_duration", unit: time.Nanosecond}
+// ollamaDurations are the durations of Ollama's last line; it has no queue
+// (load_duration is read by ollamaLoad).
+var ollamaDurations = durationFields{prefill: "prompt_eval_duration", decode: "eval_duration", unit: time.Nanosecond}
+
+// ollamaLoadMin is the shortest load_duration read as a model load. Warm,
+// load_duration is the handler's own work and a local health ping (a few
+// ms to a few tens of ms: 64.5 ms in testdata/ollama/public_chat_stream.txt
+// on Windows); a load starts a runner process and reads the weights into
+// memory (280-300 ms for a small model on a fast machine, seconds for most;
+// 3.1 s in public_chat_whole.txt).
+const ollamaLoadMin = 100 * time.Millisecond
+
+// ollamaLoad records load_duration in v: EngineLoad when it is a model load
+// (ollamaLoadMin or more), EngineRecv otherwise.
+func ollamaLoad(v *jsonValue, tl *stages.Timeline, ev *Event) {
+	d, ok := durField(v, "load_duration", time.Nanosecond)
+	if !ok {
+		return
+	}
+	which := stages.EngineRecv
+	if d >= ollamaLoadMin {
+		which = stages.EngineLoad
+	}
+	setEngine(tl, which, d)
+	ev.Timing = true
+}
 
 // Reset does nothing: the reader keeps no per-request state.
 func (*OllamaReader) Reset() {}

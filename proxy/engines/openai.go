@@ -43,9 +43,9 @@ type Event struct {
 	// them on the Timeline.
 	Timing bool
 	// Inferred: the engine reports prefill but no queue for this request
-	// (llama.cpp, or SGLang/Ollama when their queue field is missing), so
-	// the queue must be inferred at the end of the response: call
-	// InferQueue. The durations recorded from this event are measured.
+	// (llama.cpp, Ollama, or SGLang/vLLM when their queue field is
+	// missing), so the queue must be inferred at the end of the response:
+	// call InferQueue. The durations recorded from this event are measured.
 	Inferred bool
 	// EventType is the Anthropic Messages event kind (the data's "type");
 	// EventNone for every other protocol.

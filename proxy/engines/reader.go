@@ -20,7 +20,7 @@ import (
 //	r.Header(resp.Peek, tl)        // once the upstream headers are read
 //	r.Event(data, tl)              // per SSE data field / NDJSON line, or once with a whole body
 //	r.Header(trailer.Peek, tl)     // after the body ended (trailers), if any
-//	InferQueue(tl)                 // at done, after the last Event and Header
+//	InferQueue(tl, slotWait)       // at done, after the last Event and Header
 //
 // Every reader reads the OpenAI-compatible fields (content, finish reason,
 // [DONE], error, usage) with OpenAI.Inspect's semantics; each adds its
@@ -86,41 +86,65 @@ func NewReader(kind string) (Reader, error) {
 	return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownKind, kind, strings.Join(Kinds, ", "))
 }
 
-// InferQueue infers the engine queue of an engine that reports its prefill
-// but not its queue (llama.cpp always; SGLang and Ollama when their queue
-// field is missing): EngineQueue = (FirstToken − UpstreamSent) −
-// EnginePrefill, the part of the upstream window before the first token that
-// the engine did not account for. It is an upper bound of the real queue: it
-// also holds the network both ways, the engine's HTTP handling, templating
-// and tokenization, and for llama.cpp the wait for a free slot.
+// InferQueue infers the engine queue where the engine reported none
+// (llama.cpp always; Ollama; vLLM, SGLang when their queue field is
+// missing; any engine that reports nothing), and records it with
+// Timeline.InferEngine so the record keeps it apart from what was reported.
+// The proxy calls it once at done for every request, after the last Event
+// and Header: a reader records durations as the events arrive, so calling
+// it earlier would infer from an incomplete report. It reports whether it
+// inferred the queue. Two inferences, the first that applies:
 //
-// It records the queue only when it is positive, the engine reported a
-// prefill and no queue, and both marks are set; it reports whether it did,
-// in which case the record's engine report is inferred, not measured. The
-// relay calls it once at done for every kind (a no-op where it does not
-// apply). A reader records durations as the events arrive, so calling it
-// earlier (before the final chunk) would infer from an incomplete report.
-func InferQueue(tl *stages.Timeline) bool {
+//   - slotWait > 0: the proxy's own account of the request's wait for one
+//     of the engine's slots, from the requests it had in flight to that
+//     upstream (the wait until enough of those sent before it ended). It
+//     is what the engine would have reported as its queue, with no
+//     network, handling or tokenization in it: what the report leaves of
+//     the window stays unattributed.
+//   - the engine reported a prefill: the queue is what the engine's report
+//     leaves of the upstream window before the first token, (FirstTokenArrived
+//     − UpstreamSent) minus the reported parts. It is an upper bound of the
+//     real queue: it also holds the network both ways and whatever the
+//     engine did not report (its HTTP handling, templating, tokenization).
+//
+// Either is cut to what the reported parts leave of the window, so an
+// inferred queue never makes the report inconsistent; nothing is recorded
+// when nothing is left, or without the marks.
+func InferQueue(tl *stages.Timeline, slotWait time.Duration) bool { return inferQueue(tl, slotWait, 0) }
+
+// inferQueue is InferQueue where the engine also spent decode generating
+// before the first token reached the proxy: a whole body's decode.
+func inferQueue(tl *stages.Timeline, slotWait, decode time.Duration) bool {
 	if tl == nil {
 		return false
 	}
 	if _, ok := tl.Engine(stages.EngineQueue); ok {
 		return false
 	}
-	prefill, ok := tl.Engine(stages.EnginePrefill)
-	if !ok {
-		return false
-	}
 	sent, ok1 := tl.At(stages.UpstreamSent)
-	first, ok2 := tl.At(stages.FirstToken)
+	first, ok2 := tl.At(stages.FirstTokenArrived)
+	if !ok2 {
+		first, ok2 = tl.At(stages.FirstToken)
+	}
 	if !ok1 || !ok2 {
 		return false
 	}
-	q := first - sent - prefill
+	left := first - sent - decode
+	for d := range stages.NumEngineDurs {
+		if v, ok := tl.Engine(d); ok && d != stages.EngineSync && v > 0 {
+			left -= v
+		}
+	}
+	q := left
+	if slotWait > 0 {
+		q = min(slotWait, left)
+	} else if _, ok := tl.Engine(stages.EnginePrefill); !ok {
+		return false
+	}
 	if q <= 0 {
 		return false
 	}
-	tl.SetEngine(stages.EngineQueue, q)
+	tl.InferEngine(stages.EngineQueue, q)
 	return true
 }
 
@@ -237,7 +261,8 @@ func durField(v *jsonValue, key string, unit time.Duration) (time.Duration, bool
 }
 
 // durationFields name the fields in which an engine reports its queue, its
-// prefill and its decode, all in unit.
+// prefill and its decode, all in unit; an engine with no queue field leaves
+// queue empty.
 type durationFields struct {
 	queue, prefill, decode string
 	unit                   time.Duration
@@ -247,7 +272,10 @@ type durationFields struct {
 // Inferred (a prefill without a queue: InferQueue infers it at done) and
 // Decode.
 func (f durationFields) read(v *jsonValue, tl *stages.Timeline, ev *Event) {
-	queue, okq := durField(v, f.queue, f.unit)
+	queue, okq := time.Duration(0), false
+	if f.queue != "" {
+		queue, okq = durField(v, f.queue, f.unit)
+	}
 	if okq {
 		setEngine(tl, stages.EngineQueue, queue)
 		ev.Timing = true

@@ -75,44 +75,68 @@ func TestReadersAgreeWithInspect(t *testing.T) {
 }
 
 func TestInferQueue(t *testing.T) {
-	mk := func(sent, first, prefill, queue time.Duration, marks bool) *stages.Timeline {
-		tl := newTL()
-		if marks {
-			tl.MarkAt(stages.UpstreamSent, sent)
-			tl.MarkAt(stages.FirstToken, first)
+	// tl: the request sent at 1 ms; its first token arrived at arrived (0:
+	// only parsed, at first); the engine's reported parts.
+	type tl struct {
+		arrived, first time.Duration
+		reported       map[stages.EngineDur]time.Duration
+	}
+	mk := func(c tl) *stages.Timeline {
+		t := newTL()
+		if c.first > 0 {
+			t.MarkAt(stages.UpstreamSent, ms)
+			t.MarkAt(stages.FirstToken, c.first)
 		}
-		if prefill >= 0 {
-			tl.SetEngine(stages.EnginePrefill, prefill)
+		if c.arrived > 0 {
+			t.MarkAt(stages.FirstTokenArrived, c.arrived)
 		}
-		if queue >= 0 {
-			tl.SetEngine(stages.EngineQueue, queue)
+		for d, v := range c.reported {
+			t.SetEngine(d, v)
 		}
-		return tl
+		return t
+	}
+	pf := func(v time.Duration) map[stages.EngineDur]time.Duration {
+		return map[stages.EngineDur]time.Duration{stages.EnginePrefill: v}
 	}
 	tests := []struct {
-		name  string
-		tl    *stages.Timeline
-		ok    bool
-		queue time.Duration
+		name     string
+		tl       tl
+		slotWait time.Duration
+		queue    time.Duration // -1: none recorded
+		inferred bool
 	}{
-		{"inferred", mk(ms, 51*ms, 20*ms, -1, true), true, 30 * ms},
-		{"queue reported", mk(ms, 51*ms, 20*ms, 5*ms, true), false, 5 * ms},
-		{"no prefill", mk(ms, 51*ms, -1, -1, true), false, -1},
-		{"no marks", mk(0, 0, 20*ms, -1, false), false, -1},
-		{"prefill longer than the window", mk(ms, 11*ms, 20*ms, -1, true), false, -1},
-		{"prefill equal to the window", mk(ms, 21*ms, 20*ms, -1, true), false, -1},
-		{"zero prefill", mk(ms, 11*ms, 0, -1, true), true, 10 * ms},
+		{"window minus prefill", tl{first: 51 * ms, reported: pf(20 * ms)}, 0, 30 * ms, true},
+		{"from the arrival, not the parse", tl{arrived: 41 * ms, first: 51 * ms, reported: pf(20 * ms)}, 0, 20 * ms, true},
+		{"window minus every reported part", tl{first: 51 * ms, reported: map[stages.EngineDur]time.Duration{
+			stages.EnginePrefill: 20 * ms, stages.EngineLoad: 15 * ms, stages.EngineRecv: 2 * ms, stages.EngineSync: 9 * ms}},
+			0, 13 * ms, true},
+		{"queue reported", tl{first: 51 * ms, reported: map[stages.EngineDur]time.Duration{
+			stages.EnginePrefill: 20 * ms, stages.EngineQueue: 5 * ms}}, 40 * ms, 5 * ms, false},
+		{"no prefill, no slot wait", tl{first: 51 * ms}, 0, -1, false},
+		{"no marks", tl{reported: pf(20 * ms)}, 10 * ms, -1, false},
+		{"prefill longer than the window", tl{first: 11 * ms, reported: pf(20 * ms)}, 0, -1, false},
+		{"prefill equal to the window", tl{first: 21 * ms, reported: pf(20 * ms)}, 0, -1, false},
+		{"zero prefill", tl{first: 11 * ms, reported: pf(0)}, 0, 10 * ms, true},
+		{"slot wait, with a prefill", tl{first: 51 * ms, reported: pf(20 * ms)}, 25 * ms, 25 * ms, true},
+		{"slot wait, nothing reported", tl{first: 51 * ms}, 25 * ms, 25 * ms, true},
+		{"slot wait cut to what the report leaves", tl{first: 51 * ms, reported: pf(20 * ms)}, 45 * ms, 30 * ms, true},
+		{"slot wait, the report fills the window", tl{first: 51 * ms, reported: pf(50 * ms)}, 25 * ms, -1, false},
+		{"negative slot wait: none", tl{first: 51 * ms}, -5 * ms, -1, false},
 	}
 	for _, tc := range tests {
-		if got := InferQueue(tc.tl); got != tc.ok {
-			t.Errorf("%s: InferQueue = %v, want %v", tc.name, got, tc.ok)
+		tl := mk(tc.tl)
+		if got := InferQueue(tl, tc.slotWait); got != (tc.queue >= 0 && tc.inferred) {
+			t.Errorf("%s: InferQueue = %v", tc.name, got)
 		}
-		q, ok := tc.tl.Engine(stages.EngineQueue)
+		q, ok := tl.Engine(stages.EngineQueue)
 		if tc.queue < 0 && ok || tc.queue >= 0 && (!ok || q != tc.queue) {
 			t.Errorf("%s: queue %v (set %v), want %v", tc.name, q, ok, tc.queue)
 		}
+		if got := tl.Inferred().Has(stages.EngineQueue); got != tc.inferred {
+			t.Errorf("%s: queue inferred %v, want %v", tc.name, got, tc.inferred)
+		}
 	}
-	if InferQueue(nil) {
+	if InferQueue(nil, ms) {
 		t.Error("InferQueue(nil) = true")
 	}
 }
@@ -546,4 +570,37 @@ func FuzzTGIHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOllamaLoad: load_duration is a model load from ollamaLoadMin on, the
+// handler's own work (recv) below it; Ollama never reports a queue.
+func TestOllamaLoad(t *testing.T) {
+	tests := []struct {
+		load  string // load_duration's JSON, "" for none
+		which stages.EngineDur
+	}{
+		{"", stages.NumEngineDurs},
+		{"0", stages.EngineRecv},
+		{"8791", stages.EngineRecv},
+		{"99999999", stages.EngineRecv},
+		{"100000000", stages.EngineLoad},
+		{"3106878899", stages.EngineLoad},
+	}
+	for _, tc := range tests {
+		line := `{"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_duration":5000000`
+		if tc.load != "" {
+			line += `,"load_duration":` + tc.load
+		}
+		tl := newTL()
+		ev := new(OllamaReader).Event([]byte(line+"}"), tl)
+		if !ev.Timing || !ev.Inferred {
+			t.Errorf("%s: Timing %v, Inferred %v; want both", tc.load, ev.Timing, ev.Inferred)
+		}
+		for d := range stages.NumEngineDurs {
+			_, ok := tl.Engine(d)
+			if want := d == tc.which || d == stages.EnginePrefill; ok != want {
+				t.Errorf("load_duration %s: %v recorded %v, want %v", tc.load, d, ok, want)
+			}
+		}
+	}
 }

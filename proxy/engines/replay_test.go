@@ -74,7 +74,7 @@ type replayed struct {
 	Inferred        bool // some event said the queue is to be inferred
 	HeaderTiming    bool // Header recorded durations (headers or trailers)
 	CommentTiming   bool // the in-band comment did (the relay's part, emulated)
-	QueueInferred   bool // InferQueue recorded the queue at done
+	QueueInferred   bool // InferQueue recorded the queue at done (no slot wait)
 	Decode          time.Duration
 	Types           string // Anthropic event types, space-separated
 	Engine          map[stages.EngineDur]time.Duration
@@ -183,7 +183,7 @@ func replay(t testing.TB, r Reader, tr transcript, ttfb time.Duration, trailer s
 		th := http.Header{"Server-Timing": {trailer}}
 		got.HeaderTiming = r.Header(headerFunc(th), &tl) || got.HeaderTiming
 	}
-	got.QueueInferred = InferQueue(&tl)
+	got.QueueInferred = InferQueue(&tl, 0)
 	for d := stages.EngineQueue; d < stages.NumEngineDurs; d++ {
 		if v, ok := tl.Engine(d); ok {
 			got.Engine[d] = v
@@ -295,12 +295,12 @@ func TestReplayTranscripts(t *testing.T) {
 		// Ollama: NDJSON, nanoseconds.
 		{"ollama/chat_stream.txt", KindOllama, 1500 * ms, "", replayed{
 			Events: 6, Content: 5, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
-			Usage: true, Prompt: 26, Output: 5, Timing: true, Decode: 240500 * us,
-			Engine: eng{Q: 1021167458, PF: 312 * ms}}},
+			Usage: true, Prompt: 26, Output: 5, Timing: true, Inferred: true, QueueInferred: true, Decode: 240500 * us,
+			Engine: eng{stages.EngineLoad: 1021167458, PF: 312 * ms, Q: 1500*ms - 1021167458 - 312*ms}}},
 		{"ollama/generate_stream.txt", KindOllama, 60 * ms, "", replayed{
 			Events: 4, Content: 3, FirstContent: 0, Finish: endreason.FinishLength, Done: true,
-			Usage: true, Prompt: 11, Output: 3, Timing: true, Decode: 40125 * us,
-			Engine: eng{Q: 8791, PF: 43210 * us}}},
+			Usage: true, Prompt: 11, Output: 3, Timing: true, Inferred: true, QueueInferred: true, Decode: 40125 * us,
+			Engine: eng{stages.EngineRecv: 8791, PF: 43210 * us, Q: 60*ms - 8791 - 43210*us}}},
 		{"ollama/chat_thinking_tools_no_load.txt", KindOllama, 200 * ms, "", replayed{
 			Events: 3, Content: 2, Reasoning: 1, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
 			Usage: true, Prompt: 40, Output: 12, Timing: true, Inferred: true, QueueInferred: true, Decode: 300 * ms,
@@ -309,8 +309,8 @@ func TestReplayTranscripts(t *testing.T) {
 			Events: 3, Content: 2, FirstContent: 0, Error: true, Engine: eng{}}},
 		{"ollama/chat_whole.txt", KindOllama, 4900 * ms, "", replayed{
 			Events: 1, Content: 1, FirstContent: 0, Finish: endreason.FinishStop, Done: true,
-			Usage: true, Prompt: 26, Output: 7, Timing: true, Decode: 4535599 * us,
-			Engine: eng{Q: 1334875, PF: 342546 * us}}},
+			Usage: true, Prompt: 26, Output: 7, Timing: true, Inferred: true, QueueInferred: true, Decode: 4535599 * us,
+			Engine: eng{stages.EngineRecv: 1334875, PF: 342546 * us, Q: 4900*ms - 1334875 - 342546*us}}},
 
 		// SGLang native /generate: meta_info, seconds; cumulative text.
 		{"sglang/generate_stream.txt", KindSGLang, 70 * ms, "", replayed{

@@ -2,6 +2,7 @@ package engines
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
@@ -24,20 +25,24 @@ const SourceServerTiming = "server-timing"
 //	body, drop := r.UpstreamBody(...) // the body to send upstream
 //	r.Headers(resp.Peek, tl)          // once the upstream headers are read
 //	r.Comment(c, tl) / r.Event(d, tl) // per SSE comment and data, or once with a whole body
-//	r.End(trailer.Peek, tl)           // after the body ended
+//	r.End(trailer.Peek, tl, slotWait) // after the body ended
 //	r.Source(), r.Phase(...)          // for the record
 type Report struct {
 	rd          Reader
 	source      string
 	phase       endreason.Phase
-	heldHeaders bool     // the request asked the reference engine to hold its headers
+	heldHeaders bool // the request asked the reference engine to hold its headers
+	// wholeDecode is the decode the engine reported with the first content
+	// and the end (a whole body): generated before the first token reached
+	// the proxy.
+	wholeDecode time.Duration
 	readers     []Reader // one per kind met, reused across requests
 }
 
 // Begin readies r for a request to an engine of kind (one of Kinds; an
 // unknown kind reads as generic). reqHeader reads the request's headers.
 func (r *Report) Begin(kind string, reqHeader func(name string) []byte) {
-	r.rd, r.source, r.phase = r.reader(kind), "", endreason.PhaseNone
+	r.rd, r.source, r.phase, r.wholeDecode = r.reader(kind), "", endreason.PhaseNone, 0
 	r.heldHeaders = kind == KindReference && WithholdsHeaders(reqHeader(FaultHeader))
 }
 
@@ -117,6 +122,9 @@ func (r *Report) Event(data []byte, tl *stages.Timeline) Event {
 			r.source = k
 		}
 	}
+	if ev.Content && ev.Decode > 0 && (ev.Done || ev.Finish != endreason.FinishNone) && tl != nil && !tl.Has(stages.FirstToken) {
+		r.wholeDecode = ev.Decode
+	}
 	return ev
 }
 
@@ -131,14 +139,14 @@ func (r *Report) Recognised() string {
 }
 
 // End reads the trailers after the body ended, and infers the engine queue
-// where the engine reports its prefill but not its queue (see InferQueue);
-// it reports whether it inferred it.
-func (r *Report) End(trailer func(name string) []byte, tl *stages.Timeline) (inferred bool) {
+// where the engine reported none (InferQueue, which slotWait is given to;
+// tl.Inferred says what was inferred).
+func (r *Report) End(trailer func(name string) []byte, tl *stages.Timeline, slotWait time.Duration) {
 	if r.rd == nil {
-		return false // the request never reached an engine
+		return // the request never reached an engine
 	}
 	r.Headers(trailer, tl)
-	return InferQueue(tl)
+	inferQueue(tl, slotWait, r.wholeDecode)
 }
 
 // Source names what reported the engine's durations: SourceServerTiming, a

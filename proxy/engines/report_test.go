@@ -3,6 +3,7 @@ package engines
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/stages"
@@ -55,7 +56,7 @@ func TestReportSource(t *testing.T) {
 			if tt.event != "" {
 				r.Event([]byte(tt.event), tl)
 			}
-			r.End(headers(tt.trailer), tl)
+			r.End(headers(tt.trailer), tl, 0)
 			if got := r.Source(); got != tt.want {
 				t.Errorf("source %q, want %q", got, tt.want)
 			}
@@ -137,7 +138,11 @@ func TestReportResetForgets(t *testing.T) {
 	r.Comment([]byte("ttftlens-phase prefill"), tl)
 	r.Headers(headers(map[string]string{"Server-Timing": "prefill;dur=2"}), tl)
 	r.Reset()
-	if r.Source() != "" || r.Phase(true, newTL()) != endreason.PhaseNone || r.End(headers(nil), newTL()) {
+	end := newTL()
+	end.MarkAt(stages.UpstreamSent, 0)
+	end.MarkAt(stages.FirstToken, time.Second)
+	r.End(headers(nil), end, time.Millisecond)
+	if r.Source() != "" || r.Phase(true, newTL()) != endreason.PhaseNone || end.EngineReported() || end.Inferred() != 0 {
 		t.Errorf("after Reset: source %q, phase %v", r.Source(), r.Phase(true, newTL()))
 	}
 }
@@ -217,11 +222,43 @@ func FuzzReport(f *testing.F) {
 			r.Headers(headers(map[string]string{"Server-Timing": header}), tl)
 			r.Comment([]byte(comment), tl)
 			r.Comment([]byte(comment2), tl)
-			r.End(headers(nil), tl)
+			r.End(headers(nil), tl, 0)
 			if src := r.Source(); src != "" && src != SourceServerTiming && src != kind {
 				t.Fatalf("%s: source %q", kind, src)
 			}
 			_ = r.Phase(true, tl)
 		}
 	})
+}
+
+// TestReportWholeDecode: a whole body's first token came after the engine's
+// decode, which the inferred queue leaves out.
+func TestReportWholeDecode(t *testing.T) {
+	const ms = time.Millisecond
+	body := `{"message":{"role":"assistant","content":"hi"},"done":true,"done_reason":"stop",` +
+		`"load_duration":2000000,"prompt_eval_duration":30000000,"eval_duration":50000000}`
+	stream := `{"message":{"role":"assistant","content":"hi"},"done":false}`
+	tests := []struct {
+		name   string
+		events []string
+		queue  time.Duration
+	}{
+		{"whole body", []string{body}, 100*ms - 2*ms - 30*ms - 50*ms},
+		{"stream: decode after the first token", []string{stream, body}, 100*ms - 2*ms - 30*ms},
+	}
+	for _, tc := range tests {
+		var r Report
+		tl := newTL()
+		tl.MarkAt(stages.UpstreamSent, 0)
+		r.Begin(KindOllama, headers(nil))
+		for _, e := range tc.events {
+			if ev := r.Event([]byte(e), tl); ev.Content {
+				tl.MarkAt(stages.FirstToken, 100*ms)
+			}
+		}
+		r.End(headers(nil), tl, 0)
+		if q, _ := tl.Engine(stages.EngineQueue); q != tc.queue || !tl.Inferred().Has(stages.EngineQueue) {
+			t.Errorf("%s: queue %v (inferred %b), want %v inferred", tc.name, q, tl.Inferred(), tc.queue)
+		}
+	}
 }

@@ -135,8 +135,7 @@ func (r *SpanReport) set(s SpanShape, h spanHas, dst *time.Duration, d time.Dura
 }
 
 // Apply records the span's durations on tl, carved as any engine report is
-// (stages.Timeline.Breakdown), and reports whether it recorded any and
-// whether it inferred the prefill rather than read it:
+// (stages.Timeline.Breakdown):
 //
 //   - gen_ai.latency (vLLM): time_in_queue → EngineQueue,
 //     time_in_model_prefill (scheduled to first token, so the first decode
@@ -152,13 +151,17 @@ func (r *SpanReport) set(s SpanShape, h spanHas, dst *time.Duration, d time.Dura
 //   - TGI: queue_time → EngineQueue, validation_time → EngineTokenize; its
 //     inference_time is prefill and the whole decode, so the prefill is
 //     inferred: the upstream window (UpstreamSent to FirstToken) less what
-//     the span gave, as InferQueue does for a missing queue.
+//     the span gave, as InferQueue does for a missing queue (recorded as
+//     inferred: Timeline.InferEngine).
 //
-// An engine report already on tl (an in-band one) is left as it is.
-func (r *SpanReport) Apply(tl *stages.Timeline, st StageSpans) (applied, prefillInferred bool) {
+// An engine report already on tl (an in-band one) is left as it is; what
+// the proxy inferred (a slot wait) gives way to the span. Apply reports
+// whether it recorded anything.
+func (r *SpanReport) Apply(tl *stages.Timeline, st StageSpans) bool {
 	if tl.EngineReported() {
-		return false, false
+		return false
 	}
+	tl.DropInferred()
 	switch r.Shape {
 	case ShapeGenAI:
 		queue, queued := r.Queue, r.Has&hasQueue != 0
@@ -183,11 +186,10 @@ func (r *SpanReport) Apply(tl *stages.Timeline, st StageSpans) (applied, prefill
 			tl.SetEngine(stages.EngineTokenize, r.Prep)
 		}
 		if p, ok := windowLeft(tl, r.Queue+r.Prep); ok {
-			tl.SetEngine(stages.EnginePrefill, p)
-			prefillInferred = true
+			tl.InferEngine(stages.EnginePrefill, p)
 		}
 	}
-	return tl.EngineReported(), prefillInferred
+	return tl.EngineReported()
 }
 
 // StageSpans is what an engine's stage spans (children of its request

@@ -24,12 +24,14 @@ const POLL_MS = 1500;
 const SVGNS = "http://www.w3.org/2000/svg";
 
 // Okabe–Ito colours (distinguishable with common colour-vision
-// deficiencies); unattributed is grey and hatched, as "unknown".
+// deficiencies); unattributed is grey and hatched, as "unknown". A part the
+// proxy inferred rather than read from the engine keeps its stage's colour,
+// hatched white over it, and says "(inferred)".
 const STAGES = ["gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport"];
 const COLORS = {
   gateway: "#56B4E9", route: "#0072B2", queue: "#E69F00", preparation: "#F0E442",
   prefill: "#D55E00", first_decode: "#CC79A7", unattributed: "url(#hatch)", transport: "#009E73",
-  reasoning: "#88CCEE", decode: "#332288", finish: "#BBBBBB", upstream: "url(#hatch-red)",
+  reasoning: "#88CCEE", decode: "#332288", finish: "#BBBBBB", upstream: "url(#hatch-red)", load: "#882255",
 };
 const SOLID = Object.assign({}, COLORS, { unattributed: "#A0A0A0", upstream: "#E8A09A" });
 const LABELS = { first_decode: "first decode" };
@@ -79,7 +81,9 @@ function patterns() {
     el("pattern", { id: "hatch", width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" },
       el("rect", { width: 6, height: 6, fill: "#D0D0D0" }), el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#808080", "stroke-width": 2 })),
     el("pattern", { id: "hatch-red", width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" },
-      el("rect", { width: 6, height: 6, fill: "#F6D5D2" }), el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#B3261E", "stroke-width": 2 })));
+      el("rect", { width: 6, height: 6, fill: "#F6D5D2" }), el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#B3261E", "stroke-width": 2 })),
+    el("pattern", { id: "hatch-over", width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" },
+      el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#FFFFFF", "stroke-width": 2.5 })));
 }
 
 // niceStep returns a tick spacing giving about n ticks over max.
@@ -207,11 +211,16 @@ function drawWaterfall(req) {
     const y = top + i * rowH;
     const x = labelW + (s.start_ms / end) * barW;
     const w = (s.dur_ms / end) * barW;
-    svg.append(el("text", { x: 0, y: y + 15, text: label(s.name) + (s.kind === "open" ? " (ended)" : "") }));
+    const name = label(s.name) + (s.kind === "open" ? " (ended)" : "") + (s.inferred ? " (inferred)" : "");
+    svg.append(el("text", { x: 0, y: y + 15, text: name }));
     svg.append(el("rect", {
-      class: "bar" + (w < 1 ? " zero" : ""), x, y: y + 3, width: Math.max(w, 1), height: rowH - 6,
+      class: "bar" + (w < 1 ? " zero" : "") + (s.inferred ? " inferred" : ""), x, y: y + 3, width: Math.max(w, 1), height: rowH - 6,
       fill: COLORS[s.name] || SOLID.finish, "data-stage": s.name, "data-kind": s.kind, "data-ms": s.dur_ms, "data-width": w.toFixed(2),
-    }, el("title", { text: `${label(s.name)}: ${fmtMs(s.dur_ms)} (${fmtMs(s.start_ms)} → ${fmtMs(s.end_ms)})` })));
+      "data-inferred": s.inferred ? "true" : null,
+    }, el("title", { text: `${name}: ${fmtMs(s.dur_ms)} (${fmtMs(s.start_ms)} → ${fmtMs(s.end_ms)})` })));
+    if (s.inferred) {
+      svg.append(el("rect", { class: "hatch", x, y: y + 3, width: Math.max(w, 1), height: rowH - 6, fill: "url(#hatch-over)", "pointer-events": "none" }));
+    }
     svg.append(el("text", { x: x + Math.max(w, 1) + 4, y: y + 15, class: "ms", text: fmtMs(s.dur_ms) }));
   });
   const marker = (name, at, textY) => {
