@@ -143,15 +143,6 @@ func (m *manifests) container(deployment, container string) (*appsv1.Deployment,
 	return nil, nil
 }
 
-// setArg replaces the container's --name=... arg.
-func setArg(c *corev1.Container, name, value string) {
-	for i, a := range c.Args {
-		if strings.HasPrefix(a, "--"+name+"=") {
-			c.Args[i] = "--" + name + "=" + value
-		}
-	}
-}
-
 // brokenReferences are changes to the rendered manifests that decode but
 // that a cluster would run otherwise than the manifests say; each must be
 // found, with the words in want.
