@@ -51,7 +51,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     - --upstream=http://127.0.0.1:{{ .Values.sidecar.engine.port }}
     {{- end }}
     - --engine={{ $t.engine }}
-    - --scrape-engine-metrics={{ $t.scrapeEngineMetrics }}
+    {{- with $t.scrapeEngineMetrics }}
+    - --scrape-engine-metrics={{ . }}
+    {{- end }}
     - --first-token-timeout={{ $t.firstTokenTimeout }}
     {{- $spans := .Values.ttftlens.receiveSpans }}
     {{- if include "ttftlens.receiveSpans" . }}
