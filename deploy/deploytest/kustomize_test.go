@@ -203,6 +203,18 @@ var brokenReferences = []struct {
 		_, c := m.container("llama-8b", "vllm")
 		setArg(c, "shutdown-timeout", "120")
 	}, "the proxy would cut streams it finishes"},
+	{"engine not pointed at the span receiver", "sidecar", func(m *manifests) {
+		_, c := m.container("llama-8b", "vllm")
+		setArg(c, "otlp-traces-endpoint", "http://127.0.0.1:4318")
+	}, "not to ttftlens' --receive-otlp-grpc=127.0.0.1:4317"},
+	{"pod grace without the span wait", "sidecar", func(m *manifests) {
+		n := int64(84)
+		m.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &n
+	}, "the kubelet would kill ttftlens while the last records wait"},
+	{"proxy grace without the span wait", "sidecar-plain", func(m *manifests) {
+		_, c := m.container("llama-8b", "ttftlens")
+		setArg(c, "shutdown-grace", "75s")
+	}, "the last stream's record could not wait for its span"},
 	{"upstream port", "sidecar", func(m *manifests) {
 		_, c := m.container("llama-8b", "ttftlens")
 		setArg(c, "upstream", "http://127.0.0.1:8001")
