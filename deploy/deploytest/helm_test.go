@@ -57,6 +57,10 @@ func chartValueSets(t *testing.T) map[string]map[string]any {
 		"podDisruptionBudget": map[string]any{"enabled": false},
 		"shutdown":            map[string]any{"preStopSleepSeconds": 0},
 	}
+	sets["gateway receiving spans, one replica"] = map[string]any{
+		"ttftlens": map[string]any{"receiveSpans": map[string]any{"enabled": true}},
+		"gateway":  map[string]any{"replicas": 1, "autoscaling": map[string]any{"enabled": false}},
+	}
 	return sets
 }
 
@@ -170,7 +174,7 @@ func TestHelmChart(t *testing.T) {
 				}
 			}
 			mode, _ := final.PathValue("mode")
-			c := chartCheck{t: t, objs: objs, deploy: objs.deployments[0], mode: mode.(string)}
+			c := chartCheck{t: t, objs: objs, deploy: objs.deployments[0], mode: mode.(string), values: final}
 			c.pod()
 			c.shutdown()
 			c.service()
@@ -186,6 +190,7 @@ type chartCheck struct {
 	objs   renderedObjects
 	deploy *appsv1.Deployment
 	mode   string
+	values chartutil.Values // the defaults with the rendering's values over them
 }
 
 func (c *chartCheck) podSpec() *corev1.PodSpec { return &c.deploy.Spec.Template.Spec }
@@ -207,14 +212,7 @@ func (c *chartCheck) ttftlens() *corev1.Container {
 }
 
 // flag is the value of --name=value in the ttftlens container's args.
-func (c *chartCheck) flag(name string) (string, bool) {
-	for _, a := range c.ttftlens().Args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
+func (c *chartCheck) flag(name string) (string, bool) { return flagValue(c.ttftlens().Args, name) }
 
 // containerPort is the port named name in container ct.
 func containerPort(ct *corev1.Container, name string) (int32, bool) {
@@ -337,6 +335,32 @@ func (c *chartCheck) shutdown() {
 	if tgps <= preStop+grace {
 		t.Errorf("terminationGracePeriodSeconds %v: not above the preStop sleep %v plus --shutdown-grace %v", tgps, preStop, grace)
 	}
+	// With spans received, --shutdown-grace holds the streams' grace and
+	// then the last record's wait for its span.
+	if waitFlag, on := c.flag("receive-otlp-wait"); on {
+		wait, _ := time.ParseDuration(waitFlag)
+		streams, _ := c.values.PathValue("shutdown.graceSeconds")
+		if want := time.Duration(toInt(streams))*time.Second + wait; grace < want {
+			t.Errorf("--shutdown-grace %v < shutdown.graceSeconds %vs + --receive-otlp-wait %v: a stream ending late would leave its record no time for its span", grace, streams, wait)
+		}
+	}
+	for _, err := range spanProblems(spec, c.ttftlens()) {
+		t.Error(err)
+	}
+}
+
+// toInt is a numeric value of the chart's values (an int, or a float64
+// from JSON).
+func toInt(v any) int {
+	switch n := v.(type) {
+	case int:
+		return n
+	case int64:
+		return int(n)
+	case float64:
+		return int(n)
+	}
+	return 0
 }
 
 // service: its selector selects the pods, and every targetPort resolves

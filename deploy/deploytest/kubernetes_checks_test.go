@@ -32,12 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-const (
-	proxyName = "ttftlens" // the ttftlens container's name in every pod
-	// cutMargin is how long ttftlens may take after --shutdown-grace to cut
-	// what is still running (proxy.cutWait, twice) and exit.
-	cutMargin = 5 * time.Second
-)
+const proxyName = "ttftlens" // the ttftlens container's name in every pod
 
 // relabelActions are the actions the operator's CRD accepts, lower case
 // (it takes each capitalised as well).
@@ -83,19 +78,6 @@ func newManifests(objs []any) *manifests {
 	}
 	slices.Sort(m.kinds)
 	return m
-}
-
-// containers are a pod's init containers (native sidecars among them) and
-// its containers.
-func containers(spec *corev1.PodSpec) []*corev1.Container {
-	var out []*corev1.Container
-	for i := range spec.InitContainers {
-		out = append(out, &spec.InitContainers[i])
-	}
-	for i := range spec.Containers {
-		out = append(out, &spec.Containers[i])
-	}
-	return out
 }
 
 // hasPort reports whether the container declares port, by name or number.
@@ -333,33 +315,6 @@ func findContainer(spec *corev1.PodSpec, name string) *corev1.Container {
 	return containers(spec)[i]
 }
 
-// flagValue returns the value of --name in args, given as --name=value.
-func flagValue(args []string, name string) (string, bool) {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// preStopSleep is how long a container's preStop hook sleeps: the sleep
-// action, or an exec of sleep.
-func preStopSleep(c *corev1.Container) time.Duration {
-	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
-		return 0
-	}
-	h := c.Lifecycle.PreStop
-	switch {
-	case h.Sleep != nil:
-		return time.Duration(h.Sleep.Seconds) * time.Second
-	case h.Exec != nil && len(h.Exec.Command) == 2 && h.Exec.Command[0] == "sleep":
-		n, _ := strconv.Atoi(h.Exec.Command[1])
-		return time.Duration(n) * time.Second
-	}
-	return 0
-}
-
 // proxyProblems checks the ttftlens container against its pod: the ports
 // it listens on are the ones it declares, the probes split as the
 // manifests say, its config file comes from a ConfigMap key, and the grace
@@ -443,6 +398,9 @@ func (m *manifests) proxyProblems(d *appsv1.Deployment, c *corev1.Container) []e
 		if podGrace < drain {
 			add("terminationGracePeriodSeconds %v < %s's preStop and drain %v", podGrace, engine.Name, drain)
 		}
+	}
+	for _, err := range spanProblems(spec, c) {
+		add("%v", err)
 	}
 	return errs
 }

@@ -143,15 +143,6 @@ func (m *manifests) container(deployment, container string) (*appsv1.Deployment,
 	return nil, nil
 }
 
-// setArg replaces the container's --name=... arg.
-func setArg(c *corev1.Container, name, value string) {
-	for i, a := range c.Args {
-		if strings.HasPrefix(a, "--"+name+"=") {
-			c.Args[i] = "--" + name + "=" + value
-		}
-	}
-}
-
 // brokenReferences are changes to the rendered manifests that decode but
 // that a cluster would run otherwise than the manifests say; each must be
 // found, with the words in want.
@@ -212,6 +203,18 @@ var brokenReferences = []struct {
 		_, c := m.container("llama-8b", "vllm")
 		setArg(c, "shutdown-timeout", "120")
 	}, "the proxy would cut streams it finishes"},
+	{"engine not pointed at the span receiver", "sidecar", func(m *manifests) {
+		_, c := m.container("llama-8b", "vllm")
+		setArg(c, "otlp-traces-endpoint", "http://127.0.0.1:4318")
+	}, "not to ttftlens' --receive-otlp-grpc=127.0.0.1:4317"},
+	{"pod grace without the span wait", "sidecar", func(m *manifests) {
+		n := int64(84)
+		m.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &n
+	}, "the kubelet would kill ttftlens while the last records wait"},
+	{"proxy grace without the span wait", "sidecar-plain", func(m *manifests) {
+		_, c := m.container("llama-8b", "ttftlens")
+		setArg(c, "shutdown-grace", "75s")
+	}, "the last stream's record could not wait for its span"},
 	{"upstream port", "sidecar", func(m *manifests) {
 		_, c := m.container("llama-8b", "ttftlens")
 		setArg(c, "upstream", "http://127.0.0.1:8001")

@@ -51,9 +51,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     - --upstream=http://127.0.0.1:{{ .Values.sidecar.engine.port }}
     {{- end }}
     - --engine={{ $t.engine }}
-    - --scrape-engine-metrics={{ $t.scrapeEngineMetrics }}
+    {{- with $t.scrapeEngineMetrics }}
+    - --scrape-engine-metrics={{ . }}
+    {{- end }}
     - --first-token-timeout={{ $t.firstTokenTimeout }}
+    {{- $spans := .Values.ttftlens.receiveSpans }}
+    {{- if include "ttftlens.receiveSpans" . }}
+    - --receive-otlp-grpc={{ include "ttftlens.receiveSpansAddress" . }}
+    - --receive-otlp-wait={{ $spans.waitSeconds }}s
+    # The streams' grace, then the last record's wait for its span.
+    - --shutdown-grace={{ add .Values.shutdown.graceSeconds $spans.waitSeconds }}s
+    {{- else }}
     - --shutdown-grace={{ .Values.shutdown.graceSeconds }}s
+    {{- end }}
     - --log-level={{ $t.logLevel }}
     {{- with $t.extraArgs }}
     {{- toYaml . | nindent 4 }}
@@ -79,6 +89,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   ports:
     - {name: http, containerPort: {{ $t.httpPort }}}
     - {name: admin, containerPort: {{ $t.adminPort }}}
+    {{- if and (include "ttftlens.receiveSpans" .) (eq .Values.mode "gateway") }}
+    - {name: otlp-grpc, containerPort: {{ $t.receiveSpans.port }}}
+    {{- end }}
   # Listening: the admin listener answers once serve has started.
   startupProbe:
     httpGet: {path: /health, port: admin}
@@ -113,7 +126,45 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     {{- toYaml $t.securityContext | nindent 4 }}
 {{- end }}
 
-{{/* The pod's termination grace: preStop, then the shutdown grace, then a margin. */}}
+{{/* The pod's termination grace: preStop, then the streams' grace and the last records' wait for their spans, then a margin (values.yaml, shutdown). */}}
 {{- define "ttftlens.terminationGracePeriodSeconds" -}}
-{{- add .Values.shutdown.preStopSleepSeconds .Values.shutdown.graceSeconds .Values.shutdown.marginSeconds }}
+{{- $wait := 0 }}
+{{- if include "ttftlens.receiveSpans" . }}
+{{- $wait = .Values.ttftlens.receiveSpans.waitSeconds }}
+{{- end }}
+{{- add .Values.shutdown.preStopSleepSeconds .Values.shutdown.graceSeconds $wait .Values.shutdown.marginSeconds }}
+{{- end }}
+
+{{/* "true" when ttftlens receives the engines' spans (receiveSpans.enabled; auto: in sidecar mode beside an engine it points at the receiver), else empty. Fails for a gateway of more than one replica, whose spans would reach one replica while the others hold the records. */}}
+{{- define "ttftlens.receiveSpans" -}}
+{{- $on := .Values.ttftlens.receiveSpans.enabled }}
+{{- if eq (toString $on) "auto" }}
+{{- $on = and (eq .Values.mode "sidecar") (ne .Values.sidecar.engine.spans "none") }}
+{{- end }}
+{{- if $on }}
+{{- $g := .Values.gateway }}
+{{- if and (eq .Values.mode "gateway") (or $g.autoscaling.enabled (gt (int $g.replicas) 1)) }}
+{{- fail "ttftlens.receiveSpans in gateway mode needs one replica (gateway.replicas: 1, gateway.autoscaling.enabled: false): an engine sends all its spans to one address, and a span joins only the record of the replica that served its request" }}
+{{- end }}
+{{- true }}
+{{- end }}
+{{- end }}
+
+{{/* The receiver's address: loopback beside the engine, the pod's IP in a gateway. */}}
+{{- define "ttftlens.receiveSpansAddress" -}}
+{{- if eq .Values.mode "sidecar" }}127.0.0.1{{ end }}:{{ .Values.ttftlens.receiveSpans.port }}
+{{- end }}
+
+{{/* The engine's flags that send its spans to the receiver on loopback (sidecar.engine.spans). */}}
+{{- define "ttftlens.engineSpanArgs" -}}
+{{- $addr := printf "127.0.0.1:%v" .Values.ttftlens.receiveSpans.port }}
+{{- $kind := .Values.sidecar.engine.spans }}
+{{- if eq $kind "vllm" }}
+- --otlp-traces-endpoint=http://{{ $addr }}
+{{- else if eq $kind "sglang" }}
+- --enable-trace
+- --otlp-traces-endpoint={{ $addr }}
+{{- else if eq $kind "tgi" }}
+- --otlp-endpoint=http://{{ $addr }}
+{{- end }}
 {{- end }}
