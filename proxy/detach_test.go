@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/valyala/fasthttp"
 	"io"
 	"slices"
 	"strings"
@@ -12,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/internal/leaktest"
 )
 
 // These tests hold a detached stream's connection to what it owes the
@@ -100,7 +101,7 @@ func openConns(p *Proxy) int {
 // goroutines running now are the only ones left (fasthttp's own sleepers
 // aside).
 func goroutinesLeft(t *testing.T) func() {
-	opts := append(slices.Clone(fasthttpSleepers), goleak.IgnoreCurrent())
+	opts := append(slices.Clone(leaktest.FasthttpSleepers), goleak.IgnoreCurrent())
 	return func() { goleak.VerifyNone(t, opts...) }
 }
 

@@ -23,24 +23,13 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ttftlens/ttftlens/internal/leaktest"
 	"github.com/ttftlens/ttftlens/record"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, fasthttpSleepers...)
-}
-
-// fasthttpSleepers are fasthttp's own background goroutines: two cleaners
-// that finish their current sleep (up to 10 s) after Shutdown and exit, and
-// two process-wide singletons (the Date header refresher, the default
-// dialer's address cache). They are named so that any other goroutine left
-// behind still fails the run.
-var fasthttpSleepers = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+	goleak.VerifyTestMain(m, leaktest.FasthttpSleepers...)
 }
 
 // gotRecord is a record as a sink saw it, with what derives from its pooled

@@ -10,19 +10,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ttftlens/ttftlens/internal/leaktest"
+
 	"github.com/ttftlens/ttftlens/bench"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// fasthttp's own background goroutines (see proxy/harness_test.go):
-		// cleaners that end after their current sleep, and process-wide
-		// singletons.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	goleak.VerifyTestMain(m, leaktest.FasthttpSleepers...)
 }
 
 // TestProofCauses is the proof that the breakdown names the right cause:

@@ -9,17 +9,13 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
+	"github.com/ttftlens/ttftlens/internal/leaktest"
+
 	"github.com/ttftlens/ttftlens/exporters"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// fasthttp's own background goroutines (see proxy/harness_test.go).
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	goleak.VerifyTestMain(m, leaktest.FasthttpSleepers...)
 }
 
 // TestAssets checks the page's routes: content types, the security

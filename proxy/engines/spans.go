@@ -89,25 +89,12 @@ func ReadSpan(sp *tracepb.Span) (SpanReport, bool) {
 	rep := SpanReport{PromptTokens: -1, OutputTokens: -1, CachedTokens: -1}
 	for _, kv := range sp.GetAttributes() {
 		v := kv.GetValue()
+		if f, ok := spanDurations[kv.GetKey()]; ok {
+			d, ok := f.parse(v)
+			rep.set(f.shape, f.has, f.field(&rep), d, ok)
+			continue
+		}
 		switch kv.GetKey() {
-		case attrQueue:
-			d, ok := seconds(v)
-			rep.set(ShapeGenAI, hasQueue, &rep.Queue, d, ok)
-		case attrPrefill:
-			d, ok := seconds(v)
-			rep.set(ShapeGenAI, hasPrefill, &rep.Prefill, d, ok)
-		case attrTTFT:
-			d, ok := seconds(v)
-			rep.set(ShapeGenAI, hasTTFT, &rep.TTFT, d, ok)
-		case attrE2E:
-			d, ok := seconds(v)
-			rep.set(ShapeGenAI, hasE2E, &rep.E2E, d, ok)
-		case attrTGIQueue:
-			d, ok := rustDuration(v)
-			rep.set(ShapeTGI, hasQueue, &rep.Queue, d, ok)
-		case attrTGIValidation:
-			d, ok := rustDuration(v)
-			rep.set(ShapeTGI, hasPrep, &rep.Prep, d, ok)
 		case attrTGIInference:
 			if _, ok := rustDuration(v); ok && rep.Shape == ShapeNone {
 				rep.Shape = ShapeTGI
@@ -121,6 +108,24 @@ func ReadSpan(sp *tracepb.Span) (SpanReport, bool) {
 		}
 	}
 	return rep, rep.Shape != ShapeNone
+}
+
+// spanDuration is how one duration attribute is read.
+type spanDuration struct {
+	shape SpanShape
+	has   spanHas
+	parse func(*commonpb.AnyValue) (time.Duration, bool)
+	field func(*SpanReport) *time.Duration
+}
+
+// spanDurations are the duration attributes, by name.
+var spanDurations = map[string]spanDuration{
+	attrQueue:         {ShapeGenAI, hasQueue, seconds, func(r *SpanReport) *time.Duration { return &r.Queue }},
+	attrPrefill:       {ShapeGenAI, hasPrefill, seconds, func(r *SpanReport) *time.Duration { return &r.Prefill }},
+	attrTTFT:          {ShapeGenAI, hasTTFT, seconds, func(r *SpanReport) *time.Duration { return &r.TTFT }},
+	attrE2E:           {ShapeGenAI, hasE2E, seconds, func(r *SpanReport) *time.Duration { return &r.E2E }},
+	attrTGIQueue:      {ShapeTGI, hasQueue, rustDuration, func(r *SpanReport) *time.Duration { return &r.Queue }},
+	attrTGIValidation: {ShapeTGI, hasPrep, rustDuration, func(r *SpanReport) *time.Duration { return &r.Prep }},
 }
 
 // set records one duration of shape s, when it parsed.
