@@ -23,7 +23,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 
 # The packages whose benchmarks BENCHMARKS.md reports.
-BENCH_PKGS := ./proxy ./internal/sock ./proxy/engines ./sse ./gateway ./exporters ./refengine ./refengine/model ./bench
+BENCH_PKGS := ./proxy ./internal/sock ./proxy/engines ./sse ./gateway ./exporters ./refengine ./refengine/model ./bench ./spanjoin
 BENCHFLAGS ?=
 
 # How long each fuzz target runs (a duration, or Nx for N inputs).
