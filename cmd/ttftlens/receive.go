@@ -46,6 +46,7 @@ type spanReceiver struct {
 	joiner *spanjoin.Joiner
 	grpc   *grpc.Server
 	http   *http.Server
+	addrs  [2]net.Addr // where gRPC and HTTP listen (nil: off)
 	once   sync.Once
 }
 
@@ -80,6 +81,7 @@ func startReceiver(f *receiveFlags, sinks record.Sink, traces *exporters.OTLPSin
 		lns = append(lns, ln)
 	}
 	if ln := lns[0]; ln != nil {
+		r.addrs[0] = ln.Addr()
 		r.grpc = rcv.GRPCServer()
 		go func() {
 			if err := r.grpc.Serve(ln); err != nil {
@@ -89,6 +91,7 @@ func startReceiver(f *receiveFlags, sinks record.Sink, traces *exporters.OTLPSin
 		log.Info().Str("listen", ln.Addr().String()).Msg("receiving engine spans over OTLP/gRPC")
 	}
 	if ln := lns[1]; ln != nil {
+		r.addrs[1] = ln.Addr()
 		r.http = &http.Server{Handler: rcv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 		go func() {
 			if err := r.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
