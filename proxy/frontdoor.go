@@ -90,7 +90,7 @@ func (x *exchange) failBodyRead(ctx *fasthttp.RequestCtx, err error, limit int) 
 	case err == errBodyOverLimit:
 		x.rejectUnread(ctx, gateway.BodyTooLarge(limit))
 	case isTimeout(err):
-		x.rejectGateway(ctx, rejBodyTimeout)
+		x.rejectGateway(ctx, x.p.rejBodyTimeout)
 	case clientLeft(err):
 		x.ctl.abort(x.gen, errClientGone)
 		x.failAborted(ctx, errClientGone)
@@ -150,12 +150,6 @@ var (
 		Message: "The proxy holds as many request bodies as it may; retry shortly.",
 		Reason:  endreason.WorkerFailure, Detail: endreason.DetailBodyMemoryFull,
 	}
-	rejBodyTimeout = &gateway.Rejection{
-		Status: fasthttp.StatusRequestTimeout, Type: "invalid_request_error",
-		Code:    string(endreason.DetailBodyReadTimeout),
-		Message: "The request body was not received within " + readTimeout.String() + ".",
-		Reason:  endreason.ClientCancel, Detail: endreason.DetailBodyReadTimeout,
-	}
 	rejBodyFraming = &gateway.Rejection{
 		Status: fasthttp.StatusBadRequest, Type: "invalid_request_error",
 		Code:    string(endreason.DetailMalformedRequest),
@@ -163,6 +157,16 @@ var (
 		Reason:  endreason.InvalidRequest, Detail: endreason.DetailMalformedRequest,
 	}
 )
+
+// bodyTimeout is the answer to a body not sent within the read timeout d.
+func bodyTimeout(d time.Duration) *gateway.Rejection {
+	return &gateway.Rejection{
+		Status: fasthttp.StatusRequestTimeout, Type: "invalid_request_error",
+		Code:    string(endreason.DetailBodyReadTimeout),
+		Message: "The request body was not received within " + d.String() + ".",
+		Reason:  endreason.ClientCancel, Detail: endreason.DetailBodyReadTimeout,
+	}
+}
 
 // clientLeft reports a read error that means the client closed or reset
 // the connection.
@@ -199,7 +203,7 @@ func (b *bodyBudget) give(n int) { b.held.Add(-int64(n)) }
 // refusal calls for and an X-Request-Id, and counts it. fasthttp then
 // closes the connection.
 func (p *Proxy) refuseRequest(ctx *fasthttp.RequestCtx, err error) {
-	why, status, msg := refusal(err, p.cfg.MaxHeaderBytes)
+	why, status, msg := refusal(err, &p.cfg)
 	if c := p.cfg.Refusals; c != nil {
 		c.RequestRefused(why)
 	}
@@ -223,15 +227,15 @@ func (p *Proxy) refuseRequest(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // refusal says why a request head could not be read, from fasthttp's error.
-func refusal(err error, maxHeader int) (why endreason.Refusal, status int, msg string) {
+func refusal(err error, cfg *Config) (why endreason.Refusal, status int, msg string) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):
 		return endreason.RefusedHeadersTooLarge, fasthttp.StatusRequestHeaderFieldsTooLarge,
-			"The request line and headers are over the limit of " + strconv.Itoa(maxHeader) + " bytes."
+			"The request line and headers are over the limit of " + strconv.Itoa(cfg.MaxHeaderBytes) + " bytes."
 	case isTimeout(err):
 		return endreason.RefusedTimeout, fasthttp.StatusRequestTimeout,
-			"The request was not received within " + readTimeout.String() + "."
+			"The request was not received within " + cfg.ReadTimeout.String() + "."
 	case clientLeft(err):
 		return endreason.RefusedIncomplete, fasthttp.StatusBadRequest,
 			"The connection ended in the middle of the request."

@@ -86,6 +86,12 @@ type Config struct {
 	// the client's own cap) and closed; open ones are not touched.
 	MaxConns          int
 	MaxConnsPerClient int
+	// ReadTimeout bounds reading a request, its head and its body, from its
+	// first byte (default 60s, as nginx's client_header_timeout and
+	// client_body_timeout; a connection's first byte must come within it
+	// too). A body not sent in time is answered 408 and recorded
+	// (request_body_timeout).
+	ReadTimeout time.Duration
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
@@ -212,6 +218,9 @@ func (c *Config) Normalize() error {
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.StallThreshold, time.Second)
 	def(&c.ClientWriteStall, 60*time.Second)
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = defaultReadTimeout
+	}
 	switch {
 	case c.MaxEventBytes < 0:
 		return fmt.Errorf("--max-event-bytes %d: negative (0 means the default)", c.MaxEventBytes)
@@ -286,6 +295,8 @@ type Proxy struct {
 	stop       context.CancelFunc
 	stopCtx    context.Context
 	bodies     bodyBudget  // the memory request bodies hold
+	// rejBodyTimeout answers a body not sent within cfg.ReadTimeout.
+	rejBodyTimeout *gateway.Rejection
 	limits     *connLimits // nil: no connection cap
 	server     *fasthttp.Server
 	liveMu     sync.Mutex
@@ -323,6 +334,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
 	p.bodies.limit = int64(cfg.MaxBodyMemory)
+	p.rejBodyTimeout = bodyTimeout(cfg.ReadTimeout)
 	p.limits = newConnLimits(cfg.MaxConns, cfg.MaxConnsPerClient)
 	p.server = &fasthttp.Server{
 		Handler:      p.Handler(),
@@ -336,7 +348,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 		DisablePreParseMultipartForm: true, // forwarded as sent, never parsed
 		MaxRequestBodySize:           cfg.MaxBodyBytes,
 		ReadBufferSize:               cfg.MaxHeaderBytes,
-		ReadTimeout:                  readTimeout, // reading a request, not writing the stream
+		ReadTimeout:                  cfg.ReadTimeout, // reading a request, not writing the stream
 		IdleTimeout:                  120 * time.Second,
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true, // fasthttp's errors never quote the request
@@ -348,8 +360,8 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-// readTimeout bounds reading a request, head and body.
-const readTimeout = 60 * time.Second
+// defaultReadTimeout bounds reading a request, head and body.
+const defaultReadTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
