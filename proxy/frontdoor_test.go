@@ -98,7 +98,7 @@ func TestRefusedHeads(t *testing.T) {
 		{"1 MB of headers", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20) + "\r\n\r\n",
 			false, 431, endreason.RefusedHeadersTooLarge},
 		{"not HTTP", "HELLO THERE\r\n\r\n", false, 400, endreason.RefusedMalformed},
-		{"body cut off in its first bytes", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\"",
+		{"head cut off", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
 			true, 400, endreason.RefusedIncomplete},
 	}
 	for _, tt := range tests {
@@ -130,9 +130,8 @@ func TestRefusedHeads(t *testing.T) {
 }
 
 // TestBodyFailures sends bodies the proxy cannot take: over the limit
-// (answered 413 before it is all sent: with a Content-Length once fasthttp
-// has the body's first 8 KiB, chunked as soon as the limit is passed), cut
-// off, or framed wrongly. Each is recorded with its own end, and answered
+// (answered 413 before it is all sent: with a Content-Length from the head,
+// chunked as soon as the limit is passed), cut off, or framed wrongly. Each is recorded with its own end, and answered
 // when someone listens.
 func TestBodyFailures(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
@@ -294,7 +293,8 @@ func TestEarlyAnswersReachClients(t *testing.T) {
 }
 
 // TestUnauthenticatedKeepsConnection checks a refusal with no body to
-// leave unread keeps the connection for the next request.
+// leave unread keeps the connection for the next request (one with a body
+// ends it: TestHeadDecides).
 func TestUnauthenticatedKeepsConnection(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	addr, sink, _ := keysProxy(t, up.url, nil)
@@ -303,7 +303,7 @@ func TestUnauthenticatedKeepsConnection(t *testing.T) {
 	br := bufio.NewReader(conn)
 	for i, req := range []string{
 		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
-		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
 		"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n",
 	} {
 		io.WriteString(conn, req)
@@ -363,7 +363,7 @@ func TestBodyMemoryBudget(t *testing.T) {
 		t.Errorf("after the held request ended: %v %d", err, resp.StatusCode)
 	}
 	sink.next(t)
-	if n := p.bodies.held.Load(); n != 0 {
+	if n := p.bodies.inUse(); n != 0 {
 		t.Errorf("%d bytes of the budget still held with nothing in flight", n)
 	}
 }
@@ -399,7 +399,7 @@ func TestStreamLetsGoOfItsBody(t *testing.T) {
 	if _, err := br.ReadString('\n'); err != nil { // the first event's chunk size: it was sent
 		t.Fatal(err)
 	}
-	if n := p.bodies.held.Load(); n != 0 {
+	if n := p.bodies.inUse(); n != 0 {
 		t.Errorf("%d bytes of the budget held by a stream past its first event", n)
 	}
 	// A second body as large fits in the budget while the first stream runs.
