@@ -100,7 +100,7 @@ func (x *exchange) failBodyRead(ctx *fasthttp.RequestCtx, err error, limit int) 
 	case err == errBodyOverLimit:
 		x.rejectUnread(ctx, gateway.BodyTooLarge(limit))
 	case isTimeout(err):
-		x.rejectGateway(ctx, x.p.rejBodyTimeout)
+		x.rejectGateway(ctx, x.p.bodyLate)
 	case clientLeft(err):
 		x.ctl.abort(x.gen, errClientGone)
 		x.failAborted(ctx, errClientGone)

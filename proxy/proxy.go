@@ -308,13 +308,12 @@ type Proxy struct {
 	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
 	stop       context.CancelFunc
 	stopCtx    context.Context
-	bodies     bodyBudget // the memory request bodies hold
-	// rejBodyTimeout answers a body not sent within cfg.ReadTimeout.
-	rejBodyTimeout *gateway.Rejection
-	limits         *connLimits // nil: no connection cap
-	server         *fasthttp.Server
-	liveMu         sync.Mutex
-	live           map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
+	bodies     bodyBudget         // the memory request bodies hold
+	bodyLate   *gateway.Rejection // the answer to a body not sent within cfg.ReadTimeout
+	limits     *connLimits        // nil: no connection cap
+	server     *fasthttp.Server
+	liveMu     sync.Mutex
+	live       map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
 	// Detached streams (detach.go): their client connections, which
 	// fasthttp no longer counts, and those given back to it after a stream.
 	detached  sync.Map // client net.Conn → *handoff, from the hijack to the handoff
@@ -348,7 +347,7 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
 	p.bodies.limit, p.bodies.perKey = int64(cfg.MaxBodyMemory), int64(cfg.MaxBodyMemoryPerKey)
-	p.rejBodyTimeout = bodyTimeout(cfg.ReadTimeout)
+	p.bodyLate = bodyTimeout(cfg.ReadTimeout)
 	p.limits = newConnLimits(cfg.MaxConns, cfg.MaxConnsPerClient)
 	p.server = &fasthttp.Server{
 		Handler:      p.Handler(),
