@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -277,7 +278,7 @@ func (b *bodyBudget) inUse() int64 {
 
 // headNote is what the head check leaves for the rest of the request.
 type headNote struct {
-	seq  uint64                 // Proxy.headSeq when written: see takeHead
+	seq  atomic.Uint64          // Proxy.headSeq when written: see takeHead (atomic: sweepHeads reads it)
 	rej  *gateway.Rejection     // the head was refused: 401 or 413
 	head fasthttp.RequestHeader // an accepted head, kept while fasthttp reads the body's first bytes
 }
@@ -317,7 +318,8 @@ func (p *Proxy) checkHead(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{} // chunked: fasthttp reads none of it before the handler
 	}
 	note := headNotes.Get().(*headNote)
-	note.seq, note.rej = p.headSeq.Add(1), rej
+	note.seq.Store(p.headSeq.Add(1))
+	note.rej = rej
 	if rej != nil {
 		h.Del(fasthttp.HeaderExpect) // the answer is final: no 100 Continue
 		h.SetContentLength(0)        // fasthttp reads none of the body
@@ -346,11 +348,42 @@ func (p *Proxy) takeHead(ctx *fasthttp.RequestCtx) *headNote {
 		return nil
 	}
 	n := v.(*headNote)
-	if began := p.requestBegan(ctx.Conn()); began == 0 || n.seq < began {
-		putHead(n)
-		return nil
+	if began := p.requestBegan(ctx.Conn()); began == 0 || n.seq.Load() < began {
+		return nil // not back into the pool: sweepHeads may be looking at it
 	}
 	return n
+}
+
+// sweepHeads drops the notes fasthttp never handed on and no later
+// request on their RequestCtx replaced (takeHead): a note is handed on
+// within the read timeout of its request's first byte, so one written
+// before the sweep before last is left behind. It runs until the proxy
+// stops.
+func (p *Proxy) sweepHeads() {
+	tick := time.NewTicker(p.cfg.ReadTimeout)
+	defer tick.Stop()
+	var last, before uint64 // headSeq at the last sweep and at the one before
+	for {
+		select {
+		case <-p.stopCtx.Done():
+			return
+		case <-tick.C:
+		}
+		p.dropHeadsBefore(before)
+		last, before = p.headSeq.Load(), last
+	}
+}
+
+// dropHeadsBefore drops the notes written before headSeq was mark. None
+// of them goes back into the pool (takeHead drops them too), so the note
+// a key holds is never one in use again under a later seq.
+func (p *Proxy) dropHeadsBefore(mark uint64) {
+	p.heads.Range(func(k, v any) bool {
+		if v.(*headNote).seq.Load() < mark {
+			p.heads.CompareAndDelete(k, v)
+		}
+		return true
+	})
 }
 
 // refuseRequest is fasthttp's ErrorHandler. A request whose head was read

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 )
@@ -669,5 +671,34 @@ pools: [{name: p, upstreams: [`+up.url+`]}]
 	}
 	if r := sink.next(t); r.Key != "alice" || r.Detail != endreason.DetailClientClosed {
 		t.Errorf("alice's held body %s/%s key %q", r.Reason, r.Detail, r.Key)
+	}
+}
+
+// TestHeadNotesLeftBehind: a head check's note fasthttp never handed on
+// is not taken for a later request on its RequestCtx, and the sweep drops
+// it once it is older than the notes still in use.
+func TestHeadNotesLeftBehind(t *testing.T) {
+	_, _, p := startProxy(t, "http://127.0.0.1:1", nil)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, nil, nil)
+	left := &headNote{}
+	left.seq.Store(p.headSeq.Add(1))
+	p.heads.Store(&ctx.Request.Header, left)
+	if n := p.takeHead(&ctx); n != nil {
+		t.Error("a note taken for a connection whose request began after it")
+	}
+
+	old, recent := &fasthttp.RequestHeader{}, &fasthttp.RequestHeader{}
+	for _, h := range []*fasthttp.RequestHeader{old, recent} {
+		n := &headNote{}
+		n.seq.Store(p.headSeq.Add(1))
+		p.heads.Store(h, n)
+	}
+	p.dropHeadsBefore(p.headSeq.Load()) // recent's seq: old's is before it
+	if _, ok := p.heads.Load(old); ok {
+		t.Error("the older note was not dropped")
+	}
+	if _, ok := p.heads.Load(recent); !ok {
+		t.Error("the note as recent as the mark was dropped")
 	}
 }

@@ -385,6 +385,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
+	p.goBackground(p.sweepHeads)
 	return p.server.Serve(ln)
 }
 
