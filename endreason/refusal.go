@@ -6,13 +6,14 @@ package endreason
 // the code of the error body the client gets.
 type Refusal string
 
-// Why a request's head was refused: answered with an error, then the
-// connection is closed.
+// Why a request's head was refused: answered with an error (an idle
+// preconnect excepted), then the connection is closed.
 const (
 	RefusedHeadersTooLarge Refusal = "headers_too_large" // the request line and headers over the header limit (431)
 	RefusedMalformed       Refusal = "malformed"         // not an HTTP/1.x request head fasthttp can parse (400)
-	RefusedTimeout         Refusal = "timeout"           // the head, or the first bytes of the body, not sent within the read timeout (408)
+	RefusedTimeout         Refusal = "timeout"           // the head not sent within the read timeout (408)
 	RefusedIncomplete      Refusal = "incomplete"        // the client closed or reset the connection in the middle of its request
+	RefusedIdlePreconnect  Refusal = "idle_preconnect"   // a connection that sent nothing within the read timeout: closed unanswered
 )
 
 // Why a connection was refused as it was accepted.
@@ -24,7 +25,7 @@ const (
 // RequestRefusals returns the refusals of a request's head, for
 // pre-creating metric series.
 func RequestRefusals() []Refusal {
-	return []Refusal{RefusedHeadersTooLarge, RefusedMalformed, RefusedTimeout, RefusedIncomplete}
+	return []Refusal{RefusedHeadersTooLarge, RefusedMalformed, RefusedTimeout, RefusedIncomplete, RefusedIdlePreconnect}
 }
 
 // ConnectionRefusals returns the refusals of a connection.

@@ -359,7 +359,7 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 	buildInfo.Set(1)
 	refusedReqVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "refused_requests_total",
-		Help: "Requests refused before they could be recorded, their head too large, malformed, incomplete or not sent in time; each was answered with an error."},
+		Help: "Requests refused before they could be recorded, their head too large, malformed, incomplete or not sent in time; each was answered with an error. Apart: idle_preconnect, a connection that sent nothing within the read timeout, closed unanswered."},
 		[]string{"reason"})
 	refusedConnVec := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "refused_connections_total",

@@ -148,7 +148,7 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	// The request is sent: its body is let go of now, and its share of the
 	// body memory budget with it, not at the stream's end.
 	x.sendBody = nil // a rewritten body is a copy of the prompt
-	x.p.bodies.give(x.client.bodyHeld)
+	x.p.bodies.give(x.client.bodyKey, x.client.bodyHeld)
 	x.client.bodyHeld = 0
 	x.streaming = true
 	s.handoff = &handoff{x: x}

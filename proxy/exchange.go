@@ -70,6 +70,7 @@ type clientSide struct {
 	breakdown bool            // it asked for its own breakdown
 	usage     bool            // it asked for the usage chunk
 	bodyHeld  int             // bytes of the body memory budget its body holds
+	bodyKey   string          // the key whose share they count in ("": none)
 }
 
 // jsonParsers parse request bodies for the gateway's check. They are
@@ -126,7 +127,13 @@ func (x *exchange) reset() {
 // Handler returns the client-facing request handler.
 func (p *Proxy) Handler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
+		note := p.takeHead(ctx)
+		refused := note.refused()
+		putHead(note)
 		if string(ctx.Path()) == "/health" {
+			if refused != nil { // a path checkHead did not take for /health: its body is unread
+				ctx.SetConnectionClose()
+			}
 			p.health(ctx) // probes are not requests to the model: no record
 			return
 		}
@@ -145,7 +152,7 @@ func (p *Proxy) Handler() fasthttp.RequestHandler {
 				p.release(x)
 			}
 		}()
-		x.serve(ctx)
+		x.serve(ctx, refused)
 	}
 }
 
@@ -170,23 +177,28 @@ func (x *exchange) begin(ctx *fasthttp.RequestCtx) {
 
 // serve runs the request up to the point where the response is streaming
 // (its own goroutine then owns x, detach.go) or finished. Each gateway step
-// sits between two marks of the request clock.
-func (x *exchange) serve(ctx *fasthttp.RequestCtx) {
+// sits between two marks of the request clock. refused is the head check's
+// answer, when it refused the head (frontdoor.go).
+func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 	p, rec := x.p, &x.fin.rec
 	snap := p.gw.Snapshot() // one configuration for the whole request
 	// Watch the client from the start: one that leaves our queue is seen too.
 	x.watchClient(x.client.conn)
 
 	key, rej := snap.Authenticate(ctx.Request.Header.Peek("Authorization"))
-	if rej != nil {
-		x.rejectUnread(ctx, rej)
-		return
-	}
-	if !x.readBody(ctx, snap) {
-		return
-	}
 	if key != nil {
 		rec.Key = key.Name
+	}
+	switch {
+	case refused != nil: // fasthttp read none of its body
+		x.rejectGateway(ctx, refused)
+		lingerClose(ctx)
+		return
+	case rej != nil:
+		x.rejectUnread(ctx, rej)
+		return
+	case !x.readBody(ctx, snap, rec.Key):
+		return
 	}
 	x.client.breakdown = x.client.breakdown && snap.AllowBreakdown(key)
 	route, dl := snap.Routes()[0], gateway.Deadlines{FirstToken: p.cfg.FirstTokenTimeout, Total: p.cfg.TotalTimeout}
@@ -590,7 +602,7 @@ func (x *exchange) watchClient(conn any) {
 	// the generation makes that call a no-op.
 	gen := x.gen
 	gone := func() { x.ctl.abort(gen, errClientGone) }
-	x.client.watch = v.(*sock.ConnWatch)
+	x.client.watch = v.(*clientConn).watch
 	x.client.watch.Arm(&gone)
 }
 

@@ -21,21 +21,23 @@ import (
 )
 
 // This file is what a client meets before the handler's gateway steps: the
-// connection caps, the refusal of a request head that cannot be read, and
-// the reading of the body, which waits for authentication and takes its
-// memory from a budget shared by every request in flight.
+// connection caps, the refusal of a request head that cannot be read, the
+// check of a head before any of its body is read, and the reading of the
+// body, which takes its memory from a budget shared by every request in
+// flight, within its key's share.
 
-// readBody reads the request body once the client is authenticated:
-// within the body limit (413 over it, unread) and the body memory budget
-// (503 over it, unread), which the body holds until a stream's first event
-// or the exchange's release. When the body cannot be had it answers and
-// finishes the request, and returns false.
-func (x *exchange) readBody(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot) bool {
+// readBody reads the request body once the client is authenticated (key
+// is its name, "" without one): within the body limit (413 over it,
+// unread) and the body memory budget and the key's share of it (503 over
+// them, unread), which the body holds until a stream's first event or the
+// exchange's release. When the body cannot be had it answers and finishes
+// the request, and returns false.
+func (x *exchange) readBody(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, key string) bool {
 	stream := ctx.RequestBodyStream()
 	if stream == nil { // no body: neither Content-Length nor chunked
 		return true
 	}
-	limit := min(x.p.cfg.MaxBodyBytes, snap.Config().MaxBodyBytes)
+	limit := x.p.bodyLimit(snap)
 	size := ctx.Request.Header.ContentLength() // -1: chunked, up to limit
 	if size > limit {
 		x.rejectUnread(ctx, gateway.BodyTooLarge(limit))
@@ -45,21 +47,30 @@ func (x *exchange) readBody(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot) bo
 	if size < 0 {
 		hold = limit
 	}
-	if !x.p.bodies.take(hold) {
+	switch x.p.bodies.take(key, hold) {
+	case budgetFull:
 		x.rejectUnread(ctx, rejBodyMemoryFull)
 		return false
+	case shareFull:
+		x.rejectUnread(ctx, rejKeyBodyMemoryFull)
+		return false
 	}
-	x.client.bodyHeld = hold
+	x.client.bodyHeld, x.client.bodyKey = hold, key
 	body, err := readBodyStream(stream, size, limit)
 	x.fin.rec.BytesIn = int64(len(body))
 	if err != nil {
 		x.failBodyRead(ctx, err, limit)
 		return false
 	}
-	x.p.bodies.give(hold - len(body))
+	x.p.bodies.give(key, hold-len(body))
 	x.client.bodyHeld = len(body)
 	ctx.Request.SetBodyRaw(body)
 	return true
+}
+
+// bodyLimit is the largest request body snap lets through.
+func (p *Proxy) bodyLimit(snap *gateway.Snapshot) int {
+	return min(p.cfg.MaxBodyBytes, snap.Config().MaxBodyBytes)
 }
 
 var errBodyOverLimit = errors.New("request body over the limit")
@@ -90,7 +101,7 @@ func (x *exchange) failBodyRead(ctx *fasthttp.RequestCtx, err error, limit int) 
 	case err == errBodyOverLimit:
 		x.rejectUnread(ctx, gateway.BodyTooLarge(limit))
 	case isTimeout(err):
-		x.rejectGateway(ctx, rejBodyTimeout)
+		x.rejectGateway(ctx, x.p.bodyLate)
 	case clientLeft(err):
 		x.ctl.abort(x.gen, errClientGone)
 		x.failAborted(ctx, errClientGone)
@@ -111,6 +122,12 @@ func (x *exchange) rejectUnread(ctx *fasthttp.RequestCtx, rej *gateway.Rejection
 	if ctx.RequestBodyStream() == nil || n >= 0 && n <= lingerFromBytes {
 		return
 	}
+	lingerClose(ctx)
+}
+
+// lingerClose makes ctx's answer the last on its connection: the proxy
+// writes it itself, then lingers.
+func lingerClose(ctx *fasthttp.RequestCtx) {
 	conn := ctx.Conn()
 	ctx.SetConnectionClose()
 	ctx.HijackSetNoResponse(true)
@@ -150,11 +167,11 @@ var (
 		Message: "The proxy holds as many request bodies as it may; retry shortly.",
 		Reason:  endreason.WorkerFailure, Detail: endreason.DetailBodyMemoryFull,
 	}
-	rejBodyTimeout = &gateway.Rejection{
-		Status: fasthttp.StatusRequestTimeout, Type: "invalid_request_error",
-		Code:    string(endreason.DetailBodyReadTimeout),
-		Message: "The request body was not received within " + readTimeout.String() + ".",
-		Reason:  endreason.ClientCancel, Detail: endreason.DetailBodyReadTimeout,
+	rejKeyBodyMemoryFull = &gateway.Rejection{
+		Status: fasthttp.StatusServiceUnavailable, RetryAfter: 1, Type: "server_error",
+		Code:    string(endreason.DetailBodyMemoryFull),
+		Message: "The request bodies in flight under this API key hold its share of the proxy's body memory; retry shortly.",
+		Reason:  endreason.WorkerFailure, Detail: endreason.DetailBodyMemoryFull,
 	}
 	rejBodyFraming = &gateway.Rejection{
 		Status: fasthttp.StatusBadRequest, Type: "invalid_request_error",
@@ -164,6 +181,16 @@ var (
 	}
 )
 
+// bodyTimeout is the answer to a body not sent within the read timeout d.
+func bodyTimeout(d time.Duration) *gateway.Rejection {
+	return &gateway.Rejection{
+		Status: fasthttp.StatusRequestTimeout, Type: "invalid_request_error",
+		Code:    string(endreason.DetailBodyReadTimeout),
+		Message: "The request body was not received within " + d.String() + ".",
+		Reason:  endreason.ClientCancel, Detail: endreason.DetailBodyReadTimeout,
+	}
+}
+
 // clientLeft reports a read error that means the client closed or reset
 // the connection.
 func clientLeft(err error) bool {
@@ -171,37 +198,222 @@ func clientLeft(err error) bool {
 		errors.Is(err, syscall.ECONNRESET)
 }
 
-// bodyBudget is the memory request bodies may hold together, in bytes.
+// bodyBudget is the memory request bodies may hold together, and the
+// share of it the bodies under one API key may hold, in bytes.
 type bodyBudget struct {
-	limit int64
-	held  atomic.Int64
+	limit  int64
+	perKey int64 // 0: no share (requests without a key have none)
+
+	mu    sync.Mutex
+	held  int64
+	byKey map[string]int64 // the keys holding any
 }
 
-// take reserves n bytes, or reports that they would go over the limit.
-func (b *bodyBudget) take(n int) bool {
-	for {
-		held := b.held.Load()
-		if held+int64(n) > b.limit {
-			return false
+// What take says.
+const (
+	budgetTaken = iota
+	budgetFull  // over the limit
+	shareFull   // over the key's share
+)
+
+// take reserves n bytes for a body under key ("": none), or says which
+// bound they would pass.
+func (b *bodyBudget) take(key string, n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.held+int64(n) > b.limit:
+		return budgetFull
+	case key != "" && b.perKey > 0 && b.byKey[key]+int64(n) > b.perKey:
+		return shareFull
+	}
+	b.held += int64(n)
+	if key != "" && n > 0 {
+		if b.byKey == nil {
+			b.byKey = map[string]int64{}
 		}
-		if b.held.CompareAndSwap(held, held+int64(n)) {
-			return true
-		}
+		b.byKey[key] += int64(n)
+	}
+	return budgetTaken
+}
+
+// give returns n bytes taken before under key.
+func (b *bodyBudget) give(key string, n int) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held -= int64(n)
+	if key == "" {
+		return
+	}
+	if left := b.byKey[key] - int64(n); left > 0 {
+		b.byKey[key] = left
+	} else {
+		delete(b.byKey, key)
 	}
 }
 
-// give returns n bytes taken before.
-func (b *bodyBudget) give(n int) { b.held.Add(-int64(n)) }
+// inUse is the bytes held.
+func (b *bodyBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
 
-// refuseRequest is fasthttp's ErrorHandler: it answers a request whose head
-// (request line and headers, or the first bytes of its body) could not be
-// read, so it has no record, with an OpenAI-style error, the status the
-// refusal calls for and an X-Request-Id, and counts it. fasthttp then
-// closes the connection.
+// The head check is fasthttp's HeaderReceived: it runs once a request's
+// line and headers are read, before fasthttp reads any of its body, which
+// it does before the handler runs (a Content-Length body's first 8 KiB, or
+// all of a smaller one). So the head alone decides 401 and 413, and a
+// 100 Continue goes out only once both passed. A refused head's body is
+// made to look empty to fasthttp, which then reads none of it and sends no
+// 100 Continue; the handler answers, and the connection ends after the
+// answer (the body left unread, lingerClose).
+//
+// What the check decided reaches the handler, or the ErrorHandler when
+// fasthttp fails to read the body's first bytes (it then resets the
+// request, head and all), through a note keyed by the request's header,
+// which belongs to one fasthttp RequestCtx.
+
+// headNote is what the head check leaves for the rest of the request.
+type headNote struct {
+	seq  atomic.Uint64          // Proxy.headSeq when written: see takeHead (atomic: sweepHeads reads it)
+	rej  *gateway.Rejection     // the head was refused: 401 or 413
+	head fasthttp.RequestHeader // an accepted head, kept while fasthttp reads the body's first bytes
+}
+
+var headNotes = sync.Pool{New: func() any { return new(headNote) }}
+
+func putHead(n *headNote) {
+	if n != nil {
+		n.rej = nil
+		headNotes.Put(n)
+	}
+}
+
+// refused is the head check's refusal, nil when it let the head through
+// or left no note.
+func (n *headNote) refused() *gateway.Rejection {
+	if n == nil {
+		return nil
+	}
+	return n.rej
+}
+
+// checkHead is the head check. It leaves a note only for a head with a
+// body fasthttp would read from before the handler (a Content-Length one),
+// or one it refuses.
+func (p *Proxy) checkHead(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	n := h.ContentLength() // -1: chunked; -2: neither, no body
+	if n == 0 || n < -1 || isHealthPath(h.RequestURI()) {
+		return fasthttp.RequestConfig{} // no body: the handler decides as the request is read
+	}
+	snap := p.gw.Snapshot()
+	_, rej := snap.Authenticate(h.Peek(fasthttp.HeaderAuthorization))
+	if limit := p.bodyLimit(snap); rej == nil && n > limit {
+		rej = gateway.BodyTooLarge(limit)
+	}
+	if rej == nil && n < 0 {
+		return fasthttp.RequestConfig{} // chunked: fasthttp reads none of it before the handler
+	}
+	note := headNotes.Get().(*headNote)
+	note.seq.Store(p.headSeq.Add(1))
+	note.rej = rej
+	if rej != nil {
+		h.Del(fasthttp.HeaderExpect) // the answer is final: no 100 Continue
+		h.SetContentLength(0)        // fasthttp reads none of the body
+	} else {
+		h.CopyTo(&note.head)
+	}
+	p.heads.Store(h, note)
+	return fasthttp.RequestConfig{}
+}
+
+// isHealthPath reports a request URI for /health, which needs no key.
+func isHealthPath(uri []byte) bool {
+	const health = "/health"
+	return bytes.HasPrefix(uri, []byte(health)) && (len(uri) == len(health) || uri[len(health)] == '?')
+}
+
+// takeHead returns the note the head check left for ctx's request, nil
+// when it left none. A note fasthttp never handed on (the connection
+// closed under the body's read, or under a 100 Continue) stays with the
+// RequestCtx, which fasthttp then gives to another connection: a note
+// written before the connection's current request began is that one, and
+// is dropped.
+func (p *Proxy) takeHead(ctx *fasthttp.RequestCtx) *headNote {
+	v, ok := p.heads.LoadAndDelete(&ctx.Request.Header)
+	if !ok {
+		return nil
+	}
+	n := v.(*headNote)
+	if began := p.requestBegan(ctx.Conn()); began == 0 || n.seq.Load() < began {
+		return nil // not back into the pool: sweepHeads may be looking at it
+	}
+	return n
+}
+
+// sweepHeads drops the notes fasthttp never handed on and no later
+// request on their RequestCtx replaced (takeHead): a note is handed on
+// within the read timeout of its request's first byte, so one written
+// before the sweep before last is left behind. It runs until the proxy
+// stops.
+func (p *Proxy) sweepHeads() {
+	tick := time.NewTicker(p.cfg.ReadTimeout)
+	defer tick.Stop()
+	var last, before uint64 // headSeq at the last sweep and at the one before
+	for {
+		select {
+		case <-p.stopCtx.Done():
+			return
+		case <-tick.C:
+		}
+		p.dropHeadsBefore(before)
+		last, before = p.headSeq.Load(), last
+	}
+}
+
+// dropHeadsBefore drops the notes written before headSeq was mark. None
+// of them goes back into the pool (takeHead drops them too), so the note
+// a key holds is never one in use again under a later seq.
+func (p *Proxy) dropHeadsBefore(mark uint64) {
+	p.heads.Range(func(k, v any) bool {
+		if v.(*headNote).seq.Load() < mark {
+			p.heads.CompareAndDelete(k, v)
+		}
+		return true
+	})
+}
+
+// refuseRequest is fasthttp's ErrorHandler. A request whose head was read
+// and accepted, and whose body's first bytes fasthttp could not read, is
+// recorded and answered (bodyNotRead). Otherwise the request's head could
+// not be read, so it has no record: it is answered with an OpenAI-style
+// error, the status the refusal calls for and an X-Request-Id, and
+// counted; fasthttp then closes the connection. A connection that sent
+// nothing within the read timeout (an idle preconnect) is counted apart
+// and closed unanswered.
 func (p *Proxy) refuseRequest(ctx *fasthttp.RequestCtx, err error) {
-	why, status, msg := refusal(err, p.cfg.MaxHeaderBytes)
+	if note := p.takeHead(ctx); note != nil {
+		defer putHead(note)
+		if note.rej == nil && (isTimeout(err) || clientLeft(err)) {
+			p.bodyNotRead(ctx, &note.head, err)
+			return
+		}
+	}
+	why, status, msg := refusal(err, &p.cfg)
+	if why == endreason.RefusedTimeout && p.requestBegan(ctx.Conn()) == 0 {
+		why = endreason.RefusedIdlePreconnect
+	}
 	if c := p.cfg.Refusals; c != nil {
 		c.RequestRefused(why)
+	}
+	if why == endreason.RefusedIdlePreconnect {
+		// Nothing to answer: closed, as nginx closes it (fasthttp's write
+		// of an answer then fails on the closed connection, harmlessly).
+		_ = ctx.Conn().Close()
+		return
 	}
 	id := newRequestID()
 	rej := gateway.Rejection{Type: "invalid_request_error", Code: string(why), Message: msg}
@@ -222,16 +434,31 @@ func (p *Proxy) refuseRequest(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
+// bodyNotRead records and answers a request whose head (a copy of it:
+// fasthttp reset the request) was accepted and whose body's first bytes
+// did not come in time, or never will (the client left). The record names
+// the key.
+func (p *Proxy) bodyNotRead(ctx *fasthttp.RequestCtx, head *fasthttp.RequestHeader, err error) {
+	head.CopyTo(&ctx.Request.Header)
+	x := p.acquire()
+	defer p.release(x)
+	x.begin(ctx)
+	if key, _ := p.gw.Snapshot().Authenticate(head.Peek(fasthttp.HeaderAuthorization)); key != nil {
+		x.fin.rec.Key = key.Name
+	}
+	x.failBodyRead(ctx, err, 0)
+}
+
 // refusal says why a request head could not be read, from fasthttp's error.
-func refusal(err error, maxHeader int) (why endreason.Refusal, status int, msg string) {
+func refusal(err error, cfg *Config) (why endreason.Refusal, status int, msg string) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):
 		return endreason.RefusedHeadersTooLarge, fasthttp.StatusRequestHeaderFieldsTooLarge,
-			"The request line and headers are over the limit of " + strconv.Itoa(maxHeader) + " bytes."
+			"The request line and headers are over the limit of " + strconv.Itoa(cfg.MaxHeaderBytes) + " bytes."
 	case isTimeout(err):
 		return endreason.RefusedTimeout, fasthttp.StatusRequestTimeout,
-			"The request was not received within " + readTimeout.String() + "."
+			"The request was not received within " + cfg.ReadTimeout.String() + "."
 	case clientLeft(err):
 		return endreason.RefusedIncomplete, fasthttp.StatusBadRequest,
 			"The connection ended in the middle of the request."

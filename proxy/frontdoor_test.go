@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 )
@@ -98,7 +100,7 @@ func TestRefusedHeads(t *testing.T) {
 		{"1 MB of headers", "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20) + "\r\n\r\n",
 			false, 431, endreason.RefusedHeadersTooLarge},
 		{"not HTTP", "HELLO THERE\r\n\r\n", false, 400, endreason.RefusedMalformed},
-		{"body cut off in its first bytes", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\"",
+		{"head cut off", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
 			true, 400, endreason.RefusedIncomplete},
 	}
 	for _, tt := range tests {
@@ -130,9 +132,8 @@ func TestRefusedHeads(t *testing.T) {
 }
 
 // TestBodyFailures sends bodies the proxy cannot take: over the limit
-// (answered 413 before it is all sent: with a Content-Length once fasthttp
-// has the body's first 8 KiB, chunked as soon as the limit is passed), cut
-// off, or framed wrongly. Each is recorded with its own end, and answered
+// (answered 413 before it is all sent: with a Content-Length from the head,
+// chunked as soon as the limit is passed), cut off, or framed wrongly. Each is recorded with its own end, and answered
 // when someone listens.
 func TestBodyFailures(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
@@ -294,7 +295,8 @@ func TestEarlyAnswersReachClients(t *testing.T) {
 }
 
 // TestUnauthenticatedKeepsConnection checks a refusal with no body to
-// leave unread keeps the connection for the next request.
+// leave unread keeps the connection for the next request (one with a body
+// ends it: TestHeadDecides).
 func TestUnauthenticatedKeepsConnection(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
 	addr, sink, _ := keysProxy(t, up.url, nil)
@@ -303,7 +305,7 @@ func TestUnauthenticatedKeepsConnection(t *testing.T) {
 	br := bufio.NewReader(conn)
 	for i, req := range []string{
 		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
-		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
 		"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n\r\n",
 	} {
 		io.WriteString(conn, req)
@@ -363,7 +365,7 @@ func TestBodyMemoryBudget(t *testing.T) {
 		t.Errorf("after the held request ended: %v %d", err, resp.StatusCode)
 	}
 	sink.next(t)
-	if n := p.bodies.held.Load(); n != 0 {
+	if n := p.bodies.inUse(); n != 0 {
 		t.Errorf("%d bytes of the budget still held with nothing in flight", n)
 	}
 }
@@ -399,7 +401,7 @@ func TestStreamLetsGoOfItsBody(t *testing.T) {
 	if _, err := br.ReadString('\n'); err != nil { // the first event's chunk size: it was sent
 		t.Fatal(err)
 	}
-	if n := p.bodies.held.Load(); n != 0 {
+	if n := p.bodies.inUse(); n != 0 {
 		t.Errorf("%d bytes of the budget held by a stream past its first event", n)
 	}
 	// A second body as large fits in the budget while the first stream runs.
@@ -463,5 +465,240 @@ func TestConnectionCaps(t *testing.T) {
 			}
 			stream.Close()
 		})
+	}
+}
+
+// TestHeadDecides sends heads that the head alone refuses, with none or
+// part of their bodies, then reads: the 401 or 413 comes while the rest of
+// the body is unsent (the read that returns it proves that), with no 100
+// Continue before it, recorded with no body bytes read, and the connection
+// ends after it (the body is left unread).
+func TestHeadDecides(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	addr, sink, _ := keysProxy(t, up.url, func(c *Config) { c.MaxBodyBytes = 8 << 20 })
+	const (
+		alice  = "Authorization: Bearer alice-key\r\n"
+		wrong  = "Authorization: Bearer nope\r\n"
+		expect = "Expect: 100-continue\r\n"
+		length = "Content-Length: 10000\r\n"
+		huge   = "Content-Length: 100000000\r\n"
+	)
+	tests := []struct {
+		name   string
+		head   string // the head's lines past Host
+		sent   int    // body bytes sent before the client reads
+		status int
+		detail endreason.Detail
+	}{
+		{"no key, the head alone", length, 0, 401, endreason.DetailMissingKey},
+		{"no key, 100 bytes", length, 100, 401, endreason.DetailMissingKey},
+		{"wrong key, 8000 bytes", wrong + length, 8000, 401, endreason.DetailInvalidKey},
+		{"no key, chunked", "Transfer-Encoding: chunked\r\n", 0, 401, endreason.DetailMissingKey},
+		{"over the limit, the head alone", alice + huge, 0, 413, endreason.DetailRequestBodyTooLarge},
+		{"over the limit, 100 bytes", alice + huge, 100, 413, endreason.DetailRequestBodyTooLarge},
+		{"100-continue, no key", expect + length, 0, 401, endreason.DetailMissingKey},
+		{"100-continue, wrong key", wrong + expect + length, 0, 401, endreason.DetailInvalidKey},
+		{"100-continue, over the limit", alice + expect + huge, 0, 413, endreason.DetailRequestBodyTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := dialProxy(t, addr)
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%s\r\n%s", tt.head, strings.Repeat("a", tt.sent))
+			br := bufio.NewReader(conn)
+			resp, body := rawResponse(t, conn, br)
+			if resp.StatusCode != tt.status || errorCode(body) == "" || !resp.Close {
+				t.Errorf("got %d %s (connection close %v), want a %d error closing the connection", resp.StatusCode, body, resp.Close, tt.status)
+			}
+			if r := sink.next(t); r.Detail != tt.detail || r.BytesIn != 0 || r.Status != tt.status {
+				t.Errorf("record %d %s with %d body bytes read, want %d %s with none", r.Status, r.Detail, r.BytesIn, tt.status, tt.detail)
+			}
+			if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("after the answer: %d bytes, %v; want the connection's end", n, err)
+			}
+		})
+	}
+	t.Run("100-continue, a valid key and a body within the limit", func(t *testing.T) {
+		conn := dialProxy(t, addr)
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%s%sContent-Length: %d\r\n\r\n", alice, expect, len(chatBody))
+		br := bufio.NewReader(conn)
+		if resp, _ := rawResponse(t, conn, br); resp.StatusCode != 100 {
+			t.Fatalf("got %d before the body, want 100 Continue", resp.StatusCode)
+		}
+		io.WriteString(conn, chatBody)
+		if resp, body := rawResponse(t, conn, br); resp.StatusCode != 200 {
+			t.Errorf("got %d %s", resp.StatusCode, body)
+		}
+		if r := sink.next(t); r.Reason != endreason.Stop || r.Key != "alice" {
+			t.Errorf("record %s/%s key %q", r.Reason, r.Detail, r.Key)
+		}
+	})
+}
+
+// TestStalledBodiesRecorded: a request whose head was read gets its one
+// record however its body fails, from its first byte on (fasthttp reads
+// the body's first bytes before the handler runs), and a failure after
+// authentication names the key.
+func TestStalledBodiesRecorded(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	counts := &refusalCount{}
+	addr, sink, _ := keysProxy(t, up.url, func(c *Config) {
+		c.ReadTimeout = 300 * time.Millisecond
+		c.Refusals = counts
+	})
+	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n"
+	tests := []struct {
+		name   string
+		send   string
+		leave  bool // the client closes its side after sending
+		status int
+		reason endreason.Reason
+		detail endreason.Detail
+	}{
+		{"the head alone", head + "Content-Length: 20000\r\n\r\n", false, 408, endreason.ClientCancel, endreason.DetailBodyReadTimeout},
+		{"3 bytes", head + "Content-Length: 20000\r\n\r\n{\"m", false, 408, endreason.ClientCancel, endreason.DetailBodyReadTimeout},
+		{"9000 bytes", head + "Content-Length: 20000\r\n\r\n" + strings.Repeat("a", 9000), false, 408, endreason.ClientCancel, endreason.DetailBodyReadTimeout},
+		{"3 bytes, then the client leaves", head + "Content-Length: 20000\r\n\r\n{\"m", true, 499, endreason.ClientCancel, endreason.DetailClientClosed},
+		{"bad chunk size", head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", false, 400, endreason.InvalidRequest, endreason.DetailMalformedRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := dialProxy(t, addr)
+			io.WriteString(conn, tt.send)
+			if tt.leave {
+				_ = conn.(*net.TCPConn).CloseWrite()
+			}
+			r := sink.next(t)
+			if r.Reason != tt.reason || r.Detail != tt.detail || r.Status != tt.status || r.Key != "alice" {
+				t.Errorf("record %d %s/%s key %q, want %d %s/%s key alice", r.Status, r.Reason, r.Detail, r.Key, tt.status, tt.reason, tt.detail)
+			}
+			if !tt.leave {
+				if resp, body := rawResponse(t, conn, bufio.NewReader(conn)); resp.StatusCode != tt.status {
+					t.Errorf("got %d %s, want %d", resp.StatusCode, body, tt.status)
+				}
+			}
+		})
+	}
+	for _, why := range endreason.RequestRefusals() {
+		if n := counts.get(why); n != 0 {
+			t.Errorf("%d requests with a head refused as %s", n, why)
+		}
+	}
+}
+
+// TestIdlePreconnect: a connection that sends nothing within the read
+// timeout is closed without an answer and counted apart from the requests
+// refused for a head that was not sent in time.
+func TestIdlePreconnect(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	counts := &refusalCount{}
+	addr, _, _ := startProxy(t, up.url, func(c *Config) {
+		c.ReadTimeout = 200 * time.Millisecond
+		c.Refusals = counts
+	})
+	idle := endreason.Refusal("idle_preconnect")
+	conn := dialProxy(t, addr)
+	if b, err := io.ReadAll(conn); err != nil || len(b) != 0 {
+		t.Errorf("an idle connection got %q, %v; want its end, unanswered", b, err)
+	}
+	part := dialProxy(t, addr)
+	io.WriteString(part, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+	if resp, body := rawResponse(t, part, bufio.NewReader(part)); resp.StatusCode != 408 || errorCode(body) != string(endreason.RefusedTimeout) {
+		t.Errorf("a head cut short: %d %s", resp.StatusCode, body)
+	}
+	if i, to := counts.get(idle), counts.get(endreason.RefusedTimeout); i != 1 || to != 1 {
+		t.Errorf("counted %d idle preconnects and %d timeouts, want 1 and 1", i, to)
+	}
+}
+
+// TestBodyShareOfAKey: one key holding slow bodies takes at most its share
+// of the body memory budget; another key's body still fits.
+func TestBodyShareOfAKey(t *testing.T) {
+	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
+	cfg, err := gateway.Parse([]byte(`
+keys: [{name: alice, key: "`+gateway.HashKey("alice-key")+`"}, {name: bob, key: "`+gateway.HashKey("bob-key")+`"}]
+routes: [{model: m, pool: p}]
+pools: [{name: p, upstreams: [`+up.url+`]}]
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Start()
+	t.Cleanup(gw.Stop)
+	addr, sink, _ := startProxy(t, "", func(c *Config) {
+		c.Gateway = gw
+		c.MaxBodyBytes = 64 << 10
+		c.MaxBodyMemory = 128 << 10 // a key's share: a quarter, at least one body: 64 KiB
+	})
+	// Two of alice's bodies of 60 KiB stall past fasthttp's first 8 KiB:
+	// the handler holds the first it takes, and refuses the other.
+	answers := make(chan int, 2)
+	var slow []net.Conn
+	for range 2 {
+		conn := dialProxy(t, addr)
+		slow = append(slow, conn)
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\nContent-Length: %d\r\n\r\n%s",
+			60<<10, strings.Repeat("a", 9000))
+		go func() {
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	if s := <-answers; s != 503 {
+		t.Fatalf("alice's second slow body: %d, want 503 past her share", s)
+	}
+	if r := sink.next(t); r.Detail != endreason.DetailBodyMemoryFull || r.Key != "alice" {
+		t.Errorf("record %s key %q, want body_memory_full for alice", r.Detail, r.Key)
+	}
+	body := chat("m", `,"pad":"`+strings.Repeat("x", 50<<10)+`"`)
+	if resp, got, err := post(t, addr, body, "Authorization", "Bearer bob-key"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("bob, while alice holds her share: %v %d %s", err, resp.StatusCode, got)
+	}
+	if r := sink.next(t); r.Key != "bob" || r.Reason != endreason.Stop {
+		t.Errorf("bob's record %s/%s key %q", r.Reason, r.Detail, r.Key)
+	}
+	for _, c := range slow {
+		c.Close()
+	}
+	if r := sink.next(t); r.Key != "alice" || r.Detail != endreason.DetailClientClosed {
+		t.Errorf("alice's held body %s/%s key %q", r.Reason, r.Detail, r.Key)
+	}
+}
+
+// TestHeadNotesLeftBehind: a head check's note fasthttp never handed on
+// is not taken for a later request on its RequestCtx, and the sweep drops
+// it once it is older than the notes still in use.
+func TestHeadNotesLeftBehind(t *testing.T) {
+	_, _, p := startProxy(t, "http://127.0.0.1:1", nil)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, nil, nil)
+	left := &headNote{}
+	left.seq.Store(p.headSeq.Add(1))
+	p.heads.Store(&ctx.Request.Header, left)
+	if n := p.takeHead(&ctx); n != nil {
+		t.Error("a note taken for a connection whose request began after it")
+	}
+
+	old, recent := &fasthttp.RequestHeader{}, &fasthttp.RequestHeader{}
+	for _, h := range []*fasthttp.RequestHeader{old, recent} {
+		n := &headNote{}
+		n.seq.Store(p.headSeq.Add(1))
+		p.heads.Store(h, n)
+	}
+	p.dropHeadsBefore(p.headSeq.Load()) // recent's seq: old's is before it
+	if _, ok := p.heads.Load(old); ok {
+		t.Error("the older note was not dropped")
+	}
+	if _, ok := p.heads.Load(recent); !ok {
+		t.Error("the note as recent as the mark was dropped")
 	}
 }

@@ -74,6 +74,13 @@ type Config struct {
 	// with the body limit until it is read. A request whose body would go
 	// over it is answered 503 with Retry-After, its body unread.
 	MaxBodyMemory int
+	// MaxBodyMemoryPerKey bounds the part of MaxBodyMemory the bodies
+	// under one API key hold together (default a quarter of it, at least
+	// MaxBodyBytes; negative: no share), so one key's slow bodies cannot
+	// keep every other key's out. A request whose body would go over it is
+	// answered 503 with Retry-After, its body unread. Requests without a
+	// key (auth none or passthrough) have no share.
+	MaxBodyMemoryPerKey int
 	// MaxHeaderBytes bounds a request's line and headers together (default
 	// DefaultMaxHeaderBytes). Each client connection holds a read buffer of
 	// this size, except while its response streams (detach.go). A longer
@@ -86,6 +93,12 @@ type Config struct {
 	// the client's own cap) and closed; open ones are not touched.
 	MaxConns          int
 	MaxConnsPerClient int
+	// ReadTimeout bounds reading a request, its head and its body, from its
+	// first byte (default 60s, as nginx's client_header_timeout and
+	// client_body_timeout; a connection's first byte must come within it
+	// too). A body not sent in time is answered 408 and recorded
+	// (request_body_timeout).
+	ReadTimeout time.Duration
 	// Engine is the kind of engine behind the upstreams, which decides how
 	// its timing signals are read: one of engines.Kinds, or EngineAuto to
 	// identify each upstream from what it serves. Empty means generic (the
@@ -221,6 +234,8 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("--max-upstream-header-bytes %d: under %d (0 means the default)", c.MaxUpstreamHeaderBytes, minUpstreamHeaderBytes)
 	case c.MaxBodyMemory < 0:
 		return fmt.Errorf("--max-body-memory %d: negative (0 means the default)", c.MaxBodyMemory)
+	case c.ReadTimeout < 0:
+		return fmt.Errorf("read timeout %v: negative (0 means the default)", c.ReadTimeout)
 	case c.MaxHeaderBytes < 0:
 		return fmt.Errorf("--max-header-bytes %d: negative (0 means the default)", c.MaxHeaderBytes)
 	case c.Heartbeat < 0:
@@ -241,14 +256,20 @@ func (c *Config) Normalize() error {
 	}
 	defInt(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	defInt(&c.MaxBodyMemory, max(DefaultMaxBodyMemory, c.MaxBodyBytes))
+	defInt(&c.MaxBodyMemoryPerKey, max(c.MaxBodyMemory/4, c.MaxBodyBytes))
 	defInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	defInt(&c.MaxConns, DefaultMaxConns)
 	defInt(&c.MaxConnsPerClient, DefaultMaxConnsPerClient)
 	switch {
 	case c.MaxBodyMemory < c.MaxBodyBytes:
 		return fmt.Errorf("--max-body-memory %d below --max-body-bytes %d: a body of the largest size could never be read", c.MaxBodyMemory, c.MaxBodyBytes)
+	case c.MaxBodyMemoryPerKey > 0 && (c.MaxBodyMemoryPerKey < c.MaxBodyBytes || c.MaxBodyMemoryPerKey > c.MaxBodyMemory):
+		return fmt.Errorf("--max-body-memory-per-key %d: not between --max-body-bytes %d and --max-body-memory %d", c.MaxBodyMemoryPerKey, c.MaxBodyBytes, c.MaxBodyMemory)
 	case c.MaxHeaderBytes < minHeaderBytes:
 		return fmt.Errorf("--max-header-bytes %d: under %d, too small for a request line and the usual headers", c.MaxHeaderBytes, minHeaderBytes)
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = defaultReadTimeout
 	}
 	if c.MaxUpstreamHeaderBytes == 0 {
 		c.MaxUpstreamHeaderBytes = defaultUpstreamHeaderBytes
@@ -279,14 +300,17 @@ type Proxy struct {
 	log        zerolog.Logger
 	clock      stages.Clock
 	watcher    *sock.Watcher
-	conns      sync.Map // client net.Conn → *sock.ConnWatch, from accept to close
+	conns      sync.Map // client net.Conn → *clientConn, from accept to close
+	heads      sync.Map // *fasthttp.RequestHeader → *headNote: the head check's (frontdoor.go)
+	headSeq    atomic.Uint64
 	pool       sync.Pool
 	bgMu       sync.Mutex     // orders goBackground against Shutdown's stop
 	background sync.WaitGroup // engine-load scrapers and engine identification, stopped by stop
 	stop       context.CancelFunc
 	stopCtx    context.Context
-	bodies     bodyBudget  // the memory request bodies hold
-	limits     *connLimits // nil: no connection cap
+	bodies     bodyBudget         // the memory request bodies hold
+	bodyLate   *gateway.Rejection // the answer to a body not sent within cfg.ReadTimeout
+	limits     *connLimits        // nil: no connection cap
 	server     *fasthttp.Server
 	liveMu     sync.Mutex
 	live       map[*exchange]struct{} // requests between begin and their record, for a shutdown's cut
@@ -322,21 +346,25 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: requestClock(cfg.Clock), watcher: w, live: map[*exchange]struct{}{}}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
-	p.bodies.limit = int64(cfg.MaxBodyMemory)
+	p.bodies.limit, p.bodies.perKey = int64(cfg.MaxBodyMemory), int64(cfg.MaxBodyMemoryPerKey)
+	p.bodyLate = bodyTimeout(cfg.ReadTimeout)
 	p.limits = newConnLimits(cfg.MaxConns, cfg.MaxConnsPerClient)
 	p.server = &fasthttp.Server{
 		Handler:      p.Handler(),
 		ErrorHandler: p.refuseRequest,
 		Name:         "ttftlens",
-		// The handler reads the body itself, after authentication and
-		// within the body memory budget (readBody); fasthttp reads the
-		// head and at most the body's first 8 KiB.
+		// The head alone decides 401 and 413, before fasthttp reads any
+		// of the body or sends 100 Continue (checkHead). The handler
+		// reads the body itself, within the body memory budget
+		// (readBody); fasthttp reads the head and at most the body's
+		// first 8 KiB.
+		HeaderReceived:               p.checkHead,
 		StreamRequestBody:            true,
 		KeepHijackedConns:            true, // a detached stream's connection is given back for the next request
 		DisablePreParseMultipartForm: true, // forwarded as sent, never parsed
 		MaxRequestBodySize:           cfg.MaxBodyBytes,
 		ReadBufferSize:               cfg.MaxHeaderBytes,
-		ReadTimeout:                  readTimeout, // reading a request, not writing the stream
+		ReadTimeout:                  cfg.ReadTimeout, // reading a request, not writing the stream
 		IdleTimeout:                  120 * time.Second,
 		CloseOnShutdown:              true,
 		SecureErrorLogMessage:        true, // fasthttp's errors never quote the request
@@ -348,8 +376,8 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-// readTimeout bounds reading a request, head and body.
-const readTimeout = 60 * time.Second
+// defaultReadTimeout bounds reading a request, head and body.
+const defaultReadTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps.
 func (p *Proxy) Serve(ln net.Listener) error {
@@ -357,6 +385,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
+	p.goBackground(p.sweepHeads)
 	return p.server.Serve(ln)
 }
 
@@ -599,20 +628,39 @@ func (p *Proxy) ended(x *exchange) {
 func (p *Proxy) acquire() *exchange { return p.pool.Get().(*exchange) }
 
 func (p *Proxy) release(x *exchange) {
-	p.bodies.give(x.client.bodyHeld)
+	p.bodies.give(x.client.bodyKey, x.client.bodyHeld)
 	x.reset()
 	p.pool.Put(x)
+}
+
+// clientConn is what the proxy keeps of a client connection.
+type clientConn struct {
+	watch *sock.ConnWatch // its disconnect registration
+	began atomic.Uint64   // Proxy.headSeq when its current request's first byte came; 0: none yet
+}
+
+// requestBegan is c's clientConn.began, 0 for a connection it does not know.
+func (p *Proxy) requestBegan(c net.Conn) uint64 {
+	if v, ok := p.conns.Load(c); ok {
+		return v.(*clientConn).began.Load()
+	}
+	return 0
 }
 
 // connState registers each client connection with the disconnect watcher
 // once, when accepted, and ends the registration when fasthttp is done with
 // it (StateClosed comes after the close, which drops the socket from the
 // epoll set by itself); then the connection no longer counts against the
-// caps.
+// caps. It marks where each request begins (StateActive: its first byte
+// came), for the head check's notes.
 func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
-		p.conns.Store(c, p.watcher.WatchConn(c))
+		p.conns.Store(c, &clientConn{watch: p.watcher.WatchConn(c)})
+	case fasthttp.StateActive:
+		if v, ok := p.conns.Load(c); ok {
+			v.(*clientConn).began.Store(p.headSeq.Add(1))
+		}
 	case fasthttp.StateIdle:
 		if p.cfg.ClientWriteStall > 0 {
 			// The response is written: a stream's write stall deadline
@@ -627,7 +675,7 @@ func (p *Proxy) connState(c net.Conn, st fasthttp.ConnState) {
 			p.neverDetached(c)
 		}
 		if v, ok := p.conns.LoadAndDelete(c); ok {
-			p.watcher.EndConn(v.(*sock.ConnWatch))
+			p.watcher.EndConn(v.(*clientConn).watch)
 		}
 		// fasthttp sends no StateClosed after a hijack: a hijacked
 		// connection other than a detached stream's (a lingering close of

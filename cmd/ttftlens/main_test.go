@@ -187,6 +187,8 @@ func checkCases(f testFiles) []struct {
 		{"upstream header bytes too few", []string{"--max-upstream-header-bytes", "512"}, false, "", "--max-upstream-header-bytes 512: under 1024 (0 means the default)"},
 		{"negative heartbeat", []string{"--heartbeat", "-1s"}, false, "", "--heartbeat -1s: negative"},
 		{"body memory below the body limit", []string{"--max-body-bytes", "2048", "--max-body-memory", "1024"}, false, "", "--max-body-memory 1024 below --max-body-bytes 2048"},
+		{"a key's body share below the body limit", []string{"--max-body-bytes", "2048", "--max-body-memory-per-key", "1024"}, false, "", "--max-body-memory-per-key 1024: not between --max-body-bytes 2048 and --max-body-memory"},
+		{"no body share per key", []string{"--max-body-memory-per-key", "-1"}, true, "flags ok", ""},
 		{"negative max header bytes", []string{"--max-header-bytes", "-1"}, false, "", "--max-header-bytes -1: negative"},
 		{"max header bytes too small", []string{"--max-header-bytes", "100"}, false, "", "--max-header-bytes 100: under 1024"},
 		{"no connection caps", []string{"--max-conns", "-1", "--max-conns-per-client", "-1"}, true, "flags ok", ""},

@@ -58,6 +58,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxEventBytes, "max-event-bytes", 1<<20, "largest upstream SSE event")
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body (413 over it, unread) and non-streamed response body")
 	fs.IntVar(&f.cfg.MaxBodyMemory, "max-body-memory", proxy.DefaultMaxBodyMemory, "bytes the bodies of the requests in flight may hold together (503 body_memory_full over it); at least --max-body-bytes")
+	fs.IntVar(&f.cfg.MaxBodyMemoryPerKey, "max-body-memory-per-key", 0, "bytes the bodies under one API key may hold together (503 body_memory_full over it); 0: a quarter of --max-body-memory, at least --max-body-bytes; negative: no share")
 	fs.IntVar(&f.cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers together (431 over it); each client connection holds a buffer of this size")
 	fs.IntVar(&f.cfg.MaxConns, "max-conns", proxy.DefaultMaxConns, "client connections open at once; more are refused as they are accepted (503; negative: no cap)")
 	fs.IntVar(&f.cfg.MaxConnsPerClient, "max-conns-per-client", proxy.DefaultMaxConnsPerClient, "client connections open at once from one IP address (429 over it; negative: no cap; raise it behind a load balancer that connects from one address)")
