@@ -158,11 +158,9 @@ type Reservation struct {
 	b      *Bucket
 	tokens float64
 	sk     *Shared // the shared buckets charged too (redis backend)
-	// fallback: the shared backend could not answer and b decided.
+	// fallback: the shared backend could not answer and b decided; sk is
+	// owed the charge (and what the request settles).
 	fallback bool
-	// owes: admitted while Redis could not answer, its charge owed to sk
-	// (so is what it settles).
-	owes bool
 }
 
 // Fallback reports that the shared quota backend could not answer and this
@@ -211,9 +209,9 @@ func (r Reservation) Cancel() {
 
 // giveBack gives req requests and tok tokens back to the shared buckets:
 // through the settler's queue, or, when the admission's own charge is
-// still owed, off that debt.
+// owed (fallback), off that debt.
 func (r Reservation) giveBack(req, tok float64) {
-	if r.owes {
+	if r.fallback {
 		r.sk.owe(debt{req: -req, tok: -tok})
 	} else {
 		r.sk.adjust(req, tok)

@@ -43,14 +43,15 @@ import (
 //
 // What the local buckets admit meanwhile is owed to Redis (Shared.owed,
 // net of what those requests settle): Redis refilled the key during the
-// outage too, and would grant that refill a second time. Once Redis
-// answers an admission again, the settler charges every key what it owes,
-// and each admission of a key charges its own debt first, in its script.
-// A round trip that timed out is taken to have run (a stalled Redis runs
-// what it read once it wakes): its admission's charge stands when the
-// local buckets admit the request, is given back when they refuse it, and
-// a debt it carried is paid. So a key gets one admission too many, plus
-// the debt it carried, only for a timed-out round trip that never ran.
+// outage too, and would grant that refill a second time. Each admission
+// of a key charges its debt first, in its script, and once Redis answers
+// an admission again the settler charges every key what it owes.
+// A round trip that failed, timed out included, is taken not to have run:
+// a request the local buckets then admit is owed, and a debt it carried
+// is owed still. A stalled Redis may run it when it wakes (DEBUG SLEEP
+// does, with what a closed connection had sent; CLIENT PAUSE drops it; a
+// connection dialed during the stall never sent it): then the key was
+// charged twice, one admission too few, never one too many.
 
 // quotaScript adjusts one key's buckets.
 //
@@ -293,11 +294,11 @@ func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 	if sk.tokCap > 0 {
 		cost = min(int64(est), sk.tokCap)
 	}
-	timedOut := false
 	if st.now() >= st.downUntil.Load() {
-		// A Redis known to answer is charged first with what the key owes;
-		// the admission that tries a Redis that failed carries nothing (the
-		// settler pays once it answered).
+		// What the key owes is charged first, unless the admission tries a
+		// Redis that failed: the settler pays once it answered, so a
+		// stall's first round trips, which may run late, carry no debt
+		// that would then be charged twice.
 		var carry debt
 		if !st.down.Load() {
 			carry = sk.takeOwed()
@@ -315,43 +316,26 @@ func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 			sk.local.charge(float64(cost))
 			return Reservation{b: sk.local, tokens: float64(cost), sk: sk}, Refusal{}
 		}
-		switch {
-		case isReply(err):
+		if isReply(err) {
 			// A working Redis refused this key (a wrong type at its name, out
 			// of memory, read-only): this admission falls back or fails, the
 			// other keys keep using Redis. The key's debt cannot be charged.
 			st.replyError(sk, err)
 			st.dropDebt(carry)
-		case errors.Is(err, context.DeadlineExceeded):
-			// The script may have run after all (a busy Redis runs it
-			// late): taken to have run, its debt is paid and its charge
-			// settled below.
-			timedOut = true
-			st.failed(err)
-		default:
-			sk.owe(carry) // it never reached Redis
+		} else {
+			sk.owe(carry) // taken not to have run, timed out or not
 			st.failed(err)
 		}
 	}
 	if sk.failClosed {
-		if timedOut {
-			sk.adjust(1, float64(cost))
-		}
 		st.unavailable.Add(1)
 		return Reservation{}, Refusal{Unavailable: true}
 	}
 	st.fallbacks.Add(1)
 	res, ref := sk.local.Admit(est)
 	res.fallback = true
-	switch {
-	case ref.Refused():
-		if timedOut {
-			sk.adjust(1, float64(cost)) // give back what the script may have charged
-		}
-	case timedOut:
-		res.sk = sk // the script's charge is this request's: settled as one Redis admitted
-	default:
-		res.sk, res.owes = sk, true
+	if !ref.Refused() {
+		res.sk = sk
 		sk.owe(debt{req: 1, tok: res.tokens})
 	}
 	return res, ref
@@ -427,16 +411,7 @@ func (sk *Shared) run(cost int64, carry debt) ([]int64, error) {
 	if err == nil && (len(v) == 0 || (v[0] == 0 && len(v) != 3)) {
 		err = fmt.Errorf("%w %v", errUnexpectedReply, v)
 	}
-	if timedOut(ctx, err) && !errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err) // a read deadline's i/o timeout
-	}
 	return v, err
-}
-
-// timedOut reports whether err ended a round trip bounded by ctx because
-// its time ran out: the script may run after all.
-func timedOut(ctx context.Context, err error) bool {
-	return err != nil && !isReply(err) && (errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil)
 }
 
 // scripts runs quotaScript's two steps for a store.
@@ -617,8 +592,8 @@ func (st *Redis) answers() bool {
 
 // payDebts charges Redis with what each listed key owes, in batches.
 // A debt Redis refused (an error reply) is lost and counted; one whose
-// round trip timed out is taken as paid; one that did not reach Redis is
-// owed again, for the next time Redis answers.
+// round trip failed otherwise, timed out included, is owed still, for the
+// key's next admission or the next time Redis answers again.
 func (st *Redis) payDebts(ctx context.Context) {
 	st.debtMu.Lock()
 	keys := st.debtors
@@ -632,21 +607,16 @@ func (st *Redis) payDebts(ctx context.Context) {
 		if len(batch) < settleBatch && i < len(keys)-1 || len(batch) == 0 {
 			continue
 		}
-		sent := ctx.Err() == nil
-		var errs []error
-		if sent {
+		errs := failAll(batch, ctx.Err())
+		if ctx.Err() == nil {
 			errs = st.scripts.adjust(ctx, batch)
 		}
-		for j, s := range batch {
-			var err error
-			if errs != nil {
-				err = errs[j]
-			}
-			switch {
-			case sent && (err == nil || timedOut(ctx, err)):
+		for j, err := range errs {
+			switch s := batch[j]; {
+			case err == nil:
 			case isReply(err):
 				st.lost.Add(1)
-			default: // it never reached Redis: owed still
+			default:
 				s.sk.addOwed(debt{req: -s.req, tok: -s.tok})
 			}
 		}

@@ -162,33 +162,41 @@ func TestRedisFailure(t *testing.T) {
 }
 
 // TestRedisTimeout: a Redis that does not answer within the timeout counts
-// as down: the admission falls back instead of waiting for it, and gives
-// back what its script may have charged when the local buckets refuse.
+// as down: the admission falls back instead of waiting for it, and what
+// the local buckets admitted is charged once Redis answers again.
 func TestRedisTimeout(t *testing.T) {
 	r := redistest.Start(t)
 	p := policy(r, false)
 	// Long enough that a Redis that is up answers in time however loaded
-	// the machine (the first admission dials and loads the script). The
-	// pause below outlasts it by as much, and ends before the give-back's
-	// settlement, sent at the timeout, gives up (settleTimeout).
+	// the machine (the first admission dials and loads the script).
 	p.Timeout = 500 * time.Millisecond
-	k := newReplica(t, r).key("k", Limit{Interval: time.Hour, Requests: 1}, p)
+	rp := newReplica(t, r)
+	k := rp.key("k", Limit{Interval: time.Hour, Requests: 3}, p)
 	if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
 		t.Fatalf("with Redis up: %+v (fallback %v)", ref, res.Fallback())
 	}
-	// CLIENT PAUSE holds every other client's commands on the server.
+	// CLIENT PAUSE holds every other client's commands on the server, the
+	// PING after the admission too: it answers once the pause is over.
 	if reply, err := r.Do("CLIENT", "PAUSE", "1000", "ALL"); err != nil || reply != "+OK" {
 		t.Fatal(reply, err)
 	}
 	res, ref := k.Admit(0)
-	if ref.Over != "requests" || !res.Fallback() {
-		t.Fatalf("with Redis paused: %+v (fallback %v), want the local buckets' refusal", ref, res.Fallback())
+	if ref.Refused() || !res.Fallback() {
+		t.Fatalf("with Redis paused: %+v (fallback %v)", ref, res.Fallback())
+	}
+	if reply, err := r.Do("PING"); err != nil || reply != "+PONG" {
+		t.Fatal(reply, err)
 	}
 	// The admission cannot know whether its script ran (a busy Redis runs
-	// it late; a paused one drops it with the closed connection), so it
-	// gives back what the script may have charged: here the script never
-	// ran, so the key gets that request back, up to its capacity.
-	waitLevel(t, r, p.KeyPrefix+"k", "r", 1)
+	// it late; a paused one drops it with the closed connection): it is
+	// taken not to have run, and the request is owed. Here it never ran,
+	// so the key is charged once: by the settler, after the next admission
+	// found Redis back.
+	rp.clk.Advance(retryAfter)
+	if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+		t.Fatalf("with Redis back: %+v (fallback %v)", ref, res.Fallback())
+	}
+	waitLevel(t, r, p.KeyPrefix+"k", "r", 0)
 }
 
 // TestRedisReplyError: a key Redis refuses (a wrong type at its name)
