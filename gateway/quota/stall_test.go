@@ -148,22 +148,23 @@ func TestStallAdmitsWithinTheBound(t *testing.T) {
 			st.scripts = fake
 			l := Limit{Interval: 10 * time.Second, Requests: 20}
 			k := st.Key("k", l, NewBucket(l, now), Policy{Timeout: gap})
-			admitted := 0
+			admitted, settled := 0, time.Duration(0)
+			// A timed-out admission moves the clock on by its wait.
 			for start := clk.Now(); clk.Now()-start < offered; clk.Advance(gap) {
 				at := clk.Now() - start
+				stalled := false
 				for _, s := range stalls {
-					switch at {
-					case s[0]:
-						fake.stall(true)
-					case s[1]:
-						fake.stall(false)
-					}
+					stalled = stalled || s[0] <= at && at < s[1]
+				}
+				if stalled != fake.stalled {
+					fake.stall(stalled)
 				}
 				if _, ref := k.Admit(0); !ref.Refused() {
 					admitted++
 				}
-				if at%tc.settle == 0 {
+				if at >= settled+tc.settle {
 					st.settleOnce(nil)
+					settled = at
 				}
 			}
 			least := bound - 1 // the last refill may fall after the last request
