@@ -50,8 +50,9 @@ const firstRetry = 100 * time.Millisecond
 // probes pass and sooner while they fail (retryAfter), so an upstream that
 // comes up after the proxy, or back after a failure, is in rotation again
 // within a fraction of the interval. A failed probe marks the upstream
-// unhealthy, a passing one healthy: the verdict follows the last probe (no
-// thresholds; passive ejection handles flapping under load). A verdict
+// unhealthy, a passing one healthy and not ejected: the verdict follows
+// the last probe (no thresholds; passive ejection handles flapping under
+// load between probes). A verdict
 // that takes the upstream out of rotation or brings it back is logged,
 // once (healthlog.go).
 type checker struct {

@@ -44,7 +44,7 @@ func (u *Upstream) endEjection(now int64) {
 }
 
 // setVerdict records an active health check's result (err nil: passed) for
-// pool, and tells the probe watchers (WatchProbes) when it is the first to
+// pool, ends a passive ejection when it passed, and tells the probe watchers (WatchProbes) when it is the first to
 // pass, or the first after a failure.
 func (u *Upstream) setVerdict(pool string, err error) {
 	if u.verdict(pool, err) {
@@ -64,13 +64,17 @@ func (u *Upstream) verdict(pool string, err error) (cameUp bool) {
 	u.hlog.probeErr = err
 	flipped := u.healthy.Swap(ok) != ok
 	u.endEjection(now)
+	// A passing probe ends a passive ejection too: the failures that
+	// ejected it (an engine restarting kills its streams and refuses
+	// connects) are over once the engine answers its health path.
+	probeEnded := ok && u.ejectedUntil.Swap(0) != 0
 	out, changed, outFor := u.settle(now)
 	switch {
 	case !changed:
 	case out: // only a failed check takes it out here: an ejection was out already
 		u.g.log.Warn().Str("upstream", u.Name).Str("pool", pool).
 			Str("reason", "health check failed").Err(err).Msg("upstream unhealthy")
-	case flipped:
+	case flipped || probeEnded:
 		u.recovered(pool, "health check passed", outFor)
 	default:
 		u.recovered(pool, "ejection ended", outFor)

@@ -250,3 +250,77 @@ func probeAll(ctx context.Context, p *Pool, probe ProbeFunc) {
 		_ = probeOnce(ctx, p, u, probe)
 	}
 }
+
+// TestPassingProbeEndsEjection: a passive ejection ends at the first active
+// probe that passes, at once (an engine that restarted, whose killed
+// streams ejected it, is back as soon as it answers its health path), with
+// one "recovered" line; a probe that fails leaves it ejected.
+func TestPassingProbeEndsEjection(t *testing.T) {
+	tests := []struct {
+		name   string
+		probes []bool // the probes after the ejection, in order: true passes
+		out    bool   // still out of rotation after them
+	}{
+		{"a passing probe", []bool{true}, false},
+		{"the engine down, then back", []bool{false, false, true}, false},
+		{"the engine still down", []bool{false, false}, true},
+		{"no probe since", nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logs, log := captureLog()
+			var pass atomic.Bool
+			probe := func(ctx context.Context, url string) error {
+				if pass.Load() {
+					return nil
+				}
+				return errRefused
+			}
+			cfg := &Config{
+				Routes: []RouteConfig{{Model: "m", Pool: "p"}},
+				Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
+					Health:   HealthConfig{Path: "/h"},
+					Ejection: EjectionConfig{ConsecutiveFailures: 5, Duration: 30 * time.Second}}},
+			}
+			g, clk := newGateway(t, cfg, Options{Log: log, Probe: probe})
+			s := g.Snapshot()
+			r, pool := s.Routes()[0], s.Pools()[0]
+			a := pool.Upstreams[0]
+			pass.Store(true)
+			probeAll(context.Background(), pool, probe)
+			for range 5 {
+				g.Done(a, false)
+			}
+			logs.Take(t) // the ejection's line
+			for _, ok := range tc.probes {
+				clk.Advance(100 * time.Millisecond)
+				pass.Store(ok)
+				probeAll(context.Background(), pool, probe)
+			}
+			u, rej := s.Pick(r, nil)
+			if out := rej != nil; out != tc.out {
+				t.Fatalf("after the probes: picked %v, rejection %+v; want out of rotation %v", u, rej, tc.out)
+			}
+			if tc.out {
+				if !a.Ejected() {
+					t.Fatal("a failing probe ended the ejection")
+				}
+				// The next probe may end the ejection: the client is told
+				// to retry then, not at the ejection's end.
+				a.nextProbe.Store(g.now() + int64(1500*time.Millisecond))
+				if _, rej := s.Pick(r, nil); rej == nil || rej.RetryAfter != 2 {
+					t.Fatalf("Retry-After with the next probe due in 1.5s: %+v, want 2", rej)
+				}
+				wantLines(t, logs.Take(t))
+				return
+			}
+			if a.Ejected() {
+				t.Fatal("still ejected")
+			}
+			wantLines(t, logs.Take(t), map[string]any{
+				"level": "info", "message": "upstream recovered", "upstream": "a:1", "pool": "p",
+				"reason": "health check passed", "unhealthy_for": (time.Duration(len(tc.probes)) * 100 * time.Millisecond).String(),
+			})
+		})
+	}
+}

@@ -231,14 +231,17 @@ func (p *Pool) noteLoadUnknown(unknown *Upstream) {
 }
 
 func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
-	// Retry when the first ejection ends or the next probe of an unhealthy
-	// upstream is due, whichever comes first.
+	// Retry when the first ejection ends or the next probe is due (a
+	// passing one ends an ejection too), whichever comes first.
 	wait := int64(math.MaxInt64)
 	for _, u := range p.Upstreams {
 		switch {
 		case u == except:
 		case u.healthy.Load():
 			wait = min(wait, u.ejectedUntil.Load()-now)
+			if next := u.nextProbe.Load(); next > now {
+				wait = min(wait, next-now)
+			}
 		case u.nextProbe.Load() != 0:
 			wait = min(wait, u.nextProbe.Load()-now)
 		}
@@ -259,8 +262,9 @@ func noHealthy(p *Pool, except *Upstream, now int64) *Rejection {
 // the end, engine error), true for anything else. Client cancels, our own
 // deadlines and 4xx say nothing about the upstream: report them as ok or not
 // at all. After ejection.consecutive_failures failures in a row the upstream
-// is out of rotation for ejection.duration; the ejection is logged, and so
-// is its end when a Pick or a health check first sees it over.
+// is out of rotation for ejection.duration, or until an active health
+// check passes; the ejection is logged, and so is its end when a Pick or a
+// health check first sees it over.
 func (g *Gateway) Done(u *Upstream, ok bool) {
 	if ok {
 		if u.fails.Load() != 0 { // read first: keep the hot line shared

@@ -348,6 +348,7 @@ func (x *exchange) respond(ctx *fasthttp.RequestCtx) {
 	x.sig.Headers(x.peekResp, &rec.Timeline)
 	status := x.resp.StatusCode()
 	f.Status = status
+	x.lease.closing = x.resp.Header.ConnectionClose()
 	rec.Buffering |= shapeBuffering(&x.resp.Header, rec.Streaming)
 	if ct := x.resp.Header.ContentType(); status < 300 && (isEventStream(ct) || isNDJSON(ct)) {
 		x.startStream(ctx, status, isNDJSON(ct))

@@ -17,6 +17,9 @@ type lease struct {
 	res       gateway.Reservation
 	hasRes    bool
 	promptEst int // the gateway's prompt-token estimate, for settling quota
+	// closing: the response said `Connection: close` (or was HTTP/1.0
+	// without keep-alive), as an engine does while it shuts down or drains.
+	closing bool
 }
 
 // releaseSlot gives the admission slot back early (before a retry).
@@ -33,7 +36,7 @@ func (l *lease) releaseSlot() {
 // a request that was refused or never reached the engine).
 func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Record) {
 	if l.up != nil {
-		gw.Done(l.up, !upstreamFault(f))
+		gw.Done(l.up, !upstreamFault(f, l.closing))
 	}
 	l.releaseSlot()
 	if !l.hasRes {
@@ -55,9 +58,11 @@ func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Reco
 // the upstream had closed while idle is not one: the transport sends the
 // request again on a new connection (upstream.roundTrip), and only that
 // attempt's end becomes a fact. Nor is a response over one of our limits
-// (headers, body, event).
-func upstreamFault(f *endreason.Facts) bool {
-	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 || f.ErrorEvent ||
-		f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
-		f.Read == endreason.ReadTruncated || f.Read == endreason.ReadFailed
+// (headers, body, event). Nor is the engine's own shutdown, when its
+// response said `Connection: close` (closing): a 503 while it drains, or a
+// body it then cut with a FIN (a crash's RST still counts).
+func upstreamFault(f *endreason.Facts, closing bool) bool {
+	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 && !(closing && f.Status == 503) ||
+		f.ErrorEvent || f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
+		f.Read == endreason.ReadTruncated && !closing || f.Read == endreason.ReadFailed
 }

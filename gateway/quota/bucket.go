@@ -158,7 +158,8 @@ type Reservation struct {
 	b      *Bucket
 	tokens float64
 	sk     *Shared // the shared buckets charged too (redis backend)
-	// fallback: the shared backend could not answer and b decided.
+	// fallback: the shared backend could not answer and b decided; sk is
+	// owed the charge (and what the request settles).
 	fallback bool
 }
 
@@ -183,7 +184,7 @@ func (r Reservation) Settle(actual int) {
 	}
 	b.mu.Unlock()
 	if r.sk != nil && r.sk.tokCap > 0 && back != 0 {
-		r.sk.adjust(0, back)
+		r.giveBack(0, back)
 	}
 }
 
@@ -202,6 +203,17 @@ func (r Reservation) Cancel() {
 	b.tok = min(b.tokCap, b.tok+r.tokens)
 	b.mu.Unlock()
 	if r.sk != nil {
-		r.sk.adjust(1, r.tokens)
+		r.giveBack(1, r.tokens)
+	}
+}
+
+// giveBack gives req requests and tok tokens back to the shared buckets:
+// through the settler's queue, or, when the admission's own charge is
+// owed (fallback), off that debt.
+func (r Reservation) giveBack(req, tok float64) {
+	if r.fallback {
+		r.sk.owe(debt{req: -req, tok: -tok})
+	} else {
+		r.sk.adjust(req, tok)
 	}
 }

@@ -5,13 +5,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
-// clock is a settable monotonic clock in nanoseconds.
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) now() int64              { return c.ns.Load() }
-func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+// nowOf is c as the package's clocks are: nanoseconds.
+func nowOf(c *clock.Fake) func() int64 { return func() int64 { return int64(c.Now()) } }
 
 // step is one admission: the clock advances, est tokens are admitted, and
 // the reservation is settled.
@@ -25,10 +24,10 @@ type step struct {
 }
 
 // run runs steps against one Limiter on clk.
-func run(t *testing.T, clk *clock, l Limiter, steps []step) {
+func run(t *testing.T, clk *clock.Fake, l Limiter, steps []step) {
 	t.Helper()
 	for _, s := range steps {
-		clk.advance(s.advance)
+		clk.Advance(s.advance)
 		res, ref := l.Admit(s.est)
 		if ref.Over != s.over || (ref.Wait-s.wait).Abs() > time.Microsecond {
 			t.Fatalf("%s: refusal %+v, want over %q wait %v", s.name, ref, s.over, s.wait)
@@ -47,8 +46,8 @@ func run(t *testing.T, clk *clock, l Limiter, steps []step) {
 }
 
 func TestBucketRequests(t *testing.T) {
-	clk := &clock{}
-	b := NewBucket(Limit{Interval: time.Minute, Requests: 3}, clk.now)
+	clk := &clock.Fake{}
+	b := NewBucket(Limit{Interval: time.Minute, Requests: 3}, nowOf(clk))
 	run(t, clk, b, []step{
 		{"1st", 0, 0, -2, "", 0},
 		{"2nd", 0, 0, -2, "", 0},
@@ -64,8 +63,8 @@ func TestBucketRequests(t *testing.T) {
 }
 
 func TestBucketTokensSettle(t *testing.T) {
-	clk := &clock{}
-	b := NewBucket(Limit{Interval: time.Minute, Tokens: 1000}, clk.now)
+	clk := &clock.Fake{}
+	b := NewBucket(Limit{Interval: time.Minute, Tokens: 1000}, nowOf(clk))
 	run(t, clk, b, []step{
 		{"reserve 600", 0, 600, 100, "", 0},                                                     // 600 held, settled at 100 → 900 left
 		{"reserve 900", 0, 900, -2, "", 0},                                                      // 0 left
@@ -90,8 +89,8 @@ func TestZeroReservation(t *testing.T) {
 // TestBucketConcurrent: racing admissions never admit more than the bucket
 // holds.
 func TestBucketConcurrent(t *testing.T) {
-	clk := &clock{}
-	b := NewBucket(Limit{Interval: time.Hour, Requests: 100, Tokens: 1000}, clk.now)
+	clk := &clock.Fake{}
+	b := NewBucket(Limit{Interval: time.Hour, Requests: 100, Tokens: 1000}, nowOf(clk))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
@@ -112,8 +111,8 @@ func TestBucketConcurrent(t *testing.T) {
 
 // TestBucketConfigure: a new limit keeps the levels it can.
 func TestBucketConfigure(t *testing.T) {
-	clk := &clock{}
-	b := NewBucket(Limit{Interval: time.Minute, Requests: 2}, clk.now)
+	clk := &clock.Fake{}
+	b := NewBucket(Limit{Interval: time.Minute, Requests: 2}, nowOf(clk))
 	run(t, clk, b, []step{{"1st", 0, 0, -2, "", 0}, {"2nd", 0, 0, -2, "", 0}})
 	b.Configure(Limit{Interval: time.Minute, Requests: 3})
 	run(t, clk, b, []step{{"spent before the new limit", 0, 0, -2, "requests", 20 * time.Second}})

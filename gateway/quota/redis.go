@@ -40,16 +40,30 @@ import (
 // already admitted. After a failure, admissions skip Redis for
 // retryAfter and then try it again: a Redis that came back is used
 // from the next admission on, with no restart.
+//
+// What the local buckets admit meanwhile is owed to Redis (Shared.owed,
+// net of what those requests settle): Redis refilled the key during the
+// outage too, and would grant that refill a second time. Each admission
+// of a key charges its debt first, in its script, and once Redis answers
+// an admission again the settler charges every key what it owes.
+// A round trip that failed, timed out included, is taken not to have run:
+// a request the local buckets then admit is owed, and a debt it carried
+// is owed still. A stalled Redis may run it when it wakes (DEBUG SLEEP
+// does, with what a closed connection had sent; CLIENT PAUSE drops it; a
+// connection dialed during the stall never sent it): then the key was
+// charged twice, one admission too few, never one too many.
 
 // quotaScript adjusts one key's buckets.
 //
 // KEYS[1]: the hash {r: requests left, t: tokens left, ts: µs of the last
 // refill}; a missing hash is a pair of full buckets.
 // ARGV: requests capacity, tokens capacity (0: unlimited), interval in µs,
-// then "admit" and the tokens to charge, or "adjust" and the requests and
-// tokens to give back (negative: to charge more), levels capped.
+// then "admit", the tokens to charge and the requests and tokens this
+// replica owes (charged first, whatever the levels), or "adjust" and the
+// requests and tokens to give back (negative: to charge more), levels
+// capped.
 // Returns {1} when done, {0, 1 or 2 (requests or tokens), µs to wait} when
-// admission is refused (nothing changes then).
+// admission is refused (only the debt is charged then).
 var quotaScript = redis.NewScript(`
 local now = redis.call('TIME')
 now = now[1] * 1000000 + now[2]
@@ -62,17 +76,24 @@ if now > ts then
   t = math.min(tc, t + (now - ts) * tc / iv)
   ts = now
 end
+local reply = {1}
 if ARGV[4] == 'admit' then
-  local cost = tonumber(ARGV[5])
+  local cost, dr, dt = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  if rc > 0 then r = math.min(rc, r - dr) end
+  t = math.min(tc, t - dt)
   local wait, which = 0, 0
   if rc > 0 and r < 1 then wait, which = (1 - r) * iv / rc, 1 end
   if tc > 0 and t < cost then
     local w = (cost - t) * iv / tc
     if w > wait then wait, which = w, 2 end
   end
-  if which > 0 then return {0, which, math.ceil(wait)} end
-  if rc > 0 then r = r - 1 end
-  t = t - cost
+  if which > 0 then
+    reply = {0, which, math.ceil(wait)}
+    if dr == 0 and dt == 0 then return reply end
+  else
+    if rc > 0 then r = r - 1 end
+    t = t - cost
+  end
 else
   r = math.min(rc, r + tonumber(ARGV[5]))
   t = math.min(tc, t + tonumber(ARGV[6]))
@@ -83,7 +104,7 @@ local full = 0
 if rc > 0 then full = math.max(full, (rc - r) * iv / rc) end
 if tc > 0 then full = math.max(full, (tc - t) * iv / tc) end
 redis.call('PEXPIRE', KEYS[1], math.ceil(full / 1000) + 1000)
-return {1}
+return reply
 `)
 
 const (
@@ -105,7 +126,12 @@ type Redis struct {
 	log     zerolog.Logger
 	opts    *redis.Options
 	client  atomic.Pointer[redis.Client]
+	scripts scripts // runs quotaScript: redisScripts, or a test's stand-in
 	settles chan settlement
+	wake    chan struct{} // tells the settler there are debts to pay (room for one)
+
+	debtMu  sync.Mutex
+	debtors []*Shared // the keys with something owed (Shared.listed)
 
 	// Set while running (Start to Stop).
 	quit, done chan struct{}
@@ -160,7 +186,17 @@ type Shared struct {
 	intervalUs int64
 	timeout    time.Duration
 	failClosed bool
+
+	// owed is what this replica's own buckets admitted while Redis could
+	// not answer, net of what those requests settled since, that Redis
+	// was not charged yet; listed says sk is on the store's debtors.
+	mu     sync.Mutex
+	owed   debt
+	listed bool
 }
+
+// debt is what Redis is owed: requests and tokens (negative: to give back).
+type debt struct{ req, tok float64 }
 
 // settlement is a queued adjustment of a key's buckets.
 type settlement struct {
@@ -210,7 +246,8 @@ func NewRedis(c Conn, now func() int64, log zerolog.Logger) *Redis {
 			Mode: maintnotifications.ModeDisabled,
 		},
 	}
-	st := &Redis{now: now, log: log, opts: opts, settles: make(chan settlement, settleQueue)}
+	st := &Redis{now: now, log: log, opts: opts, settles: make(chan settlement, settleQueue), wake: make(chan struct{}, 1)}
+	st.scripts = redisScripts{st}
 	st.client.Store(redis.NewClient(opts))
 	return st
 }
@@ -258,7 +295,15 @@ func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 		cost = min(int64(est), sk.tokCap)
 	}
 	if st.now() >= st.downUntil.Load() {
-		v, err := sk.run(cost)
+		// What the key owes is charged first, unless the admission tries a
+		// Redis that failed: the settler pays once it answered, so a
+		// stall's first round trips, which may run late, carry no debt
+		// that would then be charged twice.
+		var carry debt
+		if !st.down.Load() {
+			carry = sk.takeOwed()
+		}
+		v, err := sk.run(cost, carry)
 		if err == nil {
 			st.recovered()
 			if v[0] == 0 {
@@ -271,18 +316,14 @@ func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 			sk.local.charge(float64(cost))
 			return Reservation{b: sk.local, tokens: float64(cost), sk: sk}, Refusal{}
 		}
-		switch {
-		case isReply(err):
+		if isReply(err) {
 			// A working Redis refused this key (a wrong type at its name, out
 			// of memory, read-only): this admission falls back or fails, the
-			// other keys keep using Redis.
+			// other keys keep using Redis. The key's debt cannot be charged.
 			st.replyError(sk, err)
-		case errors.Is(err, context.DeadlineExceeded):
-			// The script may have run after all: give back what it may have
-			// charged (at worst one admission too many, levels are capped).
-			sk.adjust(1, float64(cost))
-			st.failed(err)
-		default:
+			st.dropDebt(carry)
+		} else {
+			sk.owe(carry) // taken not to have run, timed out or not
 			st.failed(err)
 		}
 	}
@@ -293,22 +334,160 @@ func (sk *Shared) Admit(est int) (Reservation, Refusal) {
 	st.fallbacks.Add(1)
 	res, ref := sk.local.Admit(est)
 	res.fallback = true
+	if !ref.Refused() {
+		res.sk = sk
+		sk.owe(debt{req: 1, tok: res.tokens})
+	}
 	return res, ref
 }
 
-// run is the admission's one round trip, bounded by sk.timeout.
-func (sk *Shared) run(cost int64) ([]int64, error) {
-	c := sk.store.client.Load()
-	if c == nil {
-		return nil, redis.ErrClosed
+// owe adds d to what sk owes Redis, and tells the settler when Redis
+// answers.
+func (sk *Shared) owe(d debt) {
+	if sk.addOwed(d) && !sk.store.down.Load() {
+		sk.store.poke()
 	}
+}
+
+// addOwed adds d to sk's debt and lists sk among the store's debtors; it
+// reports whether sk was listed now.
+func (sk *Shared) addOwed(d debt) (listed bool) {
+	if d == (debt{}) {
+		return false
+	}
+	sk.mu.Lock()
+	sk.owed.req += d.req
+	sk.owed.tok += d.tok
+	listed, sk.listed = !sk.listed, true
+	sk.mu.Unlock()
+	if listed {
+		st := sk.store
+		st.debtMu.Lock()
+		st.debtors = append(st.debtors, sk)
+		st.debtMu.Unlock()
+	}
+	return listed
+}
+
+// takeOwed returns what sk owes, now owed no more (it stays listed: the
+// settler finds nothing).
+func (sk *Shared) takeOwed() debt {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	d := sk.owed
+	sk.owed = debt{}
+	return d
+}
+
+// unlist is takeOwed for the settler, which takes sk off the debtors.
+func (sk *Shared) unlist() debt {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	d := sk.owed
+	sk.owed, sk.listed = debt{}, false
+	return d
+}
+
+// dropDebt counts a debt Redis refused as lost.
+func (st *Redis) dropDebt(d debt) {
+	if d != (debt{}) {
+		st.lost.Add(1)
+	}
+}
+
+// poke wakes the settler (it pays the debts unless Redis is down).
+func (st *Redis) poke() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the admission's one round trip, bounded by sk.timeout.
+func (sk *Shared) run(cost int64, carry debt) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sk.timeout)
 	defer cancel()
-	v, err := quotaScript.Run(ctx, c, []string{sk.redisKey}, sk.reqCap, sk.tokCap, sk.intervalUs, "admit", cost).Int64Slice()
+	v, err := sk.store.scripts.admit(ctx, sk, cost, carry)
 	if err == nil && (len(v) == 0 || (v[0] == 0 && len(v) != 3)) {
 		err = fmt.Errorf("%w %v", errUnexpectedReply, v)
 	}
 	return v, err
+}
+
+// scripts runs quotaScript's two steps for a store.
+type scripts interface {
+	// admit runs "admit" on sk's hash, charging carry, then cost tokens,
+	// within ctx.
+	admit(ctx context.Context, sk *Shared, cost int64, carry debt) ([]int64, error)
+	// adjust runs "adjust" for each settlement of batch within ctx; errs
+	// is nil when all were done, else each one's error (nil: done).
+	adjust(ctx context.Context, batch []settlement) (errs []error)
+}
+
+// redisScripts runs the script on the store's Redis.
+type redisScripts struct{ st *Redis }
+
+func (r redisScripts) admit(ctx context.Context, sk *Shared, cost int64, carry debt) ([]int64, error) {
+	c := r.st.client.Load()
+	if c == nil {
+		return nil, redis.ErrClosed
+	}
+	return quotaScript.Run(ctx, c, []string{sk.redisKey}, sk.reqCap, sk.tokCap, sk.intervalUs, "admit", cost,
+		carry.req, carry.tok).Int64Slice()
+}
+
+// adjust sends batch in one pipeline (EVALSHA; the ones the server's
+// script cache lacked again as EVAL).
+func (r redisScripts) adjust(ctx context.Context, batch []settlement) []error {
+	c := r.st.client.Load()
+	if c == nil {
+		return failAll(batch, redis.ErrClosed)
+	}
+	var errs []error
+	run := func(idx []int, eval bool) (again []int) {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(idx))
+		for j, i := range idx {
+			s := batch[i]
+			keys, args := []string{s.sk.redisKey}, []any{s.sk.reqCap, s.sk.tokCap, s.sk.intervalUs, "adjust", s.req, s.tok}
+			if eval {
+				cmds[j] = quotaScript.Eval(ctx, pipe, keys, args...)
+			} else {
+				cmds[j] = quotaScript.EvalSha(ctx, pipe, keys, args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		for j, cmd := range cmds {
+			switch err := cmd.Err(); {
+			case err == nil:
+			case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				again = append(again, idx[j])
+			default:
+				if errs == nil {
+					errs = make([]error, len(batch))
+				}
+				errs[idx[j]] = err
+			}
+		}
+		return again
+	}
+	idx := make([]int, len(batch))
+	for i := range idx {
+		idx[i] = i
+	}
+	if again := run(idx, false); len(again) > 0 {
+		run(again, true)
+	}
+	return errs
+}
+
+// failAll is batch's errors when none of it could be sent.
+func failAll(batch []settlement, err error) []error {
+	errs := make([]error, len(batch))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // isReply reports whether err is an error reply from a Redis that
@@ -338,10 +517,12 @@ func (st *Redis) replyError(sk *Shared, err error) {
 	}
 }
 
-// recovered logs the end of a run of failures.
+// recovered logs the end of a run of failures and has the settler pay
+// what the keys owe.
 func (st *Redis) recovered() {
 	if st.down.Load() && st.down.Swap(false) {
 		st.log.Info().Str("address", st.opts.Addr).Msg("quota backend recovered")
+		st.poke()
 	}
 }
 
@@ -355,7 +536,8 @@ func (sk *Shared) adjust(req, tok float64) {
 	}
 }
 
-// settle sends queued settlements in batches until quit, then what is left.
+// settle sends queued settlements in batches, and the debts when poked,
+// until quit, then what is left.
 func (st *Redis) settle(quit <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	batch := make([]settlement, 0, settleBatch)
@@ -363,6 +545,8 @@ func (st *Redis) settle(quit <-chan struct{}, done chan<- struct{}) {
 		select {
 		case s := <-st.settles:
 			batch = append(batch[:0], s)
+		case <-st.wake:
+			batch = batch[:0]
 		case <-quit:
 			// What is left goes out within one settleTimeout in all: a stop
 			// (under the gateway's lock) never waits longer on Redis.
@@ -370,6 +554,9 @@ func (st *Redis) settle(quit <-chan struct{}, done chan<- struct{}) {
 			ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 			defer cancel()
 			down := st.now() < st.downUntil.Load()
+			if st.answers() {
+				st.payDebts(ctx) // else they wait for the next Start
+			}
 			for {
 				batch = st.drain(batch[:0])
 				if len(batch) == 0 {
@@ -382,9 +569,58 @@ func (st *Redis) settle(quit <-chan struct{}, done chan<- struct{}) {
 				st.send(ctx, batch)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		st.send(ctx, st.drain(batch))
-		cancel()
+		st.settleOnce(batch)
+	}
+}
+
+// settleOnce sends what is queued, after batch, and the keys' debts
+// unless admissions skip Redis, within settleTimeout.
+func (st *Redis) settleOnce(batch []settlement) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	st.send(ctx, st.drain(batch))
+	if st.answers() {
+		st.payDebts(ctx)
+	}
+}
+
+// answers reports whether Redis answered the last admission that tried it
+// and admissions do not skip it.
+func (st *Redis) answers() bool {
+	return !st.down.Load() && st.now() >= st.downUntil.Load()
+}
+
+// payDebts charges Redis with what each listed key owes, in batches.
+// A debt Redis refused (an error reply) is lost and counted; one whose
+// round trip failed otherwise, timed out included, is owed still, for the
+// key's next admission or the next time Redis answers again.
+func (st *Redis) payDebts(ctx context.Context) {
+	st.debtMu.Lock()
+	keys := st.debtors
+	st.debtors = nil
+	st.debtMu.Unlock()
+	batch := make([]settlement, 0, min(len(keys), settleBatch))
+	for i, sk := range keys {
+		if d := sk.unlist(); d != (debt{}) {
+			batch = append(batch, settlement{sk: sk, req: -d.req, tok: -d.tok})
+		}
+		if len(batch) < settleBatch && i < len(keys)-1 || len(batch) == 0 {
+			continue
+		}
+		errs := failAll(batch, ctx.Err())
+		if ctx.Err() == nil {
+			errs = st.scripts.adjust(ctx, batch)
+		}
+		for j, err := range errs {
+			switch s := batch[j]; {
+			case err == nil:
+			case isReply(err):
+				st.lost.Add(1)
+			default:
+				s.sk.addOwed(debt{req: -s.req, tok: -s.tok})
+			}
+		}
+		batch = batch[:0]
 	}
 }
 
@@ -401,39 +637,18 @@ func (st *Redis) drain(batch []settlement) []settlement {
 	return batch
 }
 
-// send runs batch in one pipeline (EVALSHA; the ones the server's script
-// cache lacked again as EVAL) within ctx and counts what failed.
+// send runs batch within ctx and counts what failed.
 func (st *Redis) send(ctx context.Context, batch []settlement) {
-	c := st.client.Load()
-	if c == nil || ctx.Err() != nil {
+	if len(batch) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
 		st.lost.Add(uint64(len(batch)))
 		return
 	}
-	run := func(batch []settlement, eval bool) []settlement {
-		pipe := c.Pipeline()
-		cmds := make([]*redis.Cmd, len(batch))
-		for i, s := range batch {
-			keys, args := []string{s.sk.redisKey}, []any{s.sk.reqCap, s.sk.tokCap, s.sk.intervalUs, "adjust", s.req, s.tok}
-			if eval {
-				cmds[i] = quotaScript.Eval(ctx, pipe, keys, args...)
-			} else {
-				cmds[i] = quotaScript.EvalSha(ctx, pipe, keys, args...)
-			}
+	for _, err := range st.scripts.adjust(ctx, batch) {
+		if err != nil {
+			st.lost.Add(1)
 		}
-		_, _ = pipe.Exec(ctx)
-		var again []settlement
-		for i, cmd := range cmds {
-			switch err := cmd.Err(); {
-			case err == nil:
-			case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				again = append(again, batch[i])
-			default:
-				st.lost.Add(1)
-			}
-		}
-		return again
-	}
-	if again := run(batch, false); len(again) > 0 {
-		run(again, true)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/internal/redistest"
 )
 
@@ -16,13 +17,13 @@ import (
 // on its own clock.
 type replica struct {
 	st  *Redis
-	clk *clock
+	clk *clock.Fake
 }
 
 func newReplica(t *testing.T, r *redistest.Server) replica {
 	t.Helper()
-	clk := &clock{}
-	st := NewRedis(Conn{Address: r.Addr}, clk.now, zerolog.Nop())
+	clk := &clock.Fake{}
+	st := NewRedis(Conn{Address: r.Addr}, nowOf(clk), zerolog.Nop())
 	st.Start()
 	t.Cleanup(st.Stop)
 	return replica{st: st, clk: clk}
@@ -30,7 +31,7 @@ func newReplica(t *testing.T, r *redistest.Server) replica {
 
 // key is the replica's Limiter of key name, with its own local buckets.
 func (rp replica) key(name string, l Limit, p Policy) *Shared {
-	return rp.st.Key(name, l, NewBucket(l, rp.clk.now), p)
+	return rp.st.Key(name, l, NewBucket(l, nowOf(rp.clk)), p)
 }
 
 // policy is a policy on r with a key prefix of the test's own and
@@ -103,7 +104,8 @@ func TestRedisShared(t *testing.T) {
 // this replica's buckets, which counted what it admitted through Redis,
 // flagged and counted; fail closed: Unavailable), admissions skip Redis for
 // retryAfter after a failure, and a Redis that is back is used again
-// without a restart.
+// without a restart, charged with what the replica's buckets admitted
+// meanwhile.
 func TestRedisFailure(t *testing.T) {
 	type want struct {
 		over        string
@@ -113,15 +115,17 @@ func TestRedisFailure(t *testing.T) {
 		name       string
 		failClosed bool
 		down       []want // each admission while Redis is down
+		left       int    // on Redis after the first admission once it is back
 	}{
-		{"open", false, []want{{}, {}, {over: "requests"}}}, // 3 a replica, one spent through Redis
-		{"closed", true, []want{{unavailable: true}, {unavailable: true}, {unavailable: true}}},
+		{"open", false, []want{{}, {}, {over: "requests"}}, 0}, // 3 a replica, one spent through Redis; the two owed
+		{"closed", true, []want{{unavailable: true}, {unavailable: true}, {unavailable: true}}, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := redistest.Start(t)
 			rp := newReplica(t, r)
-			k := rp.key("k", Limit{Interval: time.Hour, Requests: 3}, policy(r, tc.failClosed))
+			p := policy(r, tc.failClosed)
+			k := rp.key("k", Limit{Interval: time.Hour, Requests: 3}, p)
 			if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
 				t.Fatalf("with Redis up: %+v (fallback %v)", ref, res.Fallback())
 			}
@@ -140,10 +144,14 @@ func TestRedisFailure(t *testing.T) {
 			if res, _ := k.Admit(0); !tc.failClosed && !res.Fallback() {
 				t.Fatal("Redis tried again before retryAfter")
 			}
-			rp.clk.advance(retryAfter)
-			for i := range 3 {
+			rp.clk.Advance(retryAfter)
+			if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+				t.Fatalf("Redis back: %+v (fallback %v)", ref, res.Fallback())
+			}
+			waitLevel(t, r, p.KeyPrefix+"k", "r", float64(tc.left)) // the settler pays what is owed
+			for i := range tc.left {
 				if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
-					t.Fatalf("Redis back, admission %d: %+v (fallback %v)", i, ref, res.Fallback())
+					t.Fatalf("Redis back, admission %d: %+v (fallback %v)", i+1, ref, res.Fallback())
 				}
 			}
 			if _, ref := k.Admit(0); ref.Over != "requests" {
@@ -154,20 +162,21 @@ func TestRedisFailure(t *testing.T) {
 }
 
 // TestRedisTimeout: a Redis that does not answer within the timeout counts
-// as down: the admission falls back instead of waiting for it.
+// as down: the admission falls back instead of waiting for it, and what
+// the local buckets admitted is charged once Redis answers again.
 func TestRedisTimeout(t *testing.T) {
 	r := redistest.Start(t)
 	p := policy(r, false)
 	// Long enough that a Redis that is up answers in time however loaded
-	// the machine (the first admission dials and loads the script). The
-	// pause below outlasts it by as much, and ends before the give-back's
-	// settlement, sent at the timeout, gives up (settleTimeout).
+	// the machine (the first admission dials and loads the script).
 	p.Timeout = 500 * time.Millisecond
-	k := newReplica(t, r).key("k", Limit{Interval: time.Hour, Requests: 3}, p)
+	rp := newReplica(t, r)
+	k := rp.key("k", Limit{Interval: time.Hour, Requests: 3}, p)
 	if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
 		t.Fatalf("with Redis up: %+v (fallback %v)", ref, res.Fallback())
 	}
-	// CLIENT PAUSE holds every other client's commands on the server.
+	// CLIENT PAUSE holds every other client's commands on the server, the
+	// PING after the admission too: it answers once the pause is over.
 	if reply, err := r.Do("CLIENT", "PAUSE", "1000", "ALL"); err != nil || reply != "+OK" {
 		t.Fatal(reply, err)
 	}
@@ -175,11 +184,19 @@ func TestRedisTimeout(t *testing.T) {
 	if ref.Refused() || !res.Fallback() {
 		t.Fatalf("with Redis paused: %+v (fallback %v)", ref, res.Fallback())
 	}
+	if reply, err := r.Do("PING"); err != nil || reply != "+PONG" {
+		t.Fatal(reply, err)
+	}
 	// The admission cannot know whether its script ran (a busy Redis runs
-	// it late; a paused one drops it with the closed connection), so it
-	// gives back what the script may have charged: here the script never
-	// ran, so the key gets that request back, up to its capacity.
-	waitLevel(t, r, p.KeyPrefix+"k", "r", 3)
+	// it late; a paused one drops it with the closed connection): it is
+	// taken not to have run, and the request is owed. Here it never ran,
+	// so the key is charged once: by the settler, after the next admission
+	// found Redis back.
+	rp.clk.Advance(retryAfter)
+	if res, ref := k.Admit(0); ref.Refused() || res.Fallback() {
+		t.Fatalf("with Redis back: %+v (fallback %v)", ref, res.Fallback())
+	}
+	waitLevel(t, r, p.KeyPrefix+"k", "r", 0)
 }
 
 // TestRedisReplyError: a key Redis refuses (a wrong type at its name)
@@ -201,4 +218,38 @@ func TestRedisReplyError(t *testing.T) {
 		}
 	}
 	waitLevel(t, r, p.KeyPrefix+"good", "r", 0)
+}
+
+// TestRedisChargesDebtFirst: an admission on a Redis that answers charges
+// first what the key owes (its script, before the check), also when it
+// is refused: the settler is not needed for a key that is admitted again.
+func TestRedisChargesDebtFirst(t *testing.T) {
+	r := redistest.Start(t)
+	clk := &clock.Fake{}
+	st := NewRedis(Conn{Address: r.Addr}, nowOf(clk), zerolog.Nop())
+	t.Cleanup(func() { st.Start(); st.Stop() }) // no settler until then: only admissions pay
+	p := policy(r, false)
+	l := Limit{Interval: time.Hour, Requests: 5}
+	k := st.Key("k", l, NewBucket(l, nowOf(clk)), p)
+	steps := []struct {
+		owed    float64
+		refused bool
+		left    float64
+	}{
+		{0, false, 4},
+		{2, false, 1},  // 4 − 2 owed − 1
+		{3, true, -2},  // 1 − 3 owed: refused, the debt charged
+		{0, true, -2},  // nothing owed: nothing changes
+		{-4, false, 1}, // owed back (settled requests): −2 + 4 − 1
+	}
+	for i, s := range steps {
+		k.addOwed(debt{req: s.owed})
+		if _, ref := k.Admit(0); ref.Refused() != s.refused {
+			t.Fatalf("step %d: %+v, want refused %v", i, ref, s.refused)
+		}
+		got, err := r.Get("HGET", p.KeyPrefix+"k", "r")
+		if v, perr := strconv.ParseFloat(got, 64); err != nil || perr != nil || v < s.left || v > s.left+0.01 {
+			t.Fatalf("step %d: r = %q (%v), want %v (and the refill since)", i, got, err, s.left)
+		}
+	}
 }
