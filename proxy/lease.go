@@ -57,7 +57,7 @@ func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Reco
 // attempt's end becomes a fact. Nor is a response over one of our limits
 // (headers, body, event).
 func upstreamFault(f *endreason.Facts) bool {
-	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 || f.ErrorEvent ||
+	return f.ConnectFailed || f.ClosedBeforeResponse || f.MalformedHeaders || f.Status >= 500 || f.ErrorEvent ||
 		f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
 		f.Read == endreason.ReadTruncated || f.Read == endreason.ReadFailed
 }
