@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,7 +60,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body (413 over it, unread) and non-streamed response body")
 	fs.IntVar(&f.cfg.MaxBodyMemory, "max-body-memory", proxy.DefaultMaxBodyMemory, "bytes the bodies of the requests in flight may hold together (503 body_memory_full over it); at least --max-body-bytes")
 	fs.IntVar(&f.cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers together (431 over it); each client connection holds a buffer of this size")
-	fs.IntVar(&f.cfg.MaxConns, "max-conns", proxy.DefaultMaxConns, "client connections open at once; more are refused as they are accepted (503; negative: no cap)")
+	fs.IntVar(&f.cfg.MaxConns, "max-conns", 0, "client connections open at once; more are refused as they are accepted (503; negative: no cap; 0: from the open-file limit, (ulimit -n − "+strconv.Itoa(proxy.FileReserve)+") / 2, at most "+strconv.Itoa(proxy.DefaultMaxConns)+")")
 	fs.IntVar(&f.cfg.MaxConnsPerClient, "max-conns-per-client", proxy.DefaultMaxConnsPerClient, "client connections open at once from one IP address (429 over it; negative: no cap; raise it behind a load balancer that connects from one address)")
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request holds a read buffer of this size while it reads them")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
