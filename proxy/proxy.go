@@ -419,11 +419,15 @@ func (p *Proxy) goBackground(f func()) {
 	}()
 }
 
+// ErrGraceCut is Shutdown's error when ctx ended with requests in flight,
+// which it cut.
+var ErrGraceCut = errors.New("shutdown grace over")
+
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
 // and stops the watcher. Requests still in flight when ctx ends are cut
 // (end reason deadline, detail shutdown), so each still ends in its
 // record; Shutdown returns once those records are emitted (or after
-// cutWait more) and reports how many it cut in the error.
+// cutWait more) and reports how many it cut in the error (ErrGraceCut).
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.contMu.Lock()
 	p.closing.Store(true) // a stream ending from now on closes its connection
@@ -434,7 +438,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	if err != nil {
 		if n := p.cut(); n > 0 {
-			err = fmt.Errorf("shutdown grace over: cut %d requests in flight", n)
+			err = fmt.Errorf("%w: cut %d requests in flight", ErrGraceCut, n)
 		} else {
 			err = nil // the last ones ended as the grace ran out
 		}

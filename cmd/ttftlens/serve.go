@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"net"
 	"os"
@@ -144,9 +145,12 @@ func runServe(args []string, std stdio) error {
 	return serve(&f, plan)
 }
 
-// serve runs the proxy as planned until SIGINT or SIGTERM.
+// serve runs the proxy as planned until SIGINT or SIGTERM. SIGHUP reloads
+// the config file (--config); without one it is logged and changes
+// nothing. It is caught from here to the end, through the drain.
 func serve(f *serveFlags, plan *servePlan) error {
 	log := plan.log
+	defer catchHangups(log, plan.gw == nil)()
 	defer plan.close()
 	adminRoutes := map[string]fasthttp.RequestHandler{}
 	var models []string
@@ -240,7 +244,12 @@ func serve(f *serveFlags, plan *servePlan) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.grace)
 	defer cancel()
-	if e := p.Shutdown(ctx); e != nil && err == nil {
+	switch e := p.Shutdown(ctx); {
+	case errors.Is(e, proxy.ErrGraceCut):
+		// What --shutdown-grace promises, each cut request recorded
+		// (deadline/shutdown): the stop went as asked, the exit is 0.
+		log.Warn().Err(e).Msg("requests cut at --shutdown-grace, each recorded deadline/shutdown")
+	case e != nil && err == nil:
 		err = e
 	}
 	if rcv != nil { // within the same grace: the last records wait for their spans too
