@@ -344,7 +344,6 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	if own {
 		gw.Start()
 	}
-	logConnCap(log, cfg.MaxConns)
 	p := &Proxy{cfg: cfg, gw: gw, ownGW: own, sink: sink, log: log, clock: requestClock(cfg.Clock), watcher: w, live: map[*exchange]struct{}{}}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	p.pool.New = func() any { return newExchange(p) }
@@ -374,11 +373,12 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
-// logConnCap logs the connection cap in effect (0: none) and the
-// open-file limit, with a warning when the limit cannot hold the cap's
-// streams: past it, accepting waits (retryingListener) and upstream
-// connections fail.
-func logConnCap(log zerolog.Logger, maxConns int) {
+// LogConnCap logs the connection cap in effect (max_conns, 0: none) and
+// the open-file limit, with a warning when the limit cannot hold the
+// cap's streams: past it, accepting waits (retryingListener) and upstream
+// connections fail. serve logs it at start.
+func (p *Proxy) LogConnCap() {
+	log, maxConns := p.log, p.cfg.MaxConns
 	files, _ := sock.FileLimit()
 	ev := log.Info()
 	msg := "client connection cap"

@@ -211,6 +211,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	if err != nil {
 		return err
 	}
+	p.LogConnCap()
 	reg.MustRegister(gateway.NewCollector(p.Gateway(), p.UpstreamLabel))
 	ln, err := listen(f.listen, plan.cert)
 	if err != nil {

@@ -115,11 +115,15 @@ func startHeldUpstream(t *testing.T) *heldUpstream {
 }
 
 // serveChild starts "ttftlens serve" in front of up, with more flags, and
-// returns it with its client address.
+// returns it with its client address once it serves; it logged its
+// connection cap first.
 func serveChild(t *testing.T, up *heldUpstream, flags ...string) (*child, string) {
 	t.Helper()
 	c := startChild(t, append([]string{"serve", "--upstream", up.url, "--engine", "generic", "--listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--scrape-engine-metrics", "0", "--log-level", "info"}, flags...)...)
+	if n, _ := c.waitLog(t, "client connection cap")["max_conns"].(float64); n < 1 {
+		t.Errorf("start log: connection cap %v, want the one in effect", n)
+	}
 	addr, _ := c.waitLog(t, "ttftlens serving")["listen"].(string)
 	return c, addr
 }
