@@ -74,6 +74,9 @@ type Facts struct {
 	ClosedBeforeResponse bool
 	// HeadersTooLarge: the upstream's response headers were over our limit.
 	HeadersTooLarge bool
+	// MalformedHeaders: the upstream's status line or headers arrived but
+	// could not be parsed.
+	MalformedHeaders bool
 	// Status is the upstream HTTP status (0 when none arrived).
 	Status int
 	// BadContentType: a streaming request got a 2xx that is not a stream.
@@ -108,6 +111,8 @@ func Classify(f Facts) (Reason, Detail) {
 		return WorkerFailure, DetailConnectFailed
 	case f.HeadersTooLarge:
 		return WorkerFailure, DetailHeadersTooLarge
+	case f.MalformedHeaders:
+		return WorkerFailure, DetailMalformedHeaders
 	case f.ClosedBeforeResponse:
 		return UpstreamDisconnect, DetailClosedBeforeResp
 	case f.Status >= 500:

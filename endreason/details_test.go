@@ -8,7 +8,7 @@ func TestDetailTable(t *testing.T) {
 		{Rejected: PolicyBlock, RejectedDetail: DetailUpstreamAuth},
 		{ClientGone: true},
 		{Deadline: DetailTTFTDeadline}, {Deadline: DetailTotalDeadline}, {Deadline: DetailIdleDeadline},
-		{ConnectFailed: true}, {HeadersTooLarge: true}, {ClosedBeforeResponse: true}, {Status: 503}, {Status: 401}, {Status: 429}, {Status: 400},
+		{ConnectFailed: true}, {HeadersTooLarge: true}, {MalformedHeaders: true}, {ClosedBeforeResponse: true}, {Status: 503}, {Status: 401}, {Status: 429}, {Status: 400},
 		{BadContentType: true}, {ErrorEvent: true}, {Finish: FinishError}, {Finish: FinishAbort},
 		{Read: ReadTooLarge}, {Read: ReadBodyTooLarge}, {Read: ReadMalformed}, {Read: ReadBadUTF8},
 		{Rejected: InvalidRequest, RejectedDetail: DetailMalformedRequest}, {Rejected: WorkerFailure, RejectedDetail: DetailProxyPanic}, {Read: ReadReset},

@@ -101,6 +101,7 @@ const (
 	DetailBadContentType       Detail = "unexpected_content_type"
 	DetailUpstreamBodyTooLarge Detail = "upstream_body_too_large"    // the upstream's non-streamed response body over our limit
 	DetailHeadersTooLarge      Detail = "upstream_headers_too_large" // the upstream's response headers over our limit
+	DetailMalformedHeaders     Detail = "malformed_response_headers" // the upstream's status line or headers could not be parsed
 	DetailResetMidStream       Detail = "reset_mid_stream"
 	DetailTruncatedBody        Detail = "truncated_body"
 	DetailEOFWithoutDone       Detail = "eof_without_done"
@@ -166,6 +167,7 @@ var detailReasons = map[Detail]Reason{
 	DetailBadContentType:       WorkerFailure,
 	DetailUpstreamBodyTooLarge: WorkerFailure,
 	DetailHeadersTooLarge:      WorkerFailure,
+	DetailMalformedHeaders:     WorkerFailure,
 	DetailProxyPanic:           WorkerFailure,
 	DetailResetMidStream:       UpstreamDisconnect,
 	DetailTruncatedBody:        UpstreamDisconnect,

@@ -221,6 +221,7 @@ func TestClassify(t *testing.T) {
 		{"connect failed", Facts{ConnectFailed: true}, WorkerFailure, DetailConnectFailed},
 		{"closed before response", Facts{ClosedBeforeResponse: true}, UpstreamDisconnect, DetailClosedBeforeResp},
 		{"headers too large", Facts{HeadersTooLarge: true}, WorkerFailure, DetailHeadersTooLarge},
+		{"malformed headers", Facts{MalformedHeaders: true}, WorkerFailure, DetailMalformedHeaders},
 		{"500", Facts{Status: 500}, WorkerFailure, DetailUpstream5xx},
 		{"503 streaming", Facts{Status: 503, Stream: true}, WorkerFailure, DetailUpstream5xx},
 		{"599", Facts{Status: 599}, WorkerFailure, DetailUpstream5xx},
@@ -250,7 +251,7 @@ func TestClassify(t *testing.T) {
 
 		// Precedence, peeled one cause at a time from a request where
 		// everything went wrong: rejection > client gone > deadline >
-		// connect > headers too large > closed before response > status > content type >
+		// connect > headers too large > malformed headers > closed before response > status > content type >
 		// error event > engine finish > read ending.
 		{"prec: rejection first", everything, PolicyBlock, "quota_exceeded"},
 		{"prec: client gone", peel(func(f *Facts) { f.Rejected = 0 }), ClientCancel, DetailClientClosed},
@@ -260,6 +261,9 @@ func TestClassify(t *testing.T) {
 		{"prec: headers too large", peel(func(f *Facts) {
 			f.Rejected, f.ClientGone, f.Deadline, f.ConnectFailed, f.HeadersTooLarge = 0, false, "", false, true
 		}), WorkerFailure, DetailHeadersTooLarge},
+		{"prec: malformed headers", peel(func(f *Facts) {
+			f.Rejected, f.ClientGone, f.Deadline, f.ConnectFailed, f.MalformedHeaders = 0, false, "", false, true
+		}), WorkerFailure, DetailMalformedHeaders},
 		{"prec: closed before response", peel(func(f *Facts) {
 			f.Rejected = 0
 			f.ClientGone = false
@@ -320,7 +324,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailConnectFailed: WorkerFailure, DetailUpstream5xx: WorkerFailure, DetailErrorEvent: WorkerFailure,
 		DetailEngineError: WorkerFailure, DetailEngineAbort: WorkerFailure, DetailEventTooLarge: WorkerFailure,
 		DetailMalformedEvent: WorkerFailure, DetailInvalidUTF8: WorkerFailure, DetailBadContentType: WorkerFailure,
-		DetailUpstreamBodyTooLarge: WorkerFailure, DetailHeadersTooLarge: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
+		DetailUpstreamBodyTooLarge: WorkerFailure, DetailHeadersTooLarge: WorkerFailure, DetailMalformedHeaders: WorkerFailure, DetailResetMidStream: UpstreamDisconnect,
 		DetailTruncatedBody: UpstreamDisconnect, DetailEOFWithoutDone: UpstreamDisconnect,
 		DetailReadFailed: UpstreamDisconnect, DetailClosedBeforeResp: UpstreamDisconnect,
 		DetailMalformedRequest: InvalidRequest, DetailProxyPanic: WorkerFailure,
@@ -335,12 +339,12 @@ func TestClassifyCovers(t *testing.T) {
 		for _, fin := range []Finish{FinishNone, FinishStop, FinishToolCalls, FinishLength, FinishContentFilter,
 			FinishError, FinishAbort, FinishOther} {
 			for rd := ReadClean; rd <= ReadBadUTF8; rd++ {
-				for bits := range 1 << 9 {
+				for bits := range 1 << 10 {
 					own = append(own, Facts{
 						Status: st, Finish: fin, Read: rd,
 						ClientGone: bits&1 != 0, ConnectFailed: bits&2 != 0, ClosedBeforeResponse: bits&4 != 0,
 						BadContentType: bits&8 != 0, ErrorEvent: bits&16 != 0, Stream: bits&32 != 0,
-						Done: bits&64 != 0, ClientStalled: bits&128 != 0, HeadersTooLarge: bits&256 != 0,
+						Done: bits&64 != 0, ClientStalled: bits&128 != 0, HeadersTooLarge: bits&256 != 0, MalformedHeaders: bits&512 != 0,
 					})
 				}
 			}

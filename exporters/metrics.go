@@ -215,8 +215,8 @@ type Metrics struct {
 // connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx
 // without an upstream, missing_api_key with one) would be a series stuck at
 // zero. With 3 models and 2 upstreams (4 model values: the 3 and LabelOther)
-// that is 4×2×35 + 4×17 = 348 series, where the whole product of 46
-// pairs, 4 models and 4 upstream values would be 736. Upstream LabelOther (a name missing
+// that is 4×2×36 + 4×17 = 356 series, where the whole product of 47
+// pairs, 4 models and 4 upstream values would be 752. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.
 //

@@ -473,6 +473,9 @@ func (x *exchange) relayWhole(ctx *fasthttp.RequestCtx, status int) {
 }
 
 // failBeforeResponse handles an upstream exchange that produced no response.
+// The record and the log name the upstream and the error; the client gets
+// the code (the detail) and a message that names neither: an upstream's
+// name may be its internal address.
 func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
 	var xe *exchangeError
 	rec := &x.fin.rec
@@ -483,16 +486,20 @@ func (x *exchange) failBeforeResponse(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &xe) && xe.connect:
 		x.fin.facts.ConnectFailed = true
 		rec.Error = "upstream " + rec.Upstream + " unreachable: " + err.Error()
-		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", rec.Error)
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_unreachable", "the upstream could not be reached")
 	case headersTooLarge(err):
 		x.fin.facts.HeadersTooLarge = true
 		rec.Error = "upstream " + rec.Upstream + " sent response headers over " +
 			strconv.Itoa(x.p.cfg.MaxUpstreamHeaderBytes) + " bytes (--max-upstream-header-bytes)"
-		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", "the upstream's response headers were over the proxy's limit")
+	case malformedHeaders(err):
+		x.fin.facts.MalformedHeaders = true
+		rec.Error = "upstream " + rec.Upstream + " sent response headers that could not be parsed"
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", "the upstream's response headers could not be parsed")
 	default:
 		x.fin.facts.ClosedBeforeResponse = true
 		rec.Error = "upstream " + rec.Upstream + " failed before responding: " + err.Error()
-		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", rec.Error)
+		x.respondError(ctx, fasthttp.StatusBadGateway, "upstream_error", "the upstream failed before responding")
 	}
 	x.finish()
 }

@@ -30,6 +30,7 @@ func TestRequestHeaders(t *testing.T) {
 		{"caller did not sample", []string{"traceparent", unsampled}, "", "4bf92f3577b34da6a3ce929d0e0e4736", 0x00},
 		{"insane id replaced", []string{"X-Request-Id", "bad id with spaces"}, "", "", 0x01},
 		{"invalid traceparent restarted", []string{"traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-00"}, "", "", 0x01},
+		{"a second traceparent and request id dropped", []string{"X-Request-Id", "req-42", "X-Request-Id", "req-43", "traceparent", parent, "traceparent", unsampled}, "req-42", "4bf92f3577b34da6a3ce929d0e0e4736", 0x01},
 		{"hop-by-hop stripped", []string{"Connection", "X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5", "Accept-Encoding", "gzip"}, "", "", 0x01},
 	}
 	for _, tt := range tests {
@@ -42,6 +43,11 @@ func TestRequestHeaders(t *testing.T) {
 			}
 			got := up.request(t).req
 			r := sink.next(t)
+			for _, h := range []string{"X-Request-Id", "traceparent", "Accept-Encoding"} {
+				if v := got.Header.Values(h); len(v) != 1 {
+					t.Errorf("upstream %s: %q, want only ours", h, v)
+				}
+			}
 
 			id := got.Header.Get("X-Request-Id")
 			if tt.wantID != "" && id != tt.wantID {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -14,17 +15,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // This file is what a client meets before the handler's gateway steps: the
-// connection caps, the refusal of a request head that cannot be read, the
-// check of a head before any of its body is read, and the reading of the
-// body, which takes its memory from a budget shared by every request in
-// flight, within its key's share.
+// connection caps and the accept loop's backoff, the refusal of a request
+// head that cannot be read, the check of a head before any of its body is
+// read, and the reading of the body, which takes its memory from a budget
+// shared by every request in flight, within its key's share.
 
 // readBody reads the request body once the client is authenticated (key
 // is its name, "" without one): within the body limit (413 over it,
@@ -568,6 +571,58 @@ func (ln *cappedListener) Accept() (net.Conn, error) {
 		}
 		ln.limits.refuse(c, why)
 	}
+}
+
+// retryingListener keeps accepting through the errors that pass: the
+// process or the system out of file descriptors, the kernel out of memory
+// for sockets. fasthttp's Serve returns on them, and the process would
+// exit. It waits and accepts again, as net/http's Server does (5 ms,
+// doubling to 1 s, from the first error of each Accept), and logs each
+// error; the connections meanwhile wait in the listen backlog. Close ends
+// a wait at once. Other errors (the listener closed) are returned.
+type retryingListener struct {
+	net.Listener
+	clock  clock.Clock
+	log    zerolog.Logger
+	closed chan struct{}
+	once   sync.Once
+}
+
+// The bounds of retryingListener's wait.
+const (
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+)
+
+func newRetryingListener(ln net.Listener, c clock.Clock, log zerolog.Logger) *retryingListener {
+	return &retryingListener{Listener: ln, clock: c, log: log, closed: make(chan struct{})}
+}
+
+func (ln *retryingListener) Accept() (net.Conn, error) {
+	var wait time.Duration
+	for {
+		c, err := ln.Listener.Accept()
+		if err == nil || !acceptPasses(err) {
+			return c, err
+		}
+		wait = min(max(2*wait, minAcceptBackoff), maxAcceptBackoff)
+		ln.log.Warn().Err(err).Dur("retry_in", wait).Msg("accepting a connection failed; retrying (raise the open-file limit or lower --max-conns)")
+		clock.Sleep(context.Background(), ln.clock, wait, ln.closed)
+	}
+}
+
+func (ln *retryingListener) Close() error {
+	ln.once.Do(func() { close(ln.closed) })
+	return ln.Listener.Close()
+}
+
+// acceptPasses reports an accept error that waiting can cure: a lack of
+// file descriptors or socket memory, or a timeout.
+func acceptPasses(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 // refuse answers a plain connection with the refusal and closes it. A TLS

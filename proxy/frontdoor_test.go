@@ -3,20 +3,27 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/internal/clock"
+	"github.com/ttftlens/ttftlens/internal/sock"
 )
 
 // refusalCount is a Refusals that counts.
@@ -700,5 +707,132 @@ func TestHeadNotesLeftBehind(t *testing.T) {
 	}
 	if _, ok := p.heads.Load(recent); !ok {
 		t.Error("the note as recent as the mark was dropped")
+	}
+}
+
+// emfileListener is an in-memory listener whose Accepts fail as a process
+// out of file descriptors does: the first fails ones, then, once a
+// connection was accepted, every one until Close.
+type emfileListener struct {
+	*fasthttputil.InmemoryListener
+	mu     sync.Mutex
+	fails  int // Accepts left to fail; negative: every one
+	closed bool
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	fail := l.fails != 0 && !l.closed
+	if l.fails > 0 {
+		l.fails--
+	}
+	l.mu.Unlock()
+	if fail {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	c, err := l.InmemoryListener.Accept()
+	l.mu.Lock()
+	l.fails = -1
+	l.mu.Unlock()
+	return c, err
+}
+
+func (l *emfileListener) Close() error {
+	l.mu.Lock()
+	l.closed = true // Accept says so
+	l.mu.Unlock()
+	return l.InmemoryListener.Close()
+}
+
+// TestAcceptOutOfFiles: accept4 failing with EMFILE does not end Serve. It
+// waits as net/http does, 5 ms doubling to 1 s (on the proxy's clock),
+// then serves the connection that comes; the next failure waits 5 ms
+// again; and Shutdown ends a wait at once.
+func TestAcceptOutOfFiles(t *testing.T) {
+	clk := &clock.Fake{}
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", ScrapeEngineMetrics: -1, Clock: clk}, newCaptureSink(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed := clk.Armed()
+	ln := &emfileListener{InmemoryListener: fasthttputil.NewInmemoryListener(), fails: 10}
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ln) }()
+	// backoff returns the wait the accept loop starts, failing the test
+	// when Serve returns instead.
+	backoff := func() time.Duration {
+		t.Helper()
+		wait := make(chan time.Duration, 1)
+		go func() { wait <- clk.WaitArmed(armed + 1) }()
+		select {
+		case d := <-wait:
+			return d
+		case err := <-served:
+			t.Fatalf("Serve returned on an accept error that passes: %v", err)
+			return 0
+		}
+	}
+	ms := time.Millisecond
+	for _, want := range []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 640 * ms, time.Second, time.Second} {
+		if got := backoff(); got != want {
+			t.Fatalf("accept waits %v, want %v", got, want)
+		}
+		clk.Advance(want)
+	}
+
+	c, err := ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: ttftlens\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer after the accept errors: %v", err)
+	}
+	resp.Body.Close()
+	c.Close()
+
+	if got := backoff(); got != 5*ms {
+		t.Errorf("after a connection, accept waits %v, want 5ms again", got)
+	}
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve returned %v after Shutdown, want nil", err)
+	}
+}
+
+// TestMaxConnsFor: the default connection cap takes two descriptors per
+// stream after FileReserve, within [1, DefaultMaxConns]; Normalize takes
+// it from the process's own limit.
+func TestMaxConnsFor(t *testing.T) {
+	for _, tt := range []struct {
+		files uint64
+		want  int
+	}{
+		{0, DefaultMaxConns}, // not known
+		{1, 1},
+		{FileReserve, 1},
+		{FileReserve + 2, 1},
+		{256, 64}, // ulimit -n 256
+		{1024, 448},
+		{2*DefaultMaxConns + FileReserve - 1, DefaultMaxConns - 1},
+		{2*DefaultMaxConns + FileReserve, DefaultMaxConns},
+		{1 << 20, DefaultMaxConns},
+	} {
+		if got := MaxConnsFor(tt.files); got != tt.want {
+			t.Errorf("MaxConnsFor(%d) = %d, want %d", tt.files, got, tt.want)
+		}
+	}
+	files, _ := sock.FileLimit()
+	cfg := Config{Upstream: "http://127.0.0.1:1"}
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if want := MaxConnsFor(files); cfg.MaxConns != want {
+		t.Errorf("default --max-conns %d under an open-file limit of %d, want %d", cfg.MaxConns, files, want)
 	}
 }

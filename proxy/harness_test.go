@@ -405,7 +405,7 @@ func postPath(t *testing.T, addr, path, body string, hdr ...string) (*http.Respo
 	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		req.Header.Add(hdr[i], hdr[i+1]) // a name given twice is sent twice
 	}
 	resp, err := testClient().Do(req)
 	if err != nil {

@@ -62,7 +62,7 @@ func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Reco
 // response said `Connection: close` (closing): a 503 while it drains, or a
 // body it then cut with a FIN (a crash's RST still counts).
 func upstreamFault(f *endreason.Facts, closing bool) bool {
-	return f.ConnectFailed || f.ClosedBeforeResponse || f.Status >= 500 && !(closing && f.Status == 503) ||
+	return f.ConnectFailed || f.ClosedBeforeResponse || f.MalformedHeaders || f.Status >= 500 && !(closing && f.Status == 503) ||
 		f.ErrorEvent || f.Finish == endreason.FinishError || f.Read == endreason.ReadReset ||
 		f.Read == endreason.ReadTruncated && !closing || f.Read == endreason.ReadFailed
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,10 +88,11 @@ type Config struct {
 	// head is answered 431.
 	MaxHeaderBytes int
 	// MaxConns bounds the client connections open at once (default
-	// DefaultMaxConns; negative: none); MaxConnsPerClient those from one
-	// IP address (default DefaultMaxConnsPerClient; negative: none). A
-	// connection over a cap is answered as it is accepted (503, or 429 for
-	// the client's own cap) and closed; open ones are not touched.
+	// MaxConnsFor the process's open-file limit; negative: none);
+	// MaxConnsPerClient those from one IP address (default
+	// DefaultMaxConnsPerClient; negative: none). A connection over a cap
+	// is answered as it is accepted (503, or 429 for the client's own cap)
+	// and closed; open ones are not touched.
 	MaxConns          int
 	MaxConnsPerClient int
 	// ReadTimeout bounds reading a request, its head and its body, from its
@@ -196,8 +198,13 @@ const (
 	// with claims can pass 4 KiB) besides the usual headers.
 	DefaultMaxHeaderBytes = 8 << 10
 	// DefaultMaxConns keeps the connections' buffers and goroutines to
-	// a few hundred MiB.
+	// a few hundred MiB. The default cap is lower when the open-file limit
+	// is (MaxConnsFor).
 	DefaultMaxConns = 10000
+	// FileReserve is the open files MaxConnsFor keeps for other than
+	// client streams: the listeners, the disconnect watcher, the admin
+	// endpoints' clients, health probes, metrics scrapes, Redis, the log.
+	FileReserve = 128
 	// DefaultMaxConnsPerClient is more streams than a few engines serve at
 	// once; a load balancer that funnels every client through one address
 	// needs it raised or turned off.
@@ -206,6 +213,20 @@ const (
 	// the headers every client sends.
 	minHeaderBytes = 1 << 10
 )
+
+// MaxConnsFor is the default connection cap under a limit of fileLimit
+// open files: two descriptors per proxied stream (the client's connection
+// and its upstream's), after FileReserve, at most DefaultMaxConns, at
+// least 1; DefaultMaxConns when the limit is not known (0).
+func MaxConnsFor(fileLimit uint64) int {
+	switch {
+	case fileLimit == 0:
+		return DefaultMaxConns
+	case fileLimit < FileReserve+2:
+		return 1
+	}
+	return int(min((fileLimit-FileReserve)/2, DefaultMaxConns))
+}
 
 // Normalize fills defaults and rejects contradictions.
 func (c *Config) Normalize() error {
@@ -258,6 +279,10 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxBodyMemory, max(DefaultMaxBodyMemory, c.MaxBodyBytes))
 	defInt(&c.MaxBodyMemoryPerKey, max(c.MaxBodyMemory/4, c.MaxBodyBytes))
 	defInt(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if c.MaxConns == 0 {
+		files, _ := sock.FileLimit() // 0 when not known
+		c.MaxConns = MaxConnsFor(files)
+	}
 	defInt(&c.MaxConns, DefaultMaxConns)
 	defInt(&c.MaxConnsPerClient, DefaultMaxConnsPerClient)
 	switch {
@@ -376,12 +401,31 @@ func New(cfg Config, sink record.Sink, log zerolog.Logger) (*Proxy, error) {
 	return p, nil
 }
 
+// LogConnCap logs the connection cap in effect (max_conns, 0: none) and
+// the open-file limit, with a warning when the limit cannot hold the
+// cap's streams: past it, accepting waits (retryingListener) and upstream
+// connections fail. serve logs it at start.
+func (p *Proxy) LogConnCap() {
+	log, maxConns := p.log, p.cfg.MaxConns
+	files, _ := sock.FileLimit()
+	ev := log.Info()
+	msg := "client connection cap"
+	if files > 0 && (maxConns == 0 || uint64(maxConns) > (max(files, FileReserve)-FileReserve)/2) {
+		ev = log.Warn()
+		msg = "client connection cap over what the open-file limit holds (two per stream, " +
+			strconv.Itoa(FileReserve) + " kept): raise ulimit -n or lower --max-conns"
+	}
+	ev.Int("max_conns", maxConns).Uint64("open_file_limit", files).Msg(msg)
+}
+
 // defaultReadTimeout bounds reading a request, head and body.
 const defaultReadTimeout = 60 * time.Second
 
-// Serve accepts clients on ln until Shutdown, within the connection caps.
+// Serve accepts clients on ln until Shutdown, within the connection caps;
+// an accept error that passes (no file descriptor free) is waited out
+// (retryingListener), any other one is returned.
 func (p *Proxy) Serve(ln net.Listener) error {
-	ln = sock.RawListener(ln)
+	ln = newRetryingListener(sock.RawListener(ln), p.cfg.Clock, p.log)
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
@@ -404,11 +448,15 @@ func (p *Proxy) goBackground(f func()) {
 	}()
 }
 
+// ErrGraceCut is Shutdown's error when ctx ended with requests in flight,
+// which it cut.
+var ErrGraceCut = errors.New("shutdown grace over")
+
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
 // and stops the watcher. Requests still in flight when ctx ends are cut
 // (end reason deadline, detail shutdown), so each still ends in its
 // record; Shutdown returns once those records are emitted (or after
-// cutWait more) and reports how many it cut in the error.
+// cutWait more) and reports how many it cut in the error (ErrGraceCut).
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.contMu.Lock()
 	p.closing.Store(true) // a stream ending from now on closes its connection
@@ -419,7 +467,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	if err != nil {
 		if n := p.cut(); n > 0 {
-			err = fmt.Errorf("shutdown grace over: cut %d requests in flight", n)
+			err = fmt.Errorf("%w: cut %d requests in flight", ErrGraceCut, n)
 		} else {
 			err = nil // the last ones ended as the grace ran out
 		}

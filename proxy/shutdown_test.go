@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -79,8 +80,8 @@ func TestShutdownCutsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := p.Shutdown(ctx)
-	if err == nil || !strings.Contains(err.Error(), "cut 20 requests") {
-		t.Errorf("Shutdown: %v, want it to say it cut 20 requests", err)
+	if !errors.Is(err, ErrGraceCut) || !strings.Contains(err.Error(), "cut 20 requests") {
+		t.Errorf("Shutdown: %v, want ErrGraceCut saying it cut 20 requests", err)
 	}
 	<-served
 	for range streams {

@@ -173,8 +173,10 @@ func (e *exchangeError) Error() string {
 		return "the connection closed before any response byte"
 	case errors.As(e.err, &op):
 		return "reading the response failed: " + op.Error()
+	case malformedHeaders(e):
+		return "the response headers could not be parsed"
 	}
-	return "the response headers could not be read (malformed, or the connection failed)"
+	return "the response headers could not be read"
 }
 
 func (e *exchangeError) Unwrap() error { return e.err }
@@ -319,6 +321,16 @@ func (u *upstream) reusable(conn net.Conn) bool {
 func isClosedBeforeResponse(err error) bool {
 	var nothing *fasthttp.ErrNothingRead
 	return errors.As(err, &nothing) || errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)
+}
+
+// malformedHeaders reports response headers that arrived but did not
+// parse: the request was sent, and the read failed neither on the
+// connection (closed, reset, timed out) nor on our size limit.
+func malformedHeaders(err error) bool {
+	var xe *exchangeError
+	var ne net.Error
+	return errors.As(err, &xe) && xe.sent && !xe.connect &&
+		!isClosedBeforeResponse(xe.err) && !headersTooLarge(xe.err) && !errors.As(xe.err, &ne)
 }
 
 // staleWindow bounds how soon after the send a closed connection counts as

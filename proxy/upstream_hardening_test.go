@@ -11,9 +11,11 @@ import (
 
 // TestUpstreamLimits sends upstream responses around the proxy's limits
 // (response headers under and over --max-upstream-header-bytes, a
-// non-streamed body over --max-body-bytes) and malformed headers. A refused
-// response gets the client an OpenAI error that quotes nothing the
-// upstream sent (its headers carry a cookie), and the record says why.
+// non-streamed body over --max-body-bytes) and malformed headers, and
+// tries an upstream that refuses connections. A refused response gets the
+// client an OpenAI error whose code is the record's detail and which quotes
+// nothing the upstream sent (its headers carry a cookie) nor the upstream's
+// address; the record says why, and names the address it could not reach.
 func TestUpstreamLimits(t *testing.T) {
 	const cookie = "c00kie-5ecret-value"
 	withHeaders := func(filler int) func(c *upConn) {
@@ -65,14 +67,24 @@ func TestUpstreamLimits(t *testing.T) {
 		{"malformed chunked framing", badChunk, nil, chatBody,
 			502, endreason.UpstreamDisconnect, endreason.DetailReadFailed},
 		{"malformed headers", malformed, nil, chatBody,
-			502, endreason.UpstreamDisconnect, endreason.DetailClosedBeforeResp},
+			502, endreason.WorkerFailure, endreason.DetailMalformedHeaders},
+		{"malformed status line", func(c *upConn) { c.write("HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n") }, nil, chatBody,
+			502, endreason.WorkerFailure, endreason.DetailMalformedHeaders},
+		{"upstream refusing connections", nil, nil, chatBody,
+			502, endreason.WorkerFailure, endreason.DetailConnectFailed},
 		{"non-streamed body over the limit", bigBody, func(c *Config) { c.MaxBodyBytes = 1 << 10 }, wholeRequest,
 			502, endreason.WorkerFailure, endreason.DetailUpstreamBodyTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up := startUpstream(t, tt.script)
-			addr, sink, _ := startProxy(t, up.url, tt.cfg)
+			var upURL string
+			if tt.script != nil {
+				upURL = startUpstream(t, tt.script).url
+			} else {
+				upURL = deadURL(t)
+			}
+			upAddr := strings.TrimPrefix(upURL, "http://")
+			addr, sink, _ := startProxy(t, upURL, tt.cfg)
 			resp, body, err := post(t, addr, tt.body)
 			if err != nil {
 				t.Fatal(err)
@@ -86,9 +98,20 @@ func TestUpstreamLimits(t *testing.T) {
 			if strings.Contains(body, cookie) || strings.Contains(body, "xxxxxxxx") {
 				t.Errorf("the client's body quotes upstream bytes: %.300q", body)
 			}
+			if strings.Contains(body, upAddr) {
+				t.Errorf("the client's body names the upstream's address %s: %.300q", upAddr, body)
+			}
 			r := sink.next(t)
 			if r.Reason != tt.reason || r.Detail != tt.detail {
 				t.Errorf("record %s/%s, want %s/%s (error %q)", r.Reason, r.Detail, tt.reason, tt.detail, r.Error)
+			}
+			if tt.status >= 400 {
+				if code := errorCode([]byte(body)); code != string(tt.detail) {
+					t.Errorf("error code %q, want the record's detail %s", code, tt.detail)
+				}
+			}
+			if tt.detail == endreason.DetailConnectFailed && !strings.Contains(r.Error, upAddr) {
+				t.Errorf("the record's error %q does not name the upstream %s", r.Error, upAddr)
 			}
 			if strings.Contains(r.Error, cookie) {
 				t.Errorf("the record's error quotes upstream bytes: %q", r.Error)

@@ -9,11 +9,16 @@ import (
 )
 
 // hopByHop are the headers that describe one connection, not the message
-// (RFC 9110 §7.6.1), plus ones the proxy sets itself.
+// (RFC 9110 §7.6.1).
 var hopByHop = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
+
+// ownHeaders are the headers the proxy sets itself. Every copy the client
+// sent is deleted first: fasthttp's Set replaces only the first, so a
+// client's second traceparent would go upstream beside ours.
+var ownHeaders = []string{"Accept-Encoding", "X-Request-Id", "Traceparent"}
 
 // buildUpstreamRequest copies the client's request into req for the upstream, with
 // the trace and request-id headers and without hop-by-hop headers (nor the
@@ -25,6 +30,9 @@ func (x *exchange) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.
 		req.Header.DelBytes(k)
 	}
 	for _, h := range hopByHop {
+		req.Header.Del(h)
+	}
+	for _, h := range ownHeaders {
 		req.Header.Del(h)
 	}
 	if stripAuth {

@@ -27,8 +27,12 @@ import (
 )
 
 // TestMain clears the variables that would change what the commands read,
-// so the tests see only what they set.
+// so the tests see only what they set. Started with childEnv set, the test
+// binary is the ttftlens binary instead (startChild).
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		main()
+	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "TTFTLENS_") || strings.HasPrefix(name, "OTEL_") {

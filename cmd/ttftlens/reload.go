@@ -59,6 +59,34 @@ func startConfigReloader(gw *gateway.Gateway, path string, sum [32]byte, every t
 	}
 }
 
+// catchHangups catches SIGHUP until the returned stop, so that it never
+// takes its default action: ending the process at once, its requests cut
+// without their records. With logIt (no config file, so nothing to
+// reload) each one is logged; otherwise a configReloader answers it.
+func catchHangups(log zerolog.Logger, logIt bool) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if logIt {
+					log.Info().Str("signal", "SIGHUP").Msg("nothing to reload without --config; SIGHUP ignored")
+				}
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
+}
+
 // run reloads on each hup and on each look, every `every` (none when
 // <= 0), that finds the file changed, until ctx ends.
 func (r *configReloader) run(ctx context.Context, hup <-chan os.Signal, every time.Duration) {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -60,7 +62,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.MaxBodyMemory, "max-body-memory", proxy.DefaultMaxBodyMemory, "bytes the bodies of the requests in flight may hold together (503 body_memory_full over it); at least --max-body-bytes")
 	fs.IntVar(&f.cfg.MaxBodyMemoryPerKey, "max-body-memory-per-key", 0, "bytes the bodies under one API key may hold together (503 body_memory_full over it); 0: a quarter of --max-body-memory, at least --max-body-bytes; negative: no share")
 	fs.IntVar(&f.cfg.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request line and headers together (431 over it); each client connection holds a buffer of this size")
-	fs.IntVar(&f.cfg.MaxConns, "max-conns", proxy.DefaultMaxConns, "client connections open at once; more are refused as they are accepted (503; negative: no cap)")
+	fs.IntVar(&f.cfg.MaxConns, "max-conns", 0, "client connections open at once; more are refused as they are accepted (503; negative: no cap; 0: from the open-file limit, (ulimit -n − "+strconv.Itoa(proxy.FileReserve)+") / 2, at most "+strconv.Itoa(proxy.DefaultMaxConns)+")")
 	fs.IntVar(&f.cfg.MaxConnsPerClient, "max-conns-per-client", proxy.DefaultMaxConnsPerClient, "client connections open at once from one IP address (429 over it; negative: no cap; raise it behind a load balancer that connects from one address)")
 	fs.IntVar(&f.cfg.MaxUpstreamHeaderBytes, "max-upstream-header-bytes", 16<<10, "largest upstream response status line and headers (at least 1024); each request holds a read buffer of this size while it reads them")
 	fs.BoolVar(&f.cfg.AllowBreakdown, "allow-breakdown", false, "let clients ask for their own TTFT breakdown with the X-Ttftlens-Breakdown header (with --config: per key, allow_breakdown)")
@@ -144,9 +146,12 @@ func runServe(args []string, std stdio) error {
 	return serve(&f, plan)
 }
 
-// serve runs the proxy as planned until SIGINT or SIGTERM.
+// serve runs the proxy as planned until SIGINT or SIGTERM. SIGHUP reloads
+// the config file (--config); without one it is logged and changes
+// nothing. It is caught from here to the end, through the drain.
 func serve(f *serveFlags, plan *servePlan) error {
 	log := plan.log
+	defer catchHangups(log, plan.gw == nil)()
 	defer plan.close()
 	adminRoutes := map[string]fasthttp.RequestHandler{}
 	var models []string
@@ -207,6 +212,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 	if err != nil {
 		return err
 	}
+	p.LogConnCap()
 	reg.MustRegister(gateway.NewCollector(p.Gateway(), p.UpstreamLabel))
 	ln, err := listen(f.listen, plan.cert)
 	if err != nil {
@@ -240,7 +246,12 @@ func serve(f *serveFlags, plan *servePlan) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.grace)
 	defer cancel()
-	if e := p.Shutdown(ctx); e != nil && err == nil {
+	switch e := p.Shutdown(ctx); {
+	case errors.Is(e, proxy.ErrGraceCut):
+		// What --shutdown-grace promises, each cut request recorded
+		// (deadline/shutdown): the stop went as asked, the exit is 0.
+		log.Warn().Err(e).Msg("requests cut at --shutdown-grace, each recorded deadline/shutdown")
+	case e != nil && err == nil:
 		err = e
 	}
 	if rcv != nil { // within the same grace: the last records wait for their spans too
