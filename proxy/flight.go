@@ -36,6 +36,9 @@ const (
 	// the engine's capacity is the most seen generating at once in them,
 	// so a wrong reading ages out.
 	flightSamples = 64
+	// flightSeen is how many of those must show a width for the capacity
+	// to take it.
+	flightSeen = 3
 )
 
 // flightTicket is one request's place in its upstream's flight. The zero
@@ -44,6 +47,7 @@ type flightTicket struct {
 	f     *flight // the flight it was sent in; nil: none
 	ahead int     // requests in flight when it was sent
 	ends0 uint64  // f.ends when it was sent
+	endN  uint64  // its own end's number, once ended
 	in    bool    // in flight: sent, not ended
 	gen   bool    // past its first token, not ended
 }
@@ -98,18 +102,30 @@ func (t *flightTicket) end(at int64) {
 	}
 	f.ends++
 	f.endAt[f.ends%flightEnds] = at
+	t.endN = f.ends
 	f.mu.Unlock()
 	t.in, t.gen = false, false
 }
 
 // capacity is the most requests seen generating at once lately, at least
-// 1. f.mu is held.
+// 1, counting only a width seen at flightSeen first tokens or more: a
+// width seen once may be the proxy's own delay (an end it parsed after the
+// next request's first token, the engine having sent them the other way
+// round), while one the engine really has recurs. f.mu is held.
 func (f *flight) capacity() int {
-	c := uint16(1)
-	for _, w := range f.widest {
-		c = max(c, w)
+	c := 1
+	for {
+		seen := 0
+		for _, w := range f.widest {
+			if int(w) > c {
+				seen++
+			}
+		}
+		if seen < flightSeen {
+			return c
+		}
+		c++
 	}
-	return int(c)
 }
 
 // slotWait is how long t's request waited for an engine slot: from its
@@ -122,7 +138,9 @@ func (f *flight) capacity() int {
 //
 // With one slot, the end that freed it is the last one before its first
 // token: the request that had the slot before it, whatever order the
-// engine took the waiting requests in. With more, the engine is taken to
+// engine took the waiting requests in; unless another end came after its
+// first token (one the engine served later, or an end the proxy read late,
+// after the next first token had arrived), when none is known. With more, the engine is taken to
 // serve them in the order they were sent: a request sent with k ahead, on
 // c slots, got one when k-c+1 of those had ended.
 func (t *flightTicket) slotWait(sent, first int64) (time.Duration, bool) {
@@ -139,7 +157,15 @@ func (t *flightTicket) slotWait(sent, first int64) (time.Duration, bool) {
 	var at int64
 	if c == 1 {
 		for n := t.ends0 + 1; n <= f.ends; n++ {
-			if e := f.endAt[n%flightEnds]; e <= first && e > at {
+			e := f.endAt[n%flightEnds]
+			switch {
+			case n == t.endN: // its own
+			case e > first:
+				// Another end after its first token on a one-slot engine:
+				// the engine served that one later, or the proxy read its
+				// end late; which end freed the slot is not known.
+				return 0, false
+			case e > at:
 				at = e
 			}
 		}

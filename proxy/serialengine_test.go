@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,12 @@ func newSerialEngine(native bool, load time.Duration) *serialEngine {
 
 // serve is the upstream's script for one request.
 func (e *serialEngine) serve(c *upConn) {
+	if c.req.Method != http.MethodPost {
+		// Identification (/v1/models, /api/tags) and /metrics, answered
+		// without a slot, as Ollama does: they take no turn.
+		c.whole(http.StatusNotFound, "text/plain", "not found")
+		return
+	}
 	start := time.Now()
 	e.mu.Lock()
 	turn := e.next
