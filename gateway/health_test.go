@@ -38,27 +38,36 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// probeAnswers is a probe answering results in turn, then passing, and
+// the count of its calls.
+func probeAnswers(results ...error) (*atomic.Int32, func(ctx context.Context, url string) error) {
+	probes := new(atomic.Int32)
+	return probes, func(ctx context.Context, url string) error {
+		if i := int(probes.Add(1)) - 1; i < len(results) {
+			return results[i]
+		}
+		return nil
+	}
+}
+
+// checkedPool is one model on one pool of one upstream, http://a:1, probed
+// at /h every hour, never ejected passively.
+func checkedPool() *Config {
+	return &Config{
+		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
+		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
+			Health: HealthConfig{Path: "/h", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
+	}
+}
+
 // TestProbeBackoff steps the checker through its waits: while the probe
 // fails it probes again after 100 ms, 200 ms, 400 ms; a pass waits the
 // whole interval; the next failure starts again at 100 ms. Each wait
 // follows exactly one probe. Meanwhile a refused request is told to come
 // back when the next probe is due, not after the interval.
 func TestProbeBackoff(t *testing.T) {
-	results := []error{errRefused, errRefused, errRefused, nil, errRefused, nil}
-	var probes atomic.Int32
-	probe := func(ctx context.Context, url string) error {
-		i := int(probes.Add(1)) - 1
-		if i < len(results) {
-			return results[i]
-		}
-		return nil
-	}
-	cfg := &Config{
-		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
-		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
-			Health: HealthConfig{Path: "/h", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
-	}
-	g, clk := newGateway(t, cfg, Options{Probe: probe})
+	probes, probe := probeAnswers(errRefused, errRefused, errRefused, nil, errRefused, nil)
+	g, clk := newGateway(t, checkedPool(), Options{Probe: probe})
 	g.Start()
 	s := g.Snapshot()
 	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, time.Hour, 100 * time.Millisecond, time.Hour}
@@ -80,21 +89,9 @@ func TestProbeBackoff(t *testing.T) {
 // TestWatchProbes: the probe watchers hear of the first probe that passes
 // and of the first after each failure, not of every pass.
 func TestWatchProbes(t *testing.T) {
-	results := []error{errRefused, errRefused, nil, nil, errRefused, nil, nil}
-	var probes, told atomic.Int32
-	probe := func(ctx context.Context, url string) error {
-		i := int(probes.Add(1)) - 1
-		if i < len(results) {
-			return results[i]
-		}
-		return nil
-	}
-	cfg := &Config{
-		Routes: []RouteConfig{{Model: "m", Pool: "p"}},
-		Pools: []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1"},
-			Health: HealthConfig{Path: "/h", Interval: time.Hour}, Ejection: EjectionConfig{ConsecutiveFailures: -1}}},
-	}
-	g, clk := newGateway(t, cfg, Options{Probe: probe})
+	probes, probe := probeAnswers(errRefused, errRefused, nil, nil, errRefused, nil, nil)
+	var told atomic.Int32
+	g, clk := newGateway(t, checkedPool(), Options{Probe: probe})
 	g.WatchProbes(func(u *Upstream) {
 		if u.URL != "http://a:1" {
 			t.Errorf("told of %s", u.URL)

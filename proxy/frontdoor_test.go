@@ -192,11 +192,12 @@ func TestBodyFailures(t *testing.T) {
 	}
 }
 
-// keysProxy runs a gateway with one key (alice-key) in front of up.
+// keysProxy runs a gateway with two keys (alice-key, bob-key) in front of
+// up.
 func keysProxy(t *testing.T, up string, mod func(*Config)) (string, *captureSink, *Proxy) {
 	t.Helper()
 	cfg, err := gateway.Parse([]byte(`
-keys: [{name: alice, key: "`+gateway.HashKey("alice-key")+`"}]
+keys: [{name: alice, key: "`+gateway.HashKey("alice-key")+`"}, {name: bob, key: "`+gateway.HashKey("bob-key")+`"}]
 routes: [{model: m, pool: p}]
 pools: [{name: p, upstreams: [`+up+`]}]
 `), "test.yaml")
@@ -621,22 +622,7 @@ func TestIdlePreconnect(t *testing.T) {
 // of the body memory budget; another key's body still fits.
 func TestBodyShareOfAKey(t *testing.T) {
 	up := startUpstream(t, func(c *upConn) { c.stream(1, 0) })
-	cfg, err := gateway.Parse([]byte(`
-keys: [{name: alice, key: "`+gateway.HashKey("alice-key")+`"}, {name: bob, key: "`+gateway.HashKey("bob-key")+`"}]
-routes: [{model: m, pool: p}]
-pools: [{name: p, upstreams: [`+up.url+`]}]
-`), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.Start()
-	t.Cleanup(gw.Stop)
-	addr, sink, _ := startProxy(t, "", func(c *Config) {
-		c.Gateway = gw
+	addr, sink, _ := keysProxy(t, up.url, func(c *Config) {
 		c.MaxBodyBytes = 64 << 10
 		c.MaxBodyMemory = 128 << 10 // a key's share: a quarter, at least one body: 64 KiB
 	})
