@@ -3,7 +3,8 @@
 # tests in files built with the integration tag (they start nginx,
 # redis-server, chromium, prometheus, podman or kubectl, installed here when
 # missing). The flags go to go test (scripts/test.sh passes -race and what
-# it runs apart). The unit tests are `go test ./...`.
+# it runs apart; deploy/deploytest runs without -race). The unit tests are
+# `go test ./...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +16,10 @@ cd "$(dirname "$0")/.."
 files=$(grep -rl --include='*_test.go' '^//go:build integration' .)
 tests=$(sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $files | sort -u | paste -sd'|')
 pkgs=$(for f in $files; do dirname "$f"; done | sort -u)
-go test -tags integration -timeout 10m "$@" -run "^($tests)\$" $pkgs
+go test -tags integration -timeout 10m "$@" -run "^($tests)\$" $(echo "$pkgs" | grep -v '^\./deploy/')
+# deploy/deploytest never with -race (scripts/test.sh says why).
+flags=()
+for a in "$@"; do
+	[ "$a" = -race ] || flags+=("$a")
+done
+go test -tags integration -timeout 10m "${flags[@]}" -run "^($tests)\$" $(echo "$pkgs" | grep '^\./deploy/')
