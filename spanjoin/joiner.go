@@ -189,7 +189,6 @@ func (j *Joiner) Emit(r *record.Record) {
 		return
 	}
 	h := new(held) // never reused: a stale timer of an old one must not find it waiting
-	j.c.waitingNow.Add(1)
 	r.CopyTo(&h.rec)
 	h.bytes = size
 	j.waiting[r.TraceID] = append(j.waiting[r.TraceID], h)
@@ -269,7 +268,6 @@ func (j *Joiner) consume(sp *tracepb.Span) {
 		h.timer.Stop()
 		j.join(&h.rec, &rep, st)
 		j.next.Emit(&h.rec)
-		j.release(h)
 		return
 	}
 	if up, ok := j.recent.get(trace); ok {
@@ -388,7 +386,6 @@ func (j *Joiner) expire(h *held) {
 	j.c.missing[missWait].Add(1)
 	h.rec.EngineSpanMissing = MissingWait
 	j.next.Emit(&h.rec)
-	j.release(h)
 }
 
 // expireEarly forgets a span whose record did not end within the wait.
@@ -521,7 +518,6 @@ func (j *Joiner) Close(ctx context.Context) {
 	j.mu.Unlock()
 	for _, h := range rest {
 		h.timer.Stop()
-		j.release(h)
 		j.c.missing[missShutdown].Add(1)
 		h.rec.EngineSpanMissing = MissingShutdown
 		j.next.Emit(&h.rec)
@@ -543,8 +539,6 @@ func (j *Joiner) Waiting() int {
 	return j.n
 }
 
-func (j *Joiner) release(*held) { j.c.waitingNow.Add(-1) }
-
 // memOf estimates the memory of r's strings.
 func memOf(r *record.Record) int64 {
 	return int64(len(r.RequestID) + len(r.Method) + len(r.Path) + len(r.Model) + len(r.Upstream) +
@@ -553,10 +547,9 @@ func memOf(r *record.Record) int64 {
 
 // counters are the joiner's counts (metrics.go exports them).
 type counters struct {
-	held       atomic.Uint64
-	waitingNow atomic.Int64
-	spans      [numSpanResults]atomic.Uint64
-	missing    [numMissing]atomic.Uint64
+	held    atomic.Uint64
+	spans   [numSpanResults]atomic.Uint64
+	missing [numMissing]atomic.Uint64
 }
 
 const (

@@ -34,7 +34,7 @@ func (j *Joiner) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSpans, prometheus.CounterValue, float64(j.c.spans[i].Load()), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.CounterValue, float64(j.c.held.Load()))
-	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(j.c.waitingNow.Load()))
+	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(j.Waiting()))
 	for i, name := range missingNames {
 		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(j.c.missing[i].Load()), name)
 	}
