@@ -25,7 +25,9 @@ import (
 // a request routed while another one runs on the engine (one running slot)
 // carries the engine's load as last scraped, which shows it busy.
 func TestEngineLoadOnRecords(t *testing.T) {
-	_, url := startEngine(t, refengine.Config{MaxRunning: 1})
+	// Every step a few ms long: the long request cannot end on its own
+	// before its client leaves, however slow the machine.
+	_, url := startEngine(t, refengine.Config{MaxRunning: 1, Faults: "straggler=0:2ms"})
 	addr, sink, p := startProxy(t, url, func(c *Config) { c.ScrapeEngineMetrics = 20 * time.Millisecond })
 	short := `{"model":"ttftlens-ref","stream":true,"max_tokens":5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
 	post(t, addr, short) // first use starts the scraper
@@ -51,10 +53,16 @@ func TestEngineLoadOnRecords(t *testing.T) {
 	conn.Close()
 	<-done
 	var r gotRecord
+	cancels := 0
 	for range 2 { // the long request's record (client_cancel) and the short one's, in either order
-		if g := sink.next(t); g.Reason != endreason.ClientCancel {
+		if g := sink.next(t); g.Reason == endreason.ClientCancel {
+			cancels++
+		} else {
 			r = g
 		}
+	}
+	if cancels != 1 {
+		t.Fatalf("%d client_cancel records, want the long request's", cancels)
 	}
 	if !r.EngineLoad || r.EngineRunning < 1 {
 		t.Errorf("record routed while the engine ran another request: load known %v, running %d, waiting %d",
