@@ -9,11 +9,11 @@ import (
 )
 
 // delivery is a relay's side toward the client: the event being handed
-// out (compressed when the client asked), the client's write stall
-// deadline, and when each event reached the client socket, which ends its
-// residency in the proxy. Going on to the next block means the one handed
-// out before reached the client socket. Only the request's goroutine
-// touches it.
+// out (compressed when the client asked), the events gathered into one
+// client write with it, the client's write stall deadline, and when each
+// event reached the client socket, which ends its residency in the proxy.
+// Going on to the next block means the write made before reached the
+// client socket. Only the request's goroutine touches it.
 type delivery struct {
 	// The client's connection, whose write deadline bounds a write stall;
 	// stallArmedAt is when the deadline was last moved.
@@ -26,9 +26,20 @@ type delivery struct {
 	outParsed  time.Duration // when it was parsed
 	outContent bool          // it carries generated content
 	outAnswer  bool          // ...and answer, not reasoning only (read with outContent)
-	handedOut  bool          // the last block was handed out
-	lastReturn time.Duration // when it was
+
+	// The events in the client write being gathered or made, not yet known
+	// to have reached the client socket: when each was parsed, how many
+	// carry content, and whether one carries answer.
+	inWrite        [maxGather]time.Duration
+	nInWrite       int
+	contentInWrite int
+	answerInWrite  bool
+	handedOut      bool          // the write was made
+	lastReturn     time.Duration // when it was
 }
+
+// maxGather bounds the events gathered into one client write.
+const maxGather = 16
 
 // reset readies d for another request.
 func (d *delivery) reset() {
@@ -43,10 +54,29 @@ func (d *delivery) set(b []byte, parsed time.Duration, content bool) {
 	d.out, d.outParsed, d.outContent = b, parsed, content
 }
 
-// handOut records that the first n bytes of the current block are on
-// their way to the client at now.
-func (d *delivery) handOut(n int, now time.Duration) {
-	d.out = d.out[n:]
+// gather takes the current block into the client write being gathered.
+func (d *delivery) gather() {
+	if len(d.out) == 0 {
+		return
+	}
+	d.inWrite[d.nInWrite] = d.outParsed
+	d.nInWrite++
+	if d.outContent {
+		d.contentInWrite++
+		d.answerInWrite = d.answerInWrite || d.outAnswer
+	}
+	d.out = nil
+}
+
+// gathering reports events gathered into a write not yet made; full, that
+// the write takes one more, the one handed out with them.
+func (d *delivery) gathering() bool { return d.nInWrite > 0 && !d.handedOut }
+func (d *delivery) full() bool      { return d.nInWrite == maxGather-1 }
+
+// handOut records that the write of the gathered events and the current
+// block starts at now.
+func (d *delivery) handOut(now time.Duration) {
+	d.gather()
 	d.handedOut = true
 	d.lastReturn = now
 }
@@ -64,13 +94,29 @@ func (d *delivery) armStall(now, stall time.Duration, wall time.Time) {
 	_ = d.conn.SetWriteDeadline(wall.Add(now + stall))
 }
 
-// flushed records in rec that the event handed out last reached the
-// client socket at now.
+// flushed records in rec that the write made last reached the client
+// socket at now, with every event in it.
 func (d *delivery) flushed(now time.Duration, rec *record.Record) {
-	rec.Stream.Flushed(now - d.outParsed)
-	if d.outContent {
-		markDelivered(&rec.Timeline, d.outAnswer)
+	for _, parsed := range d.inWrite[:d.nInWrite] {
+		rec.Stream.Flushed(now - parsed)
 	}
+	if d.contentInWrite > 0 {
+		markDelivered(&rec.Timeline, d.answerInWrite)
+	}
+	d.nInWrite, d.contentInWrite, d.answerInWrite, d.handedOut = 0, 0, false, false
+}
+
+// undelivered counts the content events d holds that did not reach the
+// client socket: those in a write not made or failed, and the current
+// block's; it forgets them.
+func (d *delivery) undelivered() int {
+	n := d.contentInWrite
+	if d.outContent && len(d.out) > 0 {
+		n++
+	}
+	d.out, d.outContent = nil, false
+	d.nInWrite, d.contentInWrite, d.answerInWrite, d.handedOut = 0, 0, false, false
+	return n
 }
 
 // markDelivered marks a content event reaching the client: the first

@@ -18,8 +18,9 @@ import (
 // what it holds while it serves a request (the connection's read and write
 // buffers, the request context, the worker goroutine and its stack), which
 // was most of what an open stream cost. The stream goes on in a goroutine
-// of its own that writes the response head and then each event as the
-// relay hands it out, one write per event (chunked for HTTP/1.1, the body
+// of its own that writes the response head and then the events as the
+// relay hands them out, one write for the events that arrived together
+// (chunked for HTTP/1.1, the body
 // ending at the close for HTTP/1.0, RFC 9112 §6.3), ends the body, and
 // emits the record; the connection then goes back to fasthttp for the
 // client's next request, or is closed.
@@ -27,8 +28,9 @@ import (
 // clientStream is how a detached stream writes to its client.
 type clientStream struct {
 	head      *[]byte   // the response head, written with the first event; from headBufs
+	gathered  *[]byte   // events framed for the next write, from gatherBufs; nil when none is
 	size      [18]byte  // an event's chunk size line
-	vec       [4][]byte // one write's parts: head, size line, event, CRLF
+	vec       [5][]byte // one write's parts: head, gathered events, size line, event, CRLF
 	buf       []byte    // one write copied whole, for a connection that cannot gather
 	firstErr  error     // writing the head and the first event failed
 	chunked   bool
@@ -36,27 +38,61 @@ type clientStream struct {
 	handoff   *handoff // the connection's, between the hijack and the stream's end
 }
 
-// headBufs hold response heads until their first write: an open stream
-// holds none.
-var headBufs = sync.Pool{New: func() any { return new([]byte) }}
+// headBufs hold response heads until their first write, and gatherBufs
+// gathered events until theirs: an open stream holds neither.
+var (
+	headBufs   = sync.Pool{New: func() any { return new([]byte) }}
+	gatherBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxGatherBytes); return &b }}
+)
 
-// writeEvent writes event p in one write: framed as a chunk when the body
-// is chunked, after the head when it is the first.
+// maxGatherBytes bounds the bytes of the events gathered for one write.
+const maxGatherBytes = 16 << 10
+
+// gather copies event p, framed, into the next write; false when the
+// write has no room for it.
+func (s *clientStream) gather(p []byte) bool {
+	if s.gathered == nil {
+		s.gathered = gatherBufs.Get().(*[]byte)
+	}
+	b := *s.gathered
+	if len(b)+len(p)+len(s.size)+len(crlf) > maxGatherBytes {
+		return false
+	}
+	if s.chunked {
+		b = append(strconv.AppendInt(b, int64(len(p)), 16), crlf...)
+	}
+	b = append(b, p...)
+	if s.chunked {
+		b = append(b, crlf...)
+	}
+	*s.gathered = b
+	return true
+}
+
+// writeEvent writes the gathered events and event p in one write: framed
+// as chunks when the body is chunked, after the head when they are the
+// first. p may be empty.
 func (s *clientStream) writeEvent(conn net.Conn, p []byte) error {
 	n := 0
 	if s.head != nil {
 		s.vec[n] = *s.head
 		n++
 	}
-	if s.chunked {
-		s.vec[n] = append(strconv.AppendInt(s.size[:0], int64(len(p)), 16), "\r\n"...)
+	if s.gathered != nil && len(*s.gathered) > 0 {
+		s.vec[n] = *s.gathered
 		n++
 	}
-	s.vec[n] = p
-	n++
-	if s.chunked {
-		s.vec[n] = crlf
+	if len(p) > 0 {
+		if s.chunked {
+			s.vec[n] = append(strconv.AppendInt(s.size[:0], int64(len(p)), 16), "\r\n"...)
+			n++
+		}
+		s.vec[n] = p
 		n++
+		if s.chunked {
+			s.vec[n] = crlf
+			n++
+		}
 	}
 	err := s.write(conn, n)
 	if s.head != nil {
@@ -64,7 +100,17 @@ func (s *clientStream) writeEvent(conn net.Conn, p []byte) error {
 		headBufs.Put(s.head)
 		s.head = nil
 	}
+	s.dropGathered()
 	return err
+}
+
+// dropGathered lets go of the gathered events, written or not.
+func (s *clientStream) dropGathered() {
+	if s.gathered != nil {
+		*s.gathered = (*s.gathered)[:0]
+		gatherBufs.Put(s.gathered)
+		s.gathered = nil
+	}
 }
 
 // writeLastChunk ends a chunked body, with the Server-Timing trailer when
@@ -103,11 +149,13 @@ func (s *clientStream) write(conn net.Conn, n int) error {
 	return err
 }
 
-// streamWriter is the io.Writer the relay's WriteTo writes each event to.
+// streamWriter is the gatherer the relay's WriteTo writes events to.
 type streamWriter struct{ x *exchange }
 
+func (w streamWriter) Gather(p []byte) bool { return w.x.out.gather(p) }
+
 func (w streamWriter) Write(p []byte) (int, error) {
-	if len(p) == 0 {
+	if len(p) == 0 && w.x.out.gathered == nil {
 		return 0, nil // an empty chunk would end the body
 	}
 	if err := w.x.out.writeEvent(w.x.client.conn, p); err != nil {
@@ -157,7 +205,7 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	ctx.Hijack(x.hijacked)
 	// The first token goes out now, not after fasthttp's hijack and two
 	// goroutines; fasthttp writes nothing of its own (no response).
-	_, s.firstErr = x.relay.writeNext(streamWriter{x})
+	_, s.firstErr = x.relay.writeNext(streamWriter{x}, nil)
 }
 
 // hijacked runs on fasthttp's hijack goroutine. It starts the stream's own

@@ -77,6 +77,10 @@ func (s *eventSource) next() error {
 	return s.scan.NextInto(&s.ev)
 }
 
+// ready reports whether the next block is read whole, so that next
+// returns it without reading (an NDJSON line is never known to be).
+func (s *eventSource) ready() bool { return !s.ndjson && s.scan.Ready() }
+
 func (s *eventSource) nextLine() error {
 	raw, line, err := s.lines.Next()
 	s.ev = sse.Event{Raw: raw, Data: line, HasData: len(line) > 0, Retry: -1}

@@ -120,6 +120,7 @@ func (x *exchange) reset() {
 	x.fl = flightTicket{}
 	x.resp.Reset()
 	x.client = clientSide{}
+	x.out.dropGathered() // a stream cut with events gathered
 	x.out = clientStream{buf: x.out.buf[:0]}
 	x.streaming = false
 }

@@ -18,11 +18,11 @@ import (
 // each event from its source (src), parses and times it on the request's
 // clock, folding what it says into the record (through fin) and the engine
 // report (sig), and hands it out (dst). For a streamed response, each
-// Write its WriteTo makes is one upstream event, which the stream's writer
-// sends in one write, so going on to the next means the previous bytes
-// reached the client socket. Only the goroutine serving the request
-// touches a relay, except for firstToken and lastContent, which the
-// deadline timer reads.
+// Write its WriteTo makes is one client write: the events that arrived
+// together gathered, or one event (see writeNext). Going on to the next
+// means the previous bytes reached the client socket. Only the goroutine
+// serving the request touches a relay, except for firstToken and
+// lastContent, which the deadline timer reads.
 type relay struct {
 	relayWiring
 
@@ -78,20 +78,31 @@ func (r *relay) reset() {
 	*r = relay{relayWiring: r.relayWiring, src: r.src, scratch: r.scratch[:0], serverTiming: r.serverTiming[:0]}
 }
 
-// WriteTo writes the stream to w one event per Write, w sending each in one
-// write. It returns nil at the stream's clean end, the error writing to the
+// gatherer is a client writer that can take events into its next write.
+type gatherer interface {
+	io.Writer
+	// Gather copies p into the next Write, which writes it before its own
+	// bytes; false when that write has no room for p. Write(nil) writes
+	// what was gathered.
+	Gather(p []byte) bool
+}
+
+// WriteTo writes the stream to w, each Write one write to the client; with
+// a gatherer, the events that arrived together go out in one (writeNext).
+// It returns nil at the stream's clean end, the error writing to the
 // client as it is, or the error that ended the stream on our side (then
 // readErr too).
 func (r *relay) WriteTo(w io.Writer) (int64, error) {
+	g, _ := w.(gatherer)
 	var written int64
 	for {
 		var n int64
 		var err error
 		if r.src.pump != nil {
-			n, err = r.pumpTo(w)
+			n, err = r.pumpTo(w, g)
 		} else {
 			var k int
-			k, err = r.writeNext(w)
+			k, err = r.writeNext(w, g)
 			n = int64(k)
 		}
 		written += n
@@ -109,7 +120,7 @@ func (r *relay) WriteTo(w io.Writer) (int64, error) {
 // event costs one read of the socket, not two. When the pump's wait fails
 // (the heartbeat's read deadline passed), the next read returns that
 // error: one writeNext takes it as its read's end.
-func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
+func (r *relay) pumpTo(w io.Writer, g gatherer) (written int64, err error) {
 	if hb := r.cfg.Heartbeat; hb > 0 {
 		// A deadline already passed (the one a heartbeat answered) would
 		// end the pump before its first read.
@@ -117,7 +128,7 @@ func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 	}
 	waitErr := r.src.pump.Pump(func() bool {
 		for {
-			n, e := r.writeNext(w)
+			n, e := r.writeNext(w, g)
 			written += int64(n)
 			if e == sock.ErrWouldBlock {
 				return true
@@ -129,21 +140,43 @@ func (r *relay) pumpTo(w io.Writer) (written int64, err error) {
 		}
 	})
 	if waitErr != nil {
-		n, e := r.writeNext(w)
+		n, e := r.writeNext(w, g)
 		written, err = written+int64(n), e
 	}
 	return written, err
 }
 
 // writeNext writes the next block to w; io.EOF at the stream's clean end.
-func (r *relay) writeNext(w io.Writer) (int, error) {
+// With a gatherer (g, which is w), a block is gathered instead while the
+// next one is already read whole (src.ready), up to maxGather: so the
+// events of one upstream read go out in one write, and none waits for
+// bytes still to come. Gathered events go out before any end but the
+// client's own.
+func (r *relay) writeNext(w io.Writer, g gatherer) (int, error) {
 	b, err := r.block()
-	if err != nil {
+	switch {
+	case err == errWriteGathered:
+		r.handOut(0)
+		_, err = w.Write(nil)
 		return 0, err
+	case err != nil:
+		if r.dst.gathering() && !clientCause(r.ctl.aborted()) {
+			r.handOut(0)
+			_, _ = w.Write(nil) // the stream's end is err's, whatever this write does
+		}
+		return 0, err
+	case g != nil && !r.dst.full() && r.src.ready() && g.Gather(b):
+		r.fin.rec.BytesOut += int64(len(b))
+		r.dst.gather()
+		return len(b), nil
 	}
 	r.handOut(len(b))
 	return w.Write(b)
 }
+
+// errWriteGathered is block's word that events are gathered and the next
+// one is not read whole: the gathered events are written before reading.
+var errWriteGathered = errors.New("write the gathered events")
 
 // block returns the bytes of the current event not yet handed out, reading
 // the next event when they are all out. Entering it means what was handed
@@ -153,20 +186,17 @@ func (r *relay) block() (b []byte, err error) {
 		if v := recover(); v != nil {
 			b, err = nil, r.fin.panicked(v)
 		}
-		if err != nil && err != io.EOF && err != sock.ErrWouldBlock {
+		if err != nil && err != io.EOF && err != sock.ErrWouldBlock && err != errWriteGathered {
 			r.readErr = err
 		}
 	}()
 	rec := &r.fin.rec
 	now := rec.Timeline.Now()
 	if r.dst.handedOut {
-		r.dst.handedOut = false
 		if r.firstToken.Load() {
 			rec.Stream.Blocked += now - r.dst.lastReturn
 		}
-		if len(r.dst.out) == 0 {
-			r.dst.flushed(now, rec)
-		}
+		r.dst.flushed(now, rec)
 	}
 	if len(r.dst.out) == 0 {
 		if err := r.nextEvent(); err != nil {
@@ -185,11 +215,12 @@ func (r *relay) block() (b []byte, err error) {
 	return r.dst.out, nil
 }
 
-// handOut records that the first n bytes of the current block are on their
-// way to the client, and bounds how long writing them may stall.
+// handOut records that the gathered events and the current block, n
+// bytes, are on their way to the client, and bounds how long writing them
+// may stall.
 func (r *relay) handOut(n int) {
 	now := r.fin.rec.Timeline.Now()
-	r.dst.handOut(n, now)
+	r.dst.handOut(now)
 	r.fin.rec.BytesOut += int64(n)
 	r.armStall(now)
 }
@@ -213,6 +244,9 @@ func (r *relay) nextEvent() error {
 			// Whatever the upstream still sent goes to no one: left unread
 			// for undelivered to count.
 			return r.ctl.aborted()
+		}
+		if r.dst.gathering() && !r.src.ready() {
+			return errWriteGathered // never read with events held back
 		}
 		if hb > 0 && !r.src.ndjson {
 			_ = r.src.body.conn.SetReadDeadline(time.Now().Add(hb))
@@ -432,11 +466,7 @@ func (r *relay) undelivered() int {
 	if !r.src.body.open {
 		return 0
 	}
-	n := 0
-	if r.dst.outContent && (r.dst.handedOut || len(r.dst.out) > 0) {
-		n++
-	}
-	r.dst.out, r.dst.handedOut, r.dst.outContent = nil, false, false
+	n := r.dst.undelivered()
 	tl := &r.fin.rec.Timeline
 	for r.src.next() == nil {
 		if r.src.ev.HasData && r.sig.Event(r.src.ev.Data, tl).Content {

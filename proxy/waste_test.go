@@ -194,10 +194,10 @@ func TestRelayStopsWhenTheClientLeft(t *testing.T) {
 	const n = 10
 	for _, tc := range []struct {
 		cause  error
-		events int // relayed in all, the first one before the abort
+		events int // relayed in all; 0: those of the first write, which saw the abort
 	}{
-		{errClientGone, 1},
-		{errClientStalled, 1},
+		{errClientGone, 0},
+		{errClientStalled, 0},
 		{errTTFTDeadline, n + 3},
 	} {
 		t.Run(tc.cause.Error(), func(t *testing.T) {
@@ -207,10 +207,16 @@ func TestRelayStopsWhenTheClientLeft(t *testing.T) {
 			x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
 			gen := x.ctl.begin(x.fin.rec.Timeline.Now)
 			r.src.scan.Reset(h.src)
-			x.client.conn = &abortingConn{abort: func() { x.ctl.abort(gen, tc.cause) }}
+			want := tc.events
+			x.client.conn = &abortingConn{abort: func() {
+				x.ctl.abort(gen, tc.cause)
+				if want == 0 {
+					want = x.fin.rec.Stream.Events
+				}
+			}}
 			_, err := r.WriteTo(streamWriter{x})
-			if err != tc.cause || x.fin.rec.Stream.Events != tc.events {
-				t.Errorf("relayed %d events, ended with %v; want %d, %v", x.fin.rec.Stream.Events, err, tc.events, tc.cause)
+			if err != tc.cause || x.fin.rec.Stream.Events != want {
+				t.Errorf("relayed %d events, ended with %v; want %d, %v", x.fin.rec.Stream.Events, err, want, tc.cause)
 			}
 		})
 	}

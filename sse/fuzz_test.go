@@ -60,6 +60,10 @@ func FuzzScanner(f *testing.F) {
 		if d := firstDiff(jsonLines(normalize(got)), want); d != "" {
 			t.Fatalf("reads %v vs oracle: %s", chunks, d)
 		}
+		ready := collectReady(t, &chunkReader{in: in, chunks: chunks}, limit)
+		if d := firstDiff(jsonLines(normalize(ready)), want); d != "" {
+			t.Fatalf("reads %v, Ready before every Next, vs oracle: %s", chunks, d)
+		}
 
 		eff := limit
 		if eff <= 0 {

@@ -53,6 +53,47 @@ func collect(t testing.TB, rd io.Reader, limit int) []rec {
 	return collectFrom(t, s)
 }
 
+// collectReady is collect asking Ready before every Next: the blocks are
+// the same, Ready never reads, and a Next after a true Ready does not
+// read either.
+func collectReady(t testing.TB, rd io.Reader, limit int) []rec {
+	t.Helper()
+	cr := &callReader{rd: rd}
+	s := sse.NewScanner(cr, limit)
+	var out []rec
+	for range 1 << 20 {
+		calls := cr.calls
+		ready := s.Ready()
+		if cr.calls != calls {
+			t.Fatal("Ready read")
+		}
+		ev, err := s.Next()
+		if ready && (err != nil || cr.calls != calls) {
+			t.Fatalf("after Ready, Next = %v with %d reads", err, cr.calls-calls)
+		}
+		if err != nil {
+			if err != io.EOF {
+				out = append(out, rec{Raw: string(ev.Raw), Err: err.Error()})
+			}
+			return out
+		}
+		out = append(out, toRec(ev))
+	}
+	t.Fatal("too many blocks")
+	return nil
+}
+
+// callReader counts the reads of rd.
+type callReader struct {
+	rd    io.Reader
+	calls int
+}
+
+func (c *callReader) Read(p []byte) (int, error) {
+	c.calls++
+	return c.rd.Read(p)
+}
+
 func collectFrom(t testing.TB, s *sse.Scanner) []rec {
 	t.Helper()
 	var out []rec

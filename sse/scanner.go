@@ -114,8 +114,9 @@ type Scanner struct {
 	lfSkip     bool // the last block ended with CR at the end of the buffer: an LF at r completes it
 	emptyReads int
 
-	rerr error // error from the reader, reported once the buffered blocks are returned
-	stop error // sticky error returned by Next
+	rerr  error // error from the reader, reported once the buffered blocks are returned
+	stop  error // sticky error returned by Next
+	ready int   // > 0: Ready found a complete block ending there, which Next returns
 
 	cur  block
 	data []byte // joined data of multi-line events
@@ -162,6 +163,18 @@ func (s *Scanner) Reset(r io.Reader) {
 // by Next.
 func (s *Scanner) Buffered() int { return s.w - s.r }
 
+// Ready reports whether a complete block is buffered, so that the next Next
+// returns it without reading. It never reads, and what it scans Next does
+// not scan again.
+func (s *Scanner) Ready() bool {
+	if s.ready == 0 && s.stop == nil {
+		if end, st := s.scan(); st == haveBlock {
+			s.ready = end
+		}
+	}
+	return s.ready > 0
+}
+
 // Next returns the next block of the stream: all lines up to and including the
 // blank line that ends it. Blocks without a data field (comments only, a lone blank
 // line) are returned too, with HasData false, so every byte can be forwarded.
@@ -194,6 +207,11 @@ func (s *Scanner) NextInto(ev *Event) error {
 	*ev = Event{Retry: -1}
 	if s.stop != nil {
 		return s.stop
+	}
+	if end := s.ready; end > 0 {
+		s.ready = 0
+		s.take(end, ev)
+		return nil
 	}
 	for {
 		end, st := s.scan()

@@ -187,6 +187,42 @@ func TestNextDoesNotWait(t *testing.T) {
 	}
 }
 
+// TestReady checks that Ready reports a complete buffered block, which the
+// next Next returns without reading, and never reads itself.
+func TestReady(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reads []string
+		want  []bool // Ready before each Next, until io.EOF
+	}{
+		{"two blocks in one read", []string{"data: a\n\ndata: b\n\n"}, []bool{false, true, false}},
+		{"the second block cut", []string{"data: a\n\ndata: b", "\n\n"}, []bool{false, false, false}},
+		{"a CR ends the block", []string{"data: a\n\ndata: b\r\r"}, []bool{false, true, false}},
+		{"the LF of a CRLF comes later", []string{"data: a\r\n\r", "\n"}, []bool{false, false, false}},
+		{"comments are blocks", []string{": ping\n\ndata: a\n\n"}, []bool{false, true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &countingReader{reads: reads(tc.reads...)}
+			s := sse.NewScanner(r, 0)
+			for i, want := range tc.want {
+				calls := r.calls
+				if got := s.Ready(); got != want || r.calls != calls {
+					t.Fatalf("Ready before Next %d = %v after %d reads, want %v and none", i, got, r.calls-calls, want)
+				}
+				if _, err := s.Next(); err != nil && (err != io.EOF || i != len(tc.want)-1) {
+					t.Fatalf("Next %d: %v", i, err)
+				}
+				if want && r.calls != calls {
+					t.Fatalf("Next %d read after Ready", i)
+				}
+			}
+			if s.Ready() {
+				t.Fatal("Ready after the end")
+			}
+		})
+	}
+}
+
 // TestCRLFSplitAcrossReadsInsideBlock checks that CR at the end of one read and LF
 // at the start of the next is one line end inside a block.
 func TestCRLFSplitAcrossReadsInsideBlock(t *testing.T) {
