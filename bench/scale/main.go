@@ -46,7 +46,7 @@ func main() {
 	var s suite
 	flag.StringVar(&s.workloads, "workloads", "c1,c64,s1000,s8000,knee", "workloads to run: c1 (one client, 16 tokens), c64 (64 clients, 64 tokens), s1000 (many streams, 50 tokens 100 ms apart), s8000 (more streams, tokens 1 s apart), knee (a ramp of new streams per second up to added TTFT p99 over 10 ms)")
 	flag.StringVar(&s.proxies, "proxies", "nginx,ttftlens", "proxies to measure, in this order: nginx, ttftlens, ttftlens-base (with -ttftlens-base, added right after ttftlens unless placed here)")
-	flag.BoolVar(&s.quick, "quick", false, "a tenth of every size (a check that the suite works, not figures)")
+	flag.BoolVar(&s.quick, "quick", false, "a tenth of every size, the knee three steps of 300 ms (a check that the suite works, not figures)")
 	flag.IntVar(&s.c1Requests, "c1-requests", 3000, "c1: requests")
 	flag.IntVar(&s.c64Requests, "c64-requests", 10000, "c64: requests")
 	flag.IntVar(&s.s1000Streams, "s1000-streams", 1000, "s1000: streams")
@@ -56,7 +56,7 @@ func main() {
 	flag.IntVar(&s.kneeTop, "knee-top", 8000, "knee: the highest rate (capped where a step's streams would pass the file limit)")
 	flag.DurationVar(&s.kneeStep, "knee-step", 2*time.Second, "knee: how long each rate is held, directly and through the proxy")
 	flag.StringVar(&s.ttftlensBin, "ttftlens", "", "a prebuilt ttftlens binary to measure as ttftlens (default: go build ./cmd/ttftlens from this checkout, into the working directory)")
-	flag.StringVar(&s.baseBin, "ttftlens-base", "", "a second prebuilt ttftlens binary, measured as ttftlens-base right after ttftlens in every workload, with a base→head ratio column (see above)")
+	flag.StringVar(&s.baseBin, "ttftlens-base", "", "a second prebuilt ttftlens binary (the before of a change: see above), measured as ttftlens-base right after ttftlens in every workload, with a base→head ratio column")
 	flag.StringVar(&s.ttftlensFlags, "ttftlens-flags", "", "more flags for ttftlens serve (both binaries), space-separated")
 	flag.BoolVar(&s.keep, "keep", false, "keep the working directory (logs, configs)")
 	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls and context switches during its run (perf stat; adds a little to every call; not in the knee)")
@@ -88,13 +88,15 @@ Needs Linux, 2 CPUs or more, nginx and perf (make scale installs them).
 The ttftlens measured is built from this checkout (go build ./cmd/ttftlens,
 run from the repository's root) unless -ttftlens names a prebuilt binary.
 To compare a change's before and after beside nginx in one run, build the
-before from another checkout and pass it as -ttftlens-base:
+before in another checkout and pass it as -ttftlens-base; it is measured
+right after ttftlens in every workload, with a base→head ratio column:
 
-  git worktree add /tmp/base main          # or the commit before the change
-  (cd /tmp/base && go build -o /tmp/ttftlens-base ./cmd/ttftlens)
-  go run ./bench/scale -ttftlens-base /tmp/ttftlens-base
+  git worktree add --detach /tmp/base main   # the commit before the change
+  make -C /tmp/base build                    # /tmp/base/bin/ttftlens, version stamped
+  go run ./bench/scale -ttftlens-base /tmp/base/bin/ttftlens
 
-The table names each binary with what it says of itself (ttftlens version).
+A prebuilt binary is named in the table with what it says of itself
+(ttftlens version): make build stamps its version and commit.
 
 Flags:
 `)
