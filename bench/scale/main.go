@@ -186,6 +186,9 @@ func (s *suite) workloadList() ([]workload, error) {
 		most := int((s.fileLimit - 200) / 2)
 		switch {
 		case w.knee != nil:
+			if w.knee.step <= 0 {
+				return nil, fmt.Errorf("%s: a step of %s", w.name, w.knee.step)
+			}
 			if top := int(float64(most) / w.knee.step.Seconds()); w.knee.top > top {
 				fmt.Printf("# %s: top rate %d capped to %d: a step's streams may all be open at once, a proxied stream holds two sockets and the file limit is %d\n", w.name, w.knee.top, top, s.fileLimit)
 				w.knee.top = top
