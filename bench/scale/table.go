@@ -131,11 +131,13 @@ func printTables(out io.Writer, names []string, rows []workloadResult) {
 			printKneeSteps(out, r)
 		}
 	}
-	fmt.Fprintf(out, "\nDirect runs (client to upstream, no proxy), the baselines:\n\n| workload | direct runs | TTFT p50 | inter-token p99 | errors |\n| --- | --- | --- | --- | --- |\n")
+	header := "\nDirect runs (client to upstream, no proxy), the baselines:\n\n| workload | direct runs | TTFT p50 | inter-token p99 | errors |\n| --- | --- | --- | --- | --- |\n"
 	for _, r := range rows {
 		if r.w.knee != nil {
 			continue // its direct runs are in its steps
 		}
+		fmt.Fprint(out, header)
+		header = ""
 		var ttft, gap []string
 		errs := 0
 		for _, d := range r.direct {

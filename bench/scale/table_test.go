@@ -56,15 +56,21 @@ func TestPrintTables(t *testing.T) {
 	tests := []struct {
 		golden string
 		names  []string
+		knee   bool // the knee alone
 	}{
-		{"nginx-ttftlens", []string{"nginx", "ttftlens"}},
-		{"with-base", []string{"nginx", "ttftlens", "ttftlens-base"}},
-		{"ttftlens-alone", []string{"ttftlens"}},
+		{"nginx-ttftlens", []string{"nginx", "ttftlens"}, false},
+		{"with-base", []string{"nginx", "ttftlens", "ttftlens-base"}, false},
+		{"ttftlens-alone", []string{"ttftlens"}, false},
+		{"knee-alone", []string{"nginx", "ttftlens"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.golden, func(t *testing.T) {
+			rows := []workloadResult{c1Rows(tt.names), kneeRows(tt.names)}
+			if tt.knee {
+				rows = rows[1:]
+			}
 			var out bytes.Buffer
-			printTables(&out, tt.names, []workloadResult{c1Rows(tt.names), kneeRows(tt.names)})
+			printTables(&out, tt.names, rows)
 			path := filepath.Join("testdata", tt.golden+".golden")
 			if *update {
 				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
