@@ -51,9 +51,11 @@ corpus: ## the buffering corpus's confusion matrix, with -race and without
 	go test -tags integration -count=1 -timeout 15m -v -run '^TestBufferingCorpus$$' ./proxy
 
 # Cost at scale against nginx (BENCHMARKS.md): ttftlens and nginx side by
-# side on a zero-compute SSE upstream, pinned to their own CPUs. It prints a
+# side on a zero-compute SSE upstream, pinned to their own CPUs, and the
+# knee (new streams per second at added TTFT p99 ≤ 10 ms). It prints a
 # Markdown table. SCALEFLAGS='-quick' checks that the suite works (a tenth
-# of every size); -workloads and the sizes pick what runs
+# of every size); -workloads and the sizes pick what runs; -ttftlens-base
+# BIN adds a second ttftlens binary, a change's before
 # (go run ./bench/scale -h).
 SCALEFLAGS ?=
 

@@ -29,6 +29,10 @@ type clientConfig struct {
 	Conc     int  // closed loop: workers; 0 for open streams
 	Open     bool // every request its own connection, all open at once
 	Ramp     time.Duration
+	// Reset closes each connection with a reset (SO_LINGER 0), leaving no
+	// TIME_WAIT: at thousands of new connections a second the client's
+	// ephemeral ports would otherwise wait out 60 s each.
+	Reset bool
 }
 
 // clientResult is what a run reports to the orchestrator (JSON on stdout).
@@ -42,6 +46,12 @@ type clientResult struct {
 	GapP50     int64 // ns, per event: arrival gap minus send gap
 	GapP99     int64
 	GapMax     int64
+	// Open streams: ns, the dial begun to the first event read (a new
+	// client's wait, its connection included), p50 and p99.
+	ConnTTFTP50, ConnTTFTP99 int64
+	// Open streams: ns, how far behind its schedule the last stream began
+	// (the client could not hold the rate when it is a fair part of the ramp).
+	StartLag int64
 	// The plateau, wall clock (Unix ns): from every stream's first event
 	// to the first stream's end (open streams only).
 	AllOpen, FirstEnd int64
@@ -71,9 +81,10 @@ func (c *timedConn) Read(p []byte) (int, error) {
 
 // streamStats is what one stream measured.
 type streamStats struct {
-	ttft   time.Duration
-	gaps   []int64
-	tokens int
+	ttft     time.Duration
+	connTTFT time.Duration // from the dial, when this exchange dialed
+	gaps     []int64
+	tokens   int
 }
 
 type clientRun struct {
@@ -84,6 +95,7 @@ type clientRun struct {
 	mu       sync.Mutex
 	res      clientResult
 	ttfts    []int64
+	conns    []int64 // open streams: connTTFTs
 	gaps     []int64
 	started  atomic.Int64 // streams whose first event arrived
 	done     atomic.Int64
@@ -108,10 +120,13 @@ func runClient(cfg clientConfig) clientResult {
 	go r.progress(stop)
 	t0 := time.Now()
 	var wg sync.WaitGroup
+	var lag time.Duration // the last open stream's, behind its schedule
 	if cfg.Open {
 		spread := max(cfg.Ramp, time.Millisecond)
 		for i := range cfg.Requests {
-			time.Sleep(time.Until(t0.Add(spread * time.Duration(i) / time.Duration(cfg.Requests))))
+			at := t0.Add(spread * time.Duration(i) / time.Duration(cfg.Requests))
+			time.Sleep(time.Until(at))
+			lag = time.Since(at)
 			wg.Go(func() {
 				var c *timedConn
 				r.stream(&c)
@@ -138,6 +153,8 @@ func runClient(cfg clientConfig) clientResult {
 	close(stop)
 	r.res.Seconds = time.Since(t0).Seconds()
 	r.res.TTFTP50 = percentile(r.ttfts, 50)
+	r.res.ConnTTFTP50, r.res.ConnTTFTP99 = percentile(r.conns, 50), percentile(r.conns, 99)
+	r.res.StartLag = int64(lag)
 	r.res.GapP50, r.res.GapP99, r.res.GapMax = percentile(r.gaps, 50), percentile(r.gaps, 99), percentile(r.gaps, 100)
 	r.res.AllOpen, r.res.FirstEnd = r.allOpen.Load(), r.firstEnd.Load()
 	if cfg.Open {
@@ -193,6 +210,9 @@ func (r *clientRun) stream(c **timedConn) {
 	r.res.OK++
 	r.res.Events += st.tokens
 	r.ttfts = append(r.ttfts, int64(st.ttft))
+	if r.cfg.Open {
+		r.conns = append(r.conns, int64(st.connTTFT))
+	}
 	r.gaps = append(r.gaps, st.gaps...)
 }
 
@@ -200,11 +220,16 @@ var errNotChunked = errors.New("response is not chunked")
 
 func (r *clientRun) exchange(cp **timedConn) (streamStats, error) {
 	var st streamStats
+	dialed := time.Duration(-1)
 	if *cp == nil {
+		dialed = time.Since(r.base)
 		nc, err := net.Dial("tcp", r.cfg.Addr)
 		if err != nil {
 			r.markStarted() // it will not start: do not hold the plateau back
 			return st, err
+		}
+		if r.cfg.Reset {
+			_ = nc.(*net.TCPConn).SetLinger(0)
 		}
 		*cp = &timedConn{Conn: nc, base: r.base}
 	}
@@ -255,6 +280,9 @@ func (r *clientRun) exchange(cp **timedConn) (streamStats, error) {
 				ts, _ := strconv.ParseInt(string(bytes.TrimRight(ev[i+5:], "}")), 10, 64)
 				if st.tokens == 0 {
 					st.ttft = time.Duration(at) - sent
+					if dialed >= 0 {
+						st.connTTFT = time.Duration(at) - dialed
+					}
 					r.markStarted()
 				} else {
 					st.gaps = append(st.gaps, (at-lastAt)-(ts-lastTS))

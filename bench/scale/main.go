@@ -8,8 +8,12 @@
 // mode) directly against the upstream, through nginx (one worker,
 // proxy_buffering off), directly again, through ttftlens serve, and
 // directly once more: each proxy run has a direct run before and after it,
-// whose mean is its baseline. The proxy under test runs on CPU 0; the
-// client and the upstream share CPU 1. Each proxy run gets a fresh process.
+// whose mean is its baseline. The knee workload instead runs directly and
+// through the proxy at each rate of a ramp (knee.go). The proxy under test
+// runs on CPU 0; the client and the upstream share CPU 1. Each proxy run
+// (each ramp) gets a fresh process. With -ttftlens-base, a second ttftlens
+// binary is measured right after the first, for a change's before and
+// after beside nginx in one run.
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,19 +42,25 @@ func main() {
 	flag.IntVar(&cc.Conc, "conc", 1, "client mode: closed-loop workers (without -open)")
 	flag.BoolVar(&cc.Open, "open", false, "client mode: every request its own connection, all open at once, their starts spread over -ramp")
 	flag.DurationVar(&cc.Ramp, "ramp", time.Second, "client mode: with -open, the time over which the streams start")
+	flag.BoolVar(&cc.Reset, "reset", false, "client mode: close each connection with a reset (SO_LINGER 0), leaving no TIME_WAIT")
 	var s suite
-	flag.StringVar(&s.workloads, "workloads", "c1,c64,s1000,s8000", "workloads to run: c1 (one client, 16 tokens), c64 (64 clients, 64 tokens), s1000 (many streams, 50 tokens 100 ms apart), s8000 (more streams, tokens 1 s apart)")
-	flag.StringVar(&s.proxies, "proxies", "nginx,ttftlens", "proxies to measure, in this order")
-	flag.BoolVar(&s.quick, "quick", false, "a tenth of every size (a check that the suite works, not figures)")
+	flag.StringVar(&s.workloads, "workloads", "c1,c64,s1000,s8000,knee", "workloads to run: c1 (one client, 16 tokens), c64 (64 clients, 64 tokens), s1000 (many streams, 50 tokens 100 ms apart), s8000 (more streams, tokens 1 s apart), knee (a ramp of new streams per second up to added TTFT p99 over 10 ms)")
+	flag.StringVar(&s.proxies, "proxies", "nginx,ttftlens", "proxies to measure, in this order: nginx, ttftlens, ttftlens-base (with -ttftlens-base, added right after ttftlens unless placed here)")
+	flag.BoolVar(&s.quick, "quick", false, "a tenth of every size, the knee three steps of 300 ms (a check that the suite works, not figures)")
 	flag.IntVar(&s.c1Requests, "c1-requests", 3000, "c1: requests")
 	flag.IntVar(&s.c64Requests, "c64-requests", 10000, "c64: requests")
 	flag.IntVar(&s.s1000Streams, "s1000-streams", 1000, "s1000: streams")
 	flag.IntVar(&s.s8000Streams, "s8000-streams", 8000, "s8000: streams")
 	flag.IntVar(&s.s8000Tokens, "s8000-tokens", 20, "s8000: tokens per stream, 1 s apart")
-	flag.StringVar(&s.ttftlensBin, "ttftlens", "", "a ttftlens binary to measure (default: built from ./cmd/ttftlens)")
-	flag.StringVar(&s.ttftlensFlags, "ttftlens-flags", "", "more flags for ttftlens serve, space-separated")
+	flag.IntVar(&s.kneeStart, "knee-start", 250, "knee: the first rate, new streams per second")
+	flag.IntVar(&s.kneeTop, "knee-top", 8000, "knee: the highest rate (capped where a step's streams would pass the file limit)")
+	flag.DurationVar(&s.kneeStep, "knee-step", 2*time.Second, "knee: how long each rate is held, directly and through the proxy")
+	flag.StringVar(&s.ttftlensBin, "ttftlens", "", "a prebuilt ttftlens binary to measure as ttftlens (default: go build ./cmd/ttftlens from this checkout, into the working directory)")
+	flag.StringVar(&s.baseBin, "ttftlens-base", "", "a second prebuilt ttftlens binary (the before of a change: see above), measured as ttftlens-base right after ttftlens in every workload, with a base→head ratio column")
+	flag.StringVar(&s.ttftlensFlags, "ttftlens-flags", "", "more flags for ttftlens serve (both binaries), space-separated")
 	flag.BoolVar(&s.keep, "keep", false, "keep the working directory (logs, configs)")
-	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls and context switches during its run (perf stat; adds a little to every call)")
+	flag.BoolVar(&s.countSyscalls, "count-syscalls", true, "count the proxy's system calls and context switches during its run (perf stat; adds a little to every call; not in the knee)")
+	flag.Usage = usage
 	flag.Parse()
 	switch *mode {
 	case "upstream":
@@ -67,15 +78,44 @@ func main() {
 	}
 }
 
+// usage is -h: how the binaries under test come to be, then the flags.
+func usage() {
+	fmt.Fprint(flag.CommandLine.Output(), `Usage: go run ./bench/scale [flags]   (make scale SCALEFLAGS='flags')
+
+Measures ttftlens against nginx at scale and prints a Markdown table.
+Needs Linux, 2 CPUs or more, nginx and perf (make scale installs them).
+
+The ttftlens measured is built from this checkout (go build ./cmd/ttftlens,
+run from the repository's root) unless -ttftlens names a prebuilt binary.
+To compare a change's before and after beside nginx in one run, build the
+before in another checkout and pass it as -ttftlens-base; it is measured
+right after ttftlens in every workload, with a base→head ratio column:
+
+  git worktree add --detach /tmp/base main   # the commit before the change
+  make -C /tmp/base build                    # /tmp/base/bin/ttftlens, version stamped
+  go run ./bench/scale -ttftlens-base /tmp/base/bin/ttftlens
+
+A prebuilt binary is named in the table with what it says of itself
+(ttftlens version): make build stamps its version and commit.
+
+Flags:
+`)
+	flag.PrintDefaults()
+}
+
 // suite is the whole benchmark.
 type suite struct {
 	workloads, proxies         string
+	names                      []string // the proxies, in order (proxyList)
 	quick, keep, countSyscalls bool
 	built                      bool // ttftlens was built from this checkout
 	c1Requests, c64Requests    int
 	s1000Streams, s8000Streams int
 	s8000Tokens                int
+	kneeStart, kneeTop         int
+	kneeStep                   time.Duration
 	ttftlensBin, ttftlensFlags string
+	baseBin                    string // -ttftlens-base, "" for none
 	dir, self, upstream        string
 	fileLimit                  uint64
 	rows                       []workloadResult
@@ -86,6 +126,7 @@ type workload struct {
 	name  string
 	label string
 	cfg   clientConfig
+	knee  *kneePlan // the knee workload's ramp; nil for the others
 }
 
 // run is one client run and, for a proxy run, what the proxy spent on it.
@@ -104,8 +145,9 @@ type run struct {
 
 type workloadResult struct {
 	w       workload
-	direct  []run          // before the first proxy, then after each
-	proxied map[string]run // by proxy name
+	direct  []run                 // before the first proxy, then after each
+	proxied map[string]run        // by proxy name
+	ramps   map[string][]kneeStep // the knee workload's, by proxy name
 	names   []string
 }
 
@@ -116,11 +158,18 @@ func (s *suite) workloadList() ([]workload, error) {
 		}
 		return n
 	}
+	// The knee: ×1.25 a step (the knee within 25%, two bisections bring
+	// it within 6%); -quick doubles from the start to 4× it, 300 ms each.
+	knee := kneePlan{start: s.kneeStart, top: s.kneeTop, factor: 1.25, refine: 2, step: s.kneeStep}
+	if s.quick {
+		knee = kneePlan{start: s.kneeStart, top: 4 * s.kneeStart, factor: 2, step: 300 * time.Millisecond}
+	}
 	all := map[string]workload{
-		"c1":    {"c1", "c=1, 16 tokens", clientConfig{Tokens: 16, Requests: scale(s.c1Requests), Conc: 1}},
-		"c64":   {"c64", "c=64, 64 tokens", clientConfig{Tokens: 64, Requests: scale(s.c64Requests), Conc: 64}},
-		"s1000": {"s1000", "", clientConfig{Tokens: 50, Interval: 100 * time.Millisecond, Requests: scale(s.s1000Streams), Open: true, Ramp: time.Second}},
-		"s8000": {"s8000", "", clientConfig{Tokens: s.s8000Tokens, Interval: time.Second, Requests: scale(s.s8000Streams), Open: true, Ramp: 4 * time.Second}},
+		"c1":    {"c1", "c=1, 16 tokens", clientConfig{Tokens: 16, Requests: scale(s.c1Requests), Conc: 1}, nil},
+		"c64":   {"c64", "c=64, 64 tokens", clientConfig{Tokens: 64, Requests: scale(s.c64Requests), Conc: 64}, nil},
+		"s1000": {"s1000", "", clientConfig{Tokens: 50, Interval: 100 * time.Millisecond, Requests: scale(s.s1000Streams), Open: true, Ramp: time.Second}, nil},
+		"s8000": {"s8000", "", clientConfig{Tokens: s.s8000Tokens, Interval: time.Second, Requests: scale(s.s8000Streams), Open: true, Ramp: 4 * time.Second}, nil},
+		"knee":  {"knee", "", kneeStream, &knee},
 	}
 	if s.quick {
 		w := all["s8000"]
@@ -133,9 +182,23 @@ func (s *suite) workloadList() ([]workload, error) {
 		if !ok {
 			return nil, fmt.Errorf("-workloads: unknown %q", name)
 		}
-		if w.cfg.Open {
-			// A proxied stream holds two sockets in the proxy.
-			if most := int((s.fileLimit - 200) / 2); w.cfg.Requests > most {
+		// A proxied stream holds two sockets in the proxy.
+		most := int((s.fileLimit - 200) / 2)
+		switch {
+		case w.knee != nil:
+			if w.knee.step <= 0 {
+				return nil, fmt.Errorf("%s: a step of %s", w.name, w.knee.step)
+			}
+			if top := int(float64(most) / w.knee.step.Seconds()); w.knee.top > top {
+				fmt.Printf("# %s: top rate %d capped to %d: a step's streams may all be open at once, a proxied stream holds two sockets and the file limit is %d\n", w.name, w.knee.top, top, s.fileLimit)
+				w.knee.top = top
+			}
+			if w.knee.start < 1 || w.knee.start > w.knee.top {
+				return nil, fmt.Errorf("%s: the first rate %d is not between 1 and the top, %d", w.name, w.knee.start, w.knee.top)
+			}
+			w.label = fmt.Sprintf("new streams, %d tokens %s apart, %s per rate", w.cfg.Tokens, spaced(w.cfg.Interval), spaced(w.knee.step))
+		case w.cfg.Open:
+			if w.cfg.Requests > most {
 				fmt.Printf("# %s: %d streams capped to %d: a proxied stream holds two sockets and the file limit is %d\n", w.name, w.cfg.Requests, most, s.fileLimit)
 				w.cfg.Requests = most
 			}
@@ -159,12 +222,25 @@ func (s *suite) run() error {
 	}
 	fmt.Printf("# RLIMIT_NOFILE: soft limit raised from %d to the hard limit, %d\n", was, limit)
 	s.fileLimit = limit
+	if s.names, err = proxyList(s.proxies, s.baseBin != ""); err != nil {
+		return err
+	}
 	works, err := s.workloadList()
 	if err != nil {
 		return err
 	}
-	if err := need("nginx", "nginx"); err != nil {
-		return err
+	if slices.Contains(s.names, nginx) {
+		if err := need("nginx", "nginx"); err != nil {
+			return err
+		}
+	}
+	for _, bin := range []string{s.ttftlensBin, s.baseBin} {
+		if bin == "" {
+			continue
+		}
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("a prebuilt ttftlens: %w", err)
+		}
 	}
 	if s.countSyscalls {
 		if err := need("perf", "linux-perf"); err != nil {
@@ -201,7 +277,11 @@ func (s *suite) run() error {
 	}
 	fmt.Printf("# upstream on %s (CPU 1), client on CPU 1, proxy under test on CPU 0\n", s.upstream)
 	for _, w := range works {
-		r, err := s.runWorkload(w)
+		run := s.runWorkload
+		if w.knee != nil {
+			run = s.runKnee
+		}
+		r, err := run(w)
 		if err != nil {
 			return err
 		}
@@ -219,7 +299,7 @@ func (s *suite) runWorkload(w workload) (workloadResult, error) {
 		return r, err
 	}
 	r.direct = append(r.direct, d)
-	for name := range strings.SplitSeq(s.proxies, ",") {
+	for _, name := range s.names {
 		p, err := s.proxied(w, name)
 		if err != nil {
 			return r, err
@@ -243,51 +323,12 @@ func (s *suite) direct(w workload) (run, error) {
 // proxied starts a fresh proxy, warms it up, and measures one client run
 // through it.
 func (s *suite) proxied(w workload, name string) (run, error) {
-	addr, err := freePort()
-	if err != nil {
-		return run{}, err
-	}
-	var p *proc
-	switch name {
-	case "nginx":
-		conf := filepath.Join(s.dir, "nginx.conf")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, s.dir, s.upstream, addr, s.fileLimit), 0o644); err != nil {
-			return run{}, err
-		}
-		p, err = start(s.dir, name, 0, nil, "nginx", "-p", s.dir, "-c", conf, "-e", filepath.Join(s.dir, "nginx-error.log"))
-	case "ttftlens":
-		admin, err2 := freePort()
-		if err2 != nil {
-			return run{}, err2
-		}
-		args := []string{s.ttftlensBin, "serve", "--listen", addr, "--admin-listen", admin,
-			"--upstream", "http://" + s.upstream, "--engine", "generic",
-			// Every client connects from 127.0.0.1.
-			"--max-conns", "-1", "--max-conns-per-client", "-1", "--log-level", "warn"}
-		args = append(args, strings.Fields(s.ttftlensFlags)...)
-		records, err2 := os.Create(filepath.Join(s.dir, "ttftlens-records.log"))
-		if err2 != nil {
-			return run{}, err2
-		}
-		defer records.Close()
-		p, err = start(s.dir, name, 0, records, args...)
-	default:
-		return run{}, fmt.Errorf("-proxies: unknown %q (nginx, ttftlens)", name)
-	}
+	p, addr, err := s.startProxy(name)
 	if err != nil {
 		return run{}, err
 	}
 	defer p.stop()
-	if err := waitListening(addr, p); err != nil {
-		return run{}, err
-	}
 	pid := p.pid()
-	fmt.Printf("  %s (pid %d on %s, CPU 0)\n", name, pid, addr)
-	warm := clientConfig{Tokens: 4, Requests: 50, Conc: 4}
-	if _, err := s.client(warm, addr); err != nil {
-		return run{}, fmt.Errorf("%s warm-up: %w", name, err)
-	}
-	time.Sleep(200 * time.Millisecond)
 	r := run{proxy: true, proxyPID: pid}
 	if r.idleKB, err = memKB(pid, "VmRSS"); err != nil {
 		return r, err
@@ -326,6 +367,9 @@ func (s *suite) client(cfg clientConfig, addr string) (clientResult, error) {
 		"-interval", cfg.Interval.String(), "-requests", fmt.Sprint(cfg.Requests), "-conc", fmt.Sprint(cfg.Conc)}
 	if cfg.Open {
 		args = append(args, "-open", "-ramp", cfg.Ramp.String())
+	}
+	if cfg.Reset {
+		args = append(args, "-reset")
 	}
 	cmd := exec.Command("taskset", append([]string{"-c", "1"}, args...)...)
 	cmd.Stderr = os.Stdout // progress lines

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -70,24 +71,43 @@ func (s *suite) print(out io.Writer) {
 	if s.built {
 		rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 		under = "ttftlens at " + strings.TrimSpace(string(rev))
+	} else if v := binaryVersion(s.ttftlensBin); v != "" {
+		under += " (" + v + ")"
+	}
+	if s.baseBin != "" {
+		under += ", ttftlens-base " + s.baseBin
+		if v := binaryVersion(s.baseBin); v != "" {
+			under += " (" + v + ")"
+		}
 	}
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Fprintf(out, "\n%s: `make scale SCALEFLAGS='%s'`, %s, %s, %s, %d CPUs, kernel %s\n\n",
 		time.Now().UTC().Format("2006-01-02"), strings.Join(os.Args[1:], " "), under,
 		nginxVersion(), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
-	names := strings.Split(s.proxies, ",")
+	printTables(out, s.names, s.rows)
+}
+
+// printTables writes the tables of rows, measured through names in order:
+// the figures with their ratios, the knee's steps, the direct runs, and
+// what the figures mean.
+func printTables(out io.Writer, names []string, rows []workloadResult) {
+	ratios := ratioColumns(names)
 	fmt.Fprintf(out, "| workload | figure | %s |", strings.Join(names, " | "))
-	if len(names) == 2 {
-		fmt.Fprintf(out, " ratio |")
+	for _, c := range ratios {
+		fmt.Fprintf(out, " %s |", c.header)
 	}
-	fmt.Fprintf(out, "\n|%s\n", strings.Repeat(" --- |", 2+len(names)+boolInt(len(names) == 2)))
-	for _, r := range s.rows {
+	fmt.Fprintf(out, "\n|%s\n", strings.Repeat(" --- |", 2+len(names)+len(ratios)))
+	for _, r := range rows {
+		if r.w.knee != nil {
+			printKneeRow(out, r, ratios)
+			continue
+		}
 		for _, f := range figures {
-			vals, cells, ok := make([]float64, len(names)), make([]string, len(names)), false
+			vals, cells, ok := map[string]float64{}, make([]string, len(names)), false
 			for i, name := range r.names {
 				v, has := f.value(r.proxied[name], r.direct[i], r.direct[i+1], r.w)
 				if has {
-					vals[i], cells[i], ok = v, fmt.Sprintf("%.*f %s", f.prec, v, f.unit), true
+					vals[name], cells[i], ok = v, fmt.Sprintf("%.*f %s", f.prec, v, f.unit), true
 				} else {
 					cells[i] = "—"
 				}
@@ -96,9 +116,9 @@ func (s *suite) print(out io.Writer) {
 				continue
 			}
 			fmt.Fprintf(out, "| %s | %s | %s |", r.w.label, f.name, strings.TrimSpace(strings.ReplaceAll(strings.Join(cells, " | "), "  ", " ")))
-			if len(names) == 2 {
-				if f.ratio && vals[0] > 0 && vals[1] > 0 {
-					fmt.Fprintf(out, " %.2f |", vals[1]/vals[0])
+			for _, c := range ratios {
+				if head, base := vals[c.head], vals[c.base]; f.ratio && head > 0 && base > 0 {
+					fmt.Fprintf(out, " %.2f |", head/base)
 				} else {
 					fmt.Fprintf(out, " — |")
 				}
@@ -106,8 +126,18 @@ func (s *suite) print(out io.Writer) {
 			fmt.Fprintln(out)
 		}
 	}
-	fmt.Fprintf(out, "\nDirect runs (client to upstream, no proxy), the baselines:\n\n| workload | direct runs | TTFT p50 | inter-token p99 | errors |\n| --- | --- | --- | --- | --- |\n")
-	for _, r := range s.rows {
+	for _, r := range rows {
+		if r.w.knee != nil {
+			printKneeSteps(out, r)
+		}
+	}
+	header := "\nDirect runs (client to upstream, no proxy), the baselines:\n\n| workload | direct runs | TTFT p50 | inter-token p99 | errors |\n| --- | --- | --- | --- | --- |\n"
+	for _, r := range rows {
+		if r.w.knee != nil {
+			continue // its direct runs are in its steps
+		}
+		fmt.Fprint(out, header)
+		header = ""
 		var ttft, gap []string
 		errs := 0
 		for _, d := range r.direct {
@@ -120,11 +150,37 @@ func (s *suite) print(out io.Writer) {
 	fmt.Fprint(out, definitions)
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// kneeFigure is the knee's row in the table of figures.
+const kneeFigure = "the knee: stream starts per second with added TTFT p99 ≤ 10 ms"
+
+// printKneeRow writes the knee of each proxy's ramp, and their ratios.
+func printKneeRow(out io.Writer, r workloadResult, ratios []ratioColumn) {
+	knees := map[string]kneeResult{}
+	fmt.Fprintf(out, "| %s | %s |", r.w.label, kneeFigure)
+	for _, name := range r.names {
+		knees[name] = r.w.knee.kneeOf(r.ramps[name])
+		fmt.Fprintf(out, " %s |", knees[name])
 	}
-	return 0
+	for _, c := range ratios {
+		fmt.Fprintf(out, " %s |", kneeRatio(knees[c.head], knees[c.base]))
+	}
+	fmt.Fprintln(out)
+}
+
+// printKneeSteps writes the knee's curve: every step of every ramp, by
+// rate.
+func printKneeSteps(out io.Writer, r workloadResult) {
+	fmt.Fprintf(out, "\nThe knee, step by step (%s):\n\n", r.w.label)
+	fmt.Fprintf(out, "| proxy | streams per second | added TTFT p50 | added TTFT p99 | direct TTFT p99 | proxy CPU | verdict |\n")
+	fmt.Fprintf(out, "|%s\n", strings.Repeat(" --- |", 7))
+	for _, name := range r.names {
+		steps := slices.Clone(r.ramps[name])
+		slices.SortStableFunc(steps, func(a, b kneeStep) int { return a.rate - b.rate })
+		for _, st := range steps {
+			fmt.Fprintf(out, "| %s | %s | %.2f ms | %.2f ms | %.2f ms | %.0f%% | %s |\n", name, thousands(st.rate),
+				ms(int64(st.added(50))), ms(int64(st.added(99))), ms(st.direct.ConnTTFTP99), st.cpuShare()*100, r.w.knee.verdictText(st))
+		}
+	}
 }
 
 const definitions = `
@@ -154,6 +210,22 @@ const definitions = `
   while every stream is open (from the last stream's first event to the
   first stream's end), minus its VmRSS idle before the run (after a
   warm-up), divided by the streams. Peak RSS: VmHWM at the run's end.
+- The knee (new streams): a ramp of rates, each held for its step, once
+  directly and once through the proxy (one process for the ramp). Every
+  stream is a new connection; its TTFT runs from the dial to its first
+  event; added TTFT at a rate is the proxied run's percentile minus the
+  direct run's at the same rate. Rates grow by 1.25× until a step fails,
+  then two bisections between the last rate that passed and the first that
+  failed. A step fails when added TTFT p99 passes 10 ms or a stream fails;
+  it is the rig's limit, not the proxy's, when directly a stream failed or
+  TTFT p99 passed 10 ms, or when the client started its streams more than
+  5% of the step behind schedule. The knee is the highest rate that passed
+  below the first that failed; "≥" when the ramp ended at its top or at
+  the rig's limit. Proxy CPU is its CPU time over the proxied run's wall
+  time, a share of its one core.
+- ratio is ttftlens over nginx; base→head is ttftlens over ttftlens-base,
+  a second ttftlens binary (-ttftlens-base), each figure measured the same
+  way, right after ttftlens.
 - Each proxy run is a fresh process; nginx runs one process (the worker,
   master_process off) with proxy_buffering off and upstream keep-alive;
   ttftlens runs serve with its defaults, but no connection caps (every
