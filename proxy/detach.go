@@ -203,9 +203,17 @@ func (x *exchange) detach(ctx *fasthttp.RequestCtx, http10 bool) {
 	x.p.detached.Store(x.client.conn, s.handoff)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(x.hijacked)
-	// The first token goes out now, not after fasthttp's hijack and two
-	// goroutines; fasthttp writes nothing of its own (no response).
-	_, s.firstErr = x.relay.writeNext(streamWriter{x}, nil)
+	x.writeFirst()
+}
+
+// writeFirst writes the head and the first event in one write, and marks
+// them delivered when it returns: the first token goes out now, not after
+// fasthttp's hijack and two goroutines (fasthttp writes nothing of its
+// own: no response), and its record says so.
+func (x *exchange) writeFirst() {
+	if _, x.out.firstErr = x.relay.writeNext(streamWriter{x}, nil); x.out.firstErr == nil {
+		x.relay.wrote()
+	}
 }
 
 // hijacked runs on fasthttp's hijack goroutine. It starts the stream's own

@@ -127,3 +127,26 @@ func (c *writeLog) all() string {
 	}
 	return b.String()
 }
+
+// TestFirstEventMarkedWhenWritten: the head and the first event, written
+// before the stream has its goroutine, are marked delivered as the write
+// returns (first_token_flushed), not when the stream's goroutine first runs.
+func TestFirstEventMarkedWhenWritten(t *testing.T) {
+	h := newRelayHarness(t, nil)
+	x, r := h.x, &h.x.relay
+	client := &writeLog{}
+	x.client.conn = client
+	x.sig.Begin(engines.KindGeneric, noRequestHeaders)
+	x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
+	r.src.scan.Reset(strings.NewReader(`data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"))
+	if err := r.nextEvent(); err != nil {
+		t.Fatal(err)
+	}
+	x.writeFirst()
+	if x.out.firstErr != nil || len(client.writes) != 1 {
+		t.Fatalf("first write: %v, %d writes", x.out.firstErr, len(client.writes))
+	}
+	if !x.fin.rec.Timeline.Has(stages.FirstTokenFlushed) || len(x.fin.rec.Stream.Residencies()) != 1 {
+		t.Error("the first event was written but not marked delivered")
+	}
+}

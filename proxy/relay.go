@@ -191,13 +191,7 @@ func (r *relay) block() (b []byte, err error) {
 		}
 	}()
 	rec := &r.fin.rec
-	now := rec.Timeline.Now()
-	if r.dst.handedOut {
-		if r.firstToken.Load() {
-			rec.Stream.Blocked += now - r.dst.lastReturn
-		}
-		r.dst.flushed(now, rec)
-	}
+	r.wrote()
 	if len(r.dst.out) == 0 {
 		if err := r.nextEvent(); err != nil {
 			if err == io.EOF {
@@ -213,6 +207,20 @@ func (r *relay) block() (b []byte, err error) {
 		}
 	}
 	return r.dst.out, nil
+}
+
+// wrote records that the write made last returned: what it carried reached
+// the client socket now.
+func (r *relay) wrote() {
+	if !r.dst.handedOut {
+		return
+	}
+	rec := &r.fin.rec
+	now := rec.Timeline.Now()
+	if r.firstToken.Load() {
+		rec.Stream.Blocked += now - r.dst.lastReturn
+	}
+	r.dst.flushed(now, rec)
 }
 
 // handOut records that the gathered events and the current block, n
