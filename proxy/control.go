@@ -43,6 +43,9 @@ type control struct {
 	closedAt  time.Duration // when the upstream connection was cut for it (0: none was open)
 	timer     clock.Timer
 	abortCh   chan struct{} // closed by the abort, for waits that select on it
+	// sealed: the response is all handed out; only the request's own
+	// write failing still aborts it (failed).
+	sealed bool
 	// clientLeft is set with cause when the cause is the client's doing,
 	// for the relay to check on every event without taking mu.
 	clientLeft atomic.Bool
@@ -60,7 +63,7 @@ func (c *control) begin(clock func() time.Duration) uint64 {
 	c.gen++
 	c.active = true
 	c.clock = clock
-	c.conn, c.cause, c.abortedAt, c.closedAt = nil, nil, 0, 0
+	c.conn, c.cause, c.abortedAt, c.closedAt, c.sealed = nil, nil, 0, 0, false
 	c.clientLeft.Store(false)
 	c.cut.Store(false)
 	c.abortCh = make(chan struct{})
@@ -93,6 +96,26 @@ func (c *control) end() (abortedAt, closedAt time.Duration, cause error) {
 // connection, so a blocked upstream read or header wait returns at once and
 // the upstream sees the request go away. Callable from any goroutine.
 func (c *control) abort(gen uint64, cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen || !c.active || c.cause != nil || c.sealed {
+		return
+	}
+	c.abortLocked(cause)
+}
+
+// seal makes later aborts from other goroutines (the client watcher, the
+// deadline timer, a shutdown's cut) no-ops: the response is all handed
+// out, and a client that leaves once it has it did not cancel it.
+func (c *control) seal() {
+	c.mu.Lock()
+	c.sealed = true
+	c.mu.Unlock()
+}
+
+// failed is abort for the request's own write to the client failing,
+// which counts also after seal.
+func (c *control) failed(gen uint64, cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen != c.gen || !c.active || c.cause != nil {
@@ -179,7 +202,7 @@ func (c *control) arm(clk clock.Clock, gen uint64, first time.Duration, check fu
 	t = clk.AfterFunc(first, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if gen != c.gen || !c.active || c.cause != nil {
+		if gen != c.gen || !c.active || c.cause != nil || c.sealed {
 			return
 		}
 		if again, cause := check(); cause != nil {

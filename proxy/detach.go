@@ -113,15 +113,30 @@ func (s *clientStream) dropGathered() {
 	}
 }
 
-// writeLastChunk ends a chunked body, with the Server-Timing trailer when
-// there is one.
-func (s *clientStream) writeLastChunk(conn net.Conn, serverTiming []byte) error {
-	if len(serverTiming) == 0 {
-		s.vec[0] = lastChunk
-		return s.write(conn, 1)
+// writeEnd writes the gathered events and ends the body, in one write:
+// the last chunk of a chunked body, with the Server-Timing trailer when
+// there is one; nothing more for a body that ends at the close.
+func (s *clientStream) writeEnd(conn net.Conn, serverTiming []byte) error {
+	n := 0
+	if s.gathered != nil && len(*s.gathered) > 0 {
+		s.vec[n] = *s.gathered
+		n++
 	}
-	s.vec[0], s.vec[1], s.vec[2] = lastChunkTrailer, serverTiming, crlfCRLF
-	return s.write(conn, 3)
+	switch {
+	case !s.chunked:
+	case len(serverTiming) == 0:
+		s.vec[n] = lastChunk
+		n++
+	default:
+		s.vec[n], s.vec[n+1], s.vec[n+2] = lastChunkTrailer, serverTiming, crlfCRLF
+		n += 3
+	}
+	var err error
+	if n > 0 {
+		err = s.write(conn, n)
+	}
+	s.dropGathered()
+	return err
 }
 
 var (
@@ -153,6 +168,10 @@ func (s *clientStream) write(conn net.Conn, n int) error {
 type streamWriter struct{ x *exchange }
 
 func (w streamWriter) Gather(p []byte) bool { return w.x.out.gather(p) }
+
+func (w streamWriter) WriteEnd(trailer []byte) error {
+	return w.x.out.writeEnd(w.x.client.conn, trailer)
+}
 
 func (w streamWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 && w.x.out.gathered == nil {
@@ -282,15 +301,11 @@ func (x *exchange) relayToClient() (keep bool) {
 	if ours {
 		err = nil
 	}
-	// The record comes before the last chunk, as it came before fasthttp
-	// flushed it: a client that leaves once it has the whole stream did not
-	// cancel it.
+	// The body's end went out with the last events (relay.writeEnd), the
+	// request sealed first: a client that leaves once it has the whole
+	// stream did not cancel it.
 	x.endStream(err)
-	if ours || err != nil || !x.out.chunked {
-		return false
-	}
-	err = x.out.writeLastChunk(x.client.conn, r.serverTiming)
-	return x.out.keepAlive && err == nil
+	return !ours && err == nil && x.out.chunked && x.out.keepAlive
 }
 
 // hijackedConn is fasthttp's report that it handed conn over. For a

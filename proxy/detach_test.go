@@ -269,7 +269,7 @@ func TestDetachedStreamEndsTheConnection(t *testing.T) {
 // TestShortDetachedStreams repeats streams whose first event and end come
 // in one upstream write, so the stream's end races fasthttp's report of
 // the hijack, on one kept-alive connection and on many at once: each is
-// whole and in one record, the caps are back to zero once the clients
+// whole and in one record by the end of the shutdown, the caps are back to zero once the clients
 // close, and no goroutine is left after the shutdown.
 func TestShortDetachedStreams(t *testing.T) {
 	tests := []struct {
@@ -304,14 +304,6 @@ func TestShortDetachedStreams(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if n, want := len(sink.recs), tt.conns*tt.requestsPerConn; n != want {
-				t.Errorf("%d records for %d requests", n, want)
-			}
-			for len(sink.recs) > 0 {
-				if r := <-sink.recs; r.Reason != endreason.Stop {
-					t.Errorf("record %s/%s", r.Reason, r.Detail)
-				}
-			}
 			for _, c := range clients {
 				c.conn.Close()
 			}
@@ -323,6 +315,16 @@ func TestShortDetachedStreams(t *testing.T) {
 				t.Errorf("shutdown: %v", err)
 			}
 			<-served
+			// Every record is written once the shutdown is done (a stream's
+			// record follows the write that ended its body).
+			if n, want := len(sink.recs), tt.conns*tt.requestsPerConn; n != want {
+				t.Errorf("%d records for %d requests", n, want)
+			}
+			for len(sink.recs) > 0 {
+				if r := <-sink.recs; r.Reason != endreason.Stop {
+					t.Errorf("record %s/%s", r.Reason, r.Detail)
+				}
+			}
 			up.close()
 			checkGoroutines()
 		})

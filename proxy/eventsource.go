@@ -22,6 +22,7 @@ type eventSource struct {
 	// one, so an exchange that only relays event streams holds no buffer for it.
 	lines         *engines.LineScanner
 	ndjson        bool
+	decoding      bool // the body is compressed: the scanner reads dec
 	maxEventBytes int
 	ev            sse.Event // the block read last
 }
@@ -46,7 +47,7 @@ func (s *eventSource) reset() {
 // false for an encoding it cannot decode. A plain event stream is read in
 // a pump when its socket can be pumped.
 func (s *eventSource) start(ndjson bool, encoding []byte) bool {
-	s.ndjson = ndjson
+	s.ndjson, s.decoding = ndjson, len(encoding) > 0
 	var src io.Reader = &s.body
 	if len(encoding) > 0 {
 		if !s.dec.reset(&s.body, encoding) {
@@ -77,9 +78,12 @@ func (s *eventSource) next() error {
 	return s.scan.NextInto(&s.ev)
 }
 
-// ready reports whether the next block is read whole, so that next
-// returns it without reading (an NDJSON line is never known to be).
-func (s *eventSource) ready() bool { return !s.ndjson && s.scan.Ready() }
+// ready reports whether next returns without waiting for the upstream: the
+// next block is read whole, or the body's end is (an NDJSON line is never
+// known to be, nor the end behind a decoder).
+func (s *eventSource) ready() bool {
+	return !s.ndjson && (s.scan.Ready() || (!s.decoding && s.body.spent()))
+}
 
 func (s *eventSource) nextLine() error {
 	raw, line, err := s.lines.Next()

@@ -406,9 +406,9 @@ func (x *exchange) endStream(clientErr error) {
 	switch {
 	case clientErr == nil:
 	case isTimeout(clientErr):
-		x.ctl.abort(x.gen, errClientStalled)
+		x.ctl.failed(x.gen, errClientStalled)
 	default:
-		x.ctl.abort(x.gen, errClientGone)
+		x.ctl.failed(x.gen, errClientGone)
 	}
 	x.finish()
 }

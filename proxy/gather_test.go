@@ -87,6 +87,8 @@ type stepReader struct {
 	next   int
 	client *writeLog
 	t      *testing.T
+	last   func() // called with the last read, if set
+	framed bool   // the client's bytes are chunked: not checked
 }
 
 func (s *stepReader) Read(p []byte) (int, error) {
@@ -98,7 +100,7 @@ func (s *stepReader) Read(p []byte) (int, error) {
 	if whole != "" {
 		whole = strings.ReplaceAll(whole+"\n", gatherComment, "")
 	}
-	if got := s.client.all(); got != whole {
+	if got := s.client.all(); got != whole && !s.framed {
 		s.t.Errorf("read %d with events held back: the client has %q, want %q", s.next, got, whole)
 	}
 	if len(p) < len(s.reads[s.next]) {
@@ -106,6 +108,9 @@ func (s *stepReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.reads[s.next])
 	s.next++
+	if s.next == len(s.reads) && s.last != nil {
+		s.last()
+	}
 	return n, nil
 }
 
@@ -148,5 +153,40 @@ func TestFirstEventMarkedWhenWritten(t *testing.T) {
 	}
 	if !x.fin.rec.Timeline.Has(stages.FirstTokenFlushed) || len(x.fin.rec.Stream.Residencies()) != 1 {
 		t.Error("the first event was written but not marked delivered")
+	}
+}
+
+// TestBodyEndWithLastEvents: when the upstream's end came with its last
+// events, they go out with the last chunk in one write, and are marked
+// delivered.
+func TestBodyEndWithLastEvents(t *testing.T) {
+	h := newRelayHarness(t, nil)
+	x, r := h.x, &h.x.relay
+	client := &writeLog{}
+	x.client.conn = client
+	gen := x.ctl.begin(x.fin.rec.Timeline.Now)
+	up := &stepReader{client: client, t: t, framed: true, reads: []string{
+		`data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n",
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n",
+	}}
+	// The body's framing saw its end with the last read: reading it again
+	// returns at once.
+	up.last = func() { r.src.body.open, r.src.body.frame.done, r.src.body.ab = true, true, &x.ctl }
+	x.sig.Begin(engines.KindGeneric, noRequestHeaders)
+	x.fin.rec.Timeline.Start(stages.Monotonic, time.Time{})
+	r.src.scan.Reset(up)
+	if _, err := r.WriteTo(streamWriter{x}); err != nil {
+		t.Fatal(err)
+	}
+	last := client.writes[len(client.writes)-1]
+	if len(client.writes) != 2 || !strings.Contains(last, "[DONE]") || !strings.HasSuffix(last, "\r\n0\r\n\r\n") {
+		t.Fatalf("writes %q: want the finish, [DONE] and the last chunk in the second", client.writes)
+	}
+	if n := len(x.fin.rec.Stream.Residencies()); n != 3 {
+		t.Errorf("%d events marked delivered, want 3", n)
+	}
+	x.ctl.abort(gen, errClientGone) // the client leaves once it has it all
+	if cause := x.ctl.aborted(); cause != nil {
+		t.Errorf("a client that left after the whole stream aborted it: %v", cause)
 	}
 }

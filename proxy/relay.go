@@ -85,6 +85,9 @@ type gatherer interface {
 	// bytes; false when that write has no room for p. Write(nil) writes
 	// what was gathered.
 	Gather(p []byte) bool
+	// WriteEnd writes what was gathered and the body's end (with trailer,
+	// the Server-Timing trailer's value) in one write.
+	WriteEnd(trailer []byte) error
 }
 
 // WriteTo writes the stream to w, each Write one write to the client; with
@@ -159,10 +162,14 @@ func (r *relay) writeNext(w io.Writer, g gatherer) (int, error) {
 		r.handOut(0)
 		_, err = w.Write(nil)
 		return 0, err
+	case err == io.EOF && g != nil:
+		return 0, r.writeEnd(g)
 	case err != nil:
 		if r.dst.gathering() && !clientCause(r.ctl.aborted()) {
 			r.handOut(0)
-			_, _ = w.Write(nil) // the stream's end is err's, whatever this write does
+			if _, werr := w.Write(nil); werr == nil { // else the stream's end is still err's
+				r.wrote()
+			}
 		}
 		return 0, err
 	case g != nil && !r.dst.full() && r.src.ready() && g.Gather(b):
@@ -172,6 +179,20 @@ func (r *relay) writeNext(w io.Writer, g gatherer) (int, error) {
 	}
 	r.handOut(len(b))
 	return w.Write(b)
+}
+
+// writeEnd writes what is gathered with the body's end, in one write, once
+// the upstream ended cleanly; io.EOF when it was written. It seals the
+// request first: a client that leaves once it has the whole response did
+// not cancel it.
+func (r *relay) writeEnd(g gatherer) error {
+	r.ctl.seal()
+	r.handOut(0)
+	if err := g.WriteEnd(r.serverTiming); err != nil {
+		return err
+	}
+	r.wrote()
+	return io.EOF
 }
 
 // errWriteGathered is block's word that events are gathered and the next
@@ -403,8 +424,12 @@ func (r *relay) streamEnd(err error) error {
 		return r.fin.fail(errNoDone)
 	}
 	if r.breakdown && !r.breakdownSent && !r.src.ndjson {
-		// One more block before the end: the client's own breakdown. The
-		// scanner returns io.EOF again on the next call.
+		// One more block before the end: the client's own breakdown, of
+		// every event written. The scanner returns io.EOF again on the next
+		// call.
+		if r.dst.gathering() {
+			return errWriteGathered
+		}
 		r.breakdownSent = true
 		r.dst.set(r.appendBreakdownComment(), r.fin.rec.Timeline.Now(), false)
 		return nil

@@ -468,6 +468,12 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return 0, nil
 }
 
+// spent reports that Read returns at once without reading: the body ended,
+// failed, or was cut.
+func (b *upstreamBody) spent() bool {
+	return b.open && (b.frame.done || b.err != nil || b.ab.cut.Load())
+}
+
 // pumpable returns the socket of the body's connection when the body can
 // be read in a pump (sock.Conn.Pump): a plain TCP connection whose end the
 // watcher reports.
