@@ -3,6 +3,7 @@ package exporters
 import (
 	"io"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,28 @@ func BenchmarkMetricsEmit(b *testing.B) {
 			if !tc.trace {
 				r.TraceID = record.TraceID{}
 			}
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Emit(r)
+			}
+			b.StopTimer()
+			if got := ttftCount(m, r); got != uint64(b.N) {
+				b.Fatalf("TTFT count %d after %d emits", got, b.N)
+			}
+		})
+	}
+}
+
+// BenchmarkMetricsEmitStream measures Metrics.Emit for one proxied record
+// of a 16-token and of a 64-token stream, as the proxy hands them over:
+// with a trace id (the proxy gives every request one), an engine report,
+// a gap per token and a residency per event.
+func BenchmarkMetricsEmitStream(b *testing.B) {
+	for _, tokens := range []int{16, 64} {
+		b.Run(strconv.Itoa(tokens)+"_tokens", func(b *testing.B) {
+			m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+			r := new(record.Record)
+			engineReportStream(r, tokens)
 			b.ReportAllocs()
 			for b.Loop() {
 				m.Emit(r)
