@@ -1,6 +1,7 @@
 package exporters
 
 import (
+	"encoding/hex"
 	"runtime"
 	"slices"
 	"sync"
@@ -574,7 +575,9 @@ func (m *Metrics) Emit(r *record.Record) {
 
 	var ex prometheus.Labels
 	if r.TraceID != (record.TraceID{}) {
-		ex = prometheus.Labels{"trace_id": r.TraceID.String()}
+		ex = exemplarLabels.Get().(prometheus.Labels)
+		defer exemplarLabels.Put(ex)
+		ex["trace_id"] = traceIDLabel(r.TraceID)
 	}
 	bd := r.Breakdown()
 	if bd.OK {
@@ -634,6 +637,20 @@ func (m *Metrics) Emit(r *record.Record) {
 			}
 		}
 	}
+}
+
+// exemplarLabels holds the label maps of exemplars for reuse: client_golang
+// copies an exemplar's labels into the exemplar it keeps (newExemplar) and
+// keeps no reference to the map, so a map may serve one record after
+// another (never two at once).
+var exemplarLabels = sync.Pool{New: func() any { return prometheus.Labels{} }}
+
+// traceIDLabel is t in lowercase hex, in one allocation: the exemplar
+// keeps the string.
+func traceIDLabel(t record.TraceID) string {
+	var b [2 * len(record.TraceID{})]byte
+	hex.Encode(b[:], t[:])
+	return string(b[:])
 }
 
 func observe(o prometheus.ExemplarObserver, v float64, ex prometheus.Labels) {

@@ -627,3 +627,34 @@ ttftlens_records_dropped_total{sink="metrics"} 0
 type sinkFunc func(*record.Record)
 
 func (f sinkFunc) Emit(r *record.Record) { f(r) }
+
+// TestMetricsExemplarsKeepTheirTraceID: the exemplar label map is reused
+// from record to record, so each exemplar must hold its own copy of its
+// trace id, not the map's latest.
+func TestMetricsExemplarsKeepTheirTraceID(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	a, b := fixtures[0].record(), fixtures[0].record()
+	b.Upstream = "vllm-b"
+	b.TraceID[0] = 0x11
+	for _, r := range []*record.Record{a, b} {
+		m.Emit(r)
+	}
+	for _, r := range []*record.Record{a, b} {
+		s := m.tuple(m.modelIndex(r.Model), m.upstreamIndex(r.Upstream))
+		for name, o := range map[string]prometheus.ExemplarObserver{"ttft": s.ttft, "e2e": s.e2e} {
+			var d dto.Metric
+			if err := o.(prometheus.Metric).Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, bk := range d.GetHistogram().GetBucket() {
+				for _, l := range bk.GetExemplar().GetLabel() {
+					got = append(got, l.GetName()+"="+l.GetValue())
+				}
+			}
+			if want := []string{"trace_id=" + r.TraceID.String()}; !slices.Equal(got, want) {
+				t.Errorf("%s on %s: exemplars %v, want %v", name, r.Upstream, got, want)
+			}
+		}
+	}
+}
