@@ -91,9 +91,10 @@ type MetricOptions struct {
 	// Version and Revision label ttftlens_build_info.
 	Version, Revision string
 	// ClassicOnly turns native histograms off. They cost about 3x more
-	// per observation (~100 ns vs ~35 ns on the 2-core dev machine), which
-	// for the inter-token histogram is paid per token, whether or not a
-	// scraper asks for them.
+	// per observation (~100 ns vs ~35 ns on the 2-core dev machine) on the
+	// histograms observed once per record, whether or not a scraper asks
+	// for them; the per-event ones (durationVec) take a record's values at
+	// once and cost little more with them.
 	ClassicOnly bool
 }
 
@@ -122,7 +123,7 @@ type series struct {
 	firstAnswer prometheus.Observer
 	e2e         prometheus.ExemplarObserver
 	stage       [stages.NumStages]prometheus.Observer
-	itl         prometheus.Observer
+	itl         *durationHist
 	tpot        prometheus.Observer
 	tokens      prometheus.Counter
 	reasoning   prometheus.Counter
@@ -171,11 +172,12 @@ type Metrics struct {
 	upstreams map[string]int // upstream → index; other, none follow
 	nUp       int
 
-	ttftVec, e2eVec, itlVec, tpotVec *prometheus.HistogramVec
-	firstAnswerVec, stageVec         *prometheus.HistogramVec
-	tokensVec, reasoningVec          *prometheus.CounterVec
-	tuples                           []atomic.Pointer[series]
-	modelNames, upNames              []string
+	ttftVec, e2eVec, tpotVec *prometheus.HistogramVec
+	firstAnswerVec, stageVec *prometheus.HistogramVec
+	itlVec                   *durationVec
+	tokensVec, reasoningVec  *prometheus.CounterVec
+	tuples                   []atomic.Pointer[series]
+	modelNames, upNames      []string
 
 	requestsVec *prometheus.CounterVec
 	reqPairs    []reqKey                     // the known (end_reason, detail) pairs
@@ -189,7 +191,7 @@ type Metrics struct {
 	cancelPhase       [endreason.NumPhases]prometheus.Counter
 	cancelToClose     prometheus.Observer
 	tokensAfterCancel prometheus.Counter
-	residency         prometheus.Observer
+	residency         *durationHist
 	blocked           prometheus.Observer
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
@@ -293,7 +295,7 @@ func (m *Metrics) registerTupleSeries(reg prometheus.Registerer, classicOnly boo
 	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
 		"Time to first token split into stages (gateway, route, queue, preparation, prefill, first_decode, unattributed, transport); per request the stages add up to its TTFT.",
 		StageBuckets, classicOnly), []string{"stage", "model", "upstream"})
-	m.itlVec = prometheus.NewHistogramVec(histOpts("inter_token_latency_seconds",
+	m.itlVec = newDurationVec(histOpts("inter_token_latency_seconds",
 		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets, classicOnly), mu)
 	m.tpotVec = prometheus.NewHistogramVec(histOpts("time_per_output_token_seconds",
 		"Decode time per output token after the first: (last token - first token) / (tokens - 1).",
@@ -330,9 +332,9 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 		"Time from noticing a client left to closing the upstream connection.", CancelBuckets, opts.ClassicOnly))
 	m.tokensAfterCancel = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "tokens_after_cancel_total", Help: "Content events the upstream still sent after the client left (wasted work)."})
-	residency := prometheus.NewHistogram(histOpts("event_residency_seconds",
+	residency := newDurationVec(histOpts("event_residency_seconds",
 		"Time each event spent inside the proxy, parsed to flushed to the client socket; one observation per event.",
-		ResidencyBuckets, opts.ClassicOnly))
+		ResidencyBuckets, opts.ClassicOnly), nil)
 	blocked := prometheus.NewHistogram(histOpts("transport_blocked_seconds",
 		"Per streamed request with a first token, the time the proxy waited for the client to take bytes after the first token (a slow client shows here, not as decode).",
 		BlockedBuckets, opts.ClassicOnly))
@@ -377,7 +379,7 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 	m.connDiscards = newReasonCounters(discardedVec, endreason.ConnDiscards())
 
 	m.cancelToClose = cancelToClose
-	m.residency = residency
+	m.residency = residency.with()
 	m.blocked = blocked
 	kinds := record.BufferingKinds()
 	for _, name := range m.upNames {
@@ -455,7 +457,7 @@ func (m *Metrics) tuple(mi, ui int) *series {
 		ttft:        m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
 		firstAnswer: m.firstAnswerVec.WithLabelValues(model, up),
 		e2e:         m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
-		itl:         m.itlVec.WithLabelValues(model, up),
+		itl:         m.itlVec.with(model, up),
 		tpot:        m.tpotVec.WithLabelValues(model, up),
 		tokens:      m.tokensVec.WithLabelValues(model, up),
 		reasoning:   m.reasoningVec.WithLabelValues(model, up),
@@ -598,9 +600,7 @@ func (m *Metrics) Emit(r *record.Record) {
 	if r.Timeline.Has(stages.Done) {
 		observe(s.e2e, r.E2E().Seconds(), ex)
 	}
-	for _, g := range r.Stream.GapValues() {
-		s.itl.Observe(g.Seconds())
-	}
+	s.itl.observeAll(r.Stream.GapValues())
 	if r.TokensOut > 1 {
 		ft, ok1 := r.Timeline.At(stages.FirstToken)
 		lt, ok2 := r.Timeline.At(stages.LastToken)
@@ -623,9 +623,7 @@ func (m *Metrics) Emit(r *record.Record) {
 			m.tokensAfterCancel.Add(float64(r.TokensAfterCancel))
 		}
 	}
-	for _, d := range r.Stream.Residencies() {
-		m.residency.Observe(d.Seconds())
-	}
+	m.residency.observeAll(r.Stream.Residencies())
 	if r.Streaming && r.Timeline.Has(stages.FirstToken) {
 		m.blocked.Observe(r.Stream.Blocked.Seconds())
 	}
