@@ -1,7 +1,6 @@
 package exporters
 
 import (
-	"encoding/hex"
 	"runtime"
 	"slices"
 	"sync"
@@ -119,9 +118,11 @@ func histOpts(name, help string, buckets []float64, classicOnly bool) prometheus
 // series is the children of one (model, upstream) label pair, resolved
 // once so Emit does no label lookups.
 type series struct {
-	ttft        prometheus.ExemplarObserver
+	ttft        exemplarHistogram
+	ttftGate    exemplarGate
 	firstAnswer prometheus.Observer
-	e2e         prometheus.ExemplarObserver
+	e2e         exemplarHistogram
+	e2eGate     exemplarGate
 	stage       [stages.NumStages]prometheus.Observer
 	itl         *durationHist
 	tpot        prometheus.Observer
@@ -166,7 +167,8 @@ var (
 // Metrics is the Prometheus sink: it turns each record into observations
 // of the ttftlens_* series and keeps the in-flight gauge. It is safe for
 // concurrent use. Emit does no label hashing and allocates only for
-// exemplars (TTFT and end-to-end, when the record has a trace id).
+// exemplars (TTFT and end-to-end, when the record has a trace id and a
+// bucket it falls in is due one: exemplar.go).
 type Metrics struct {
 	models    map[string]int // model → index; LabelOther is len(Models)
 	upstreams map[string]int // upstream → index; other, none follow
@@ -454,9 +456,11 @@ func (m *Metrics) tuple(mi, ui int) *series {
 	}
 	model, up := m.modelNames[mi], m.upNames[ui]
 	s := &series{
-		ttft:        m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		ttft:        m.ttftVec.WithLabelValues(model, up).(exemplarHistogram),
+		ttftGate:    newExemplarGate(),
 		firstAnswer: m.firstAnswerVec.WithLabelValues(model, up),
-		e2e:         m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		e2e:         m.e2eVec.WithLabelValues(model, up).(exemplarHistogram),
+		e2eGate:     newExemplarGate(),
 		itl:         m.itlVec.with(model, up),
 		tpot:        m.tpotVec.WithLabelValues(model, up),
 		tokens:      m.tokensVec.WithLabelValues(model, up),
@@ -568,22 +572,19 @@ func (m *Metrics) requestCounterFor(mi, ui int, r endreason.Reason, d endreason.
 }
 
 // Emit records r. It does not keep r and never blocks beyond the atomic
-// updates of the series. The record's trace id (when set) becomes an
-// exemplar on the TTFT and end-to-end histograms.
+// updates of the series. The record's trace id (when set) becomes the
+// exemplar of the TTFT and end-to-end buckets it falls in that took none
+// within exemplarEvery.
 func (m *Metrics) Emit(r *record.Record) {
 	mi, ui := m.modelIndex(r.Model), m.upstreamIndex(r.Upstream)
 	s := m.tuple(mi, ui)
 	m.requestCounterFor(mi, ui, r.Reason, r.Detail).Inc()
 
-	var ex prometheus.Labels
-	if r.TraceID != (record.TraceID{}) {
-		ex = exemplarLabels.Get().(prometheus.Labels)
-		defer exemplarLabels.Put(ex)
-		ex["trace_id"] = traceIDLabel(r.TraceID)
-	}
+	ex := exemplar{trace: r.TraceID, at: recordEnd(r)}
+	defer ex.release()
 	bd := r.Breakdown()
 	if bd.OK {
-		observe(s.ttft, bd.TTFT.Seconds(), ex)
+		ex.observe(s.ttft, s.ttftGate, bd.TTFT.Seconds())
 		for i, d := range bd.Stages {
 			s.stage[i].Observe(d.Seconds())
 		}
@@ -598,7 +599,7 @@ func (m *Metrics) Emit(r *record.Record) {
 		s.firstAnswer.Observe(d.Seconds())
 	}
 	if r.Timeline.Has(stages.Done) {
-		observe(s.e2e, r.E2E().Seconds(), ex)
+		ex.observe(s.e2e, s.e2eGate, r.E2E().Seconds())
 	}
 	s.itl.observeAll(r.Stream.GapValues())
 	if r.TokensOut > 1 {
@@ -635,28 +636,6 @@ func (m *Metrics) Emit(r *record.Record) {
 			}
 		}
 	}
-}
-
-// exemplarLabels holds the label maps of exemplars for reuse: client_golang
-// copies an exemplar's labels into the exemplar it keeps (newExemplar) and
-// keeps no reference to the map, so a map may serve one record after
-// another (never two at once).
-var exemplarLabels = sync.Pool{New: func() any { return prometheus.Labels{} }}
-
-// traceIDLabel is t in lowercase hex, in one allocation: the exemplar
-// keeps the string.
-func traceIDLabel(t record.TraceID) string {
-	var b [2 * len(record.TraceID{})]byte
-	hex.Encode(b[:], t[:])
-	return string(b[:])
-}
-
-func observe(o prometheus.ExemplarObserver, v float64, ex prometheus.Labels) {
-	if ex != nil {
-		o.ObserveWithExemplar(v, ex)
-		return
-	}
-	o.(prometheus.Observer).Observe(v)
 }
 
 // Dropper is a sink that counts the records it dropped.
