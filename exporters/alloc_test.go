@@ -11,12 +11,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/record"
+	"github.com/ttftlens/ttftlens/stages"
 )
 
 // TestAllocs pins the allocation budgets of the Emit paths for a typical
-// streamed record (200 tokens): the log line and the metrics without a
-// trace id allocate nothing; exemplars cost a bounded number per record,
-// never per gap.
+// streamed record (200 tokens): the log line and the metrics allocate
+// nothing, but for an exemplar (at most one per bucket and exemplarEvery),
+// a bounded number per record, never per gap.
 func TestAllocs(t *testing.T) {
 	r := typical()
 	l := zerolog.New(io.Discard)
@@ -55,7 +56,21 @@ func TestAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(200, func() { m.Emit(noTrace) }); n > 0 {
 		t.Errorf("Metrics.Emit without trace id: %v allocs, want 0", n)
 	}
-	if n := testing.AllocsPerRun(200, func() { m.Emit(r) }); n > 24 {
-		t.Errorf("Metrics.Emit with exemplars: %v allocs, want <= 24", n)
+	// The same record again: its buckets took their exemplars within
+	// exemplarEvery, so it takes none.
+	if n := testing.AllocsPerRun(200, func() { m.Emit(r) }); n > 0 {
+		t.Errorf("Metrics.Emit with a trace id, no bucket due an exemplar: %v allocs, want 0", n)
+	}
+	// A record exemplarEvery later each time: TTFT's and e2e's buckets take
+	// its trace id, a bounded number of allocations (client_golang's seven
+	// per exemplar and its native exemplars' list, the trace id's string),
+	// never per gap.
+	done, _ := r.Timeline.At(stages.Done)
+	if n := testing.AllocsPerRun(50, func() {
+		done += exemplarEvery
+		r.Timeline.MarkAt(stages.Done, done)
+		m.Emit(r)
+	}); n > 17 {
+		t.Errorf("Metrics.Emit with exemplars: %v allocs, want <= 17", n)
 	}
 }

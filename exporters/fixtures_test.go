@@ -91,30 +91,7 @@ func proxyMarks(r *record.Record) {
 }
 
 var fixtures = []fixture{
-	{"stop_engine_report", func(r *record.Record) {
-		base(r)
-		r.Key = "team-a"
-		r.QuotaChecked, r.QuotaTime = true, 18*us+345 // the quota check's share of the gateway stage
-		r.ParentID = record.SpanID{1, 2, 3, 4, 5, 6, 7, 8}
-		proxyMarks(r)
-		r.Timeline.MarkAt(stages.FirstEvent, 30*ms)
-		last := stream(r, 45123456, 200, 10*ms, 1)
-		r.Timeline.MarkAt(stages.FirstTokenFlushed, 45156789)
-		r.Timeline.MarkAt(stages.Done, last+300*us)
-		r.Timeline.SetEngine(stages.EngineQueue, 5*ms)
-		r.Timeline.SetEngine(stages.EngineTokenize, 1200*us)
-		r.Timeline.SetEngine(stages.EngineMedia, 0)
-		r.Timeline.SetEngine(stages.EnginePrefill, 30*ms)
-		r.Timeline.SetEngine(stages.EngineSync, 2*ms)
-		r.Timeline.SetEngine(stages.EngineFirstDecode, 6*ms)
-		r.Timeline.SetEngine(stages.EngineRecv, 80*us)
-		r.Timeline.SetEngine(stages.EngineEmit, 150*us)
-		r.EngineSource = "server-timing"
-		r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
-		r.TokensOut, r.TokensIn, r.UsageReported = 200, 512, true
-		r.Stream.Blocked = 1234567 // the socket writes of a fast client
-		r.BytesOut = 48213
-	}},
+	{"stop_engine_report", func(r *record.Record) { engineReportStream(r, 200) }},
 	{"stop_unsplit", func(r *record.Record) {
 		base(r)
 		r.Model = "some-model-a-client-made-up"
@@ -187,6 +164,33 @@ var fixtures = []fixture{
 		r.Error = "upstream answered 503: \"overloaded\"\n"
 		r.BytesOut = 96
 	}},
+}
+
+// engineReportStream is a request whose engine reported its timing, with a
+// stream of n tokens about 10 ms apart.
+func engineReportStream(r *record.Record, n int) {
+	base(r)
+	r.Key = "team-a"
+	r.QuotaChecked, r.QuotaTime = true, 18*us+345 // the quota check's share of the gateway stage
+	r.ParentID = record.SpanID{1, 2, 3, 4, 5, 6, 7, 8}
+	proxyMarks(r)
+	r.Timeline.MarkAt(stages.FirstEvent, 30*ms)
+	last := stream(r, 45123456, n, 10*ms, 1)
+	r.Timeline.MarkAt(stages.FirstTokenFlushed, 45156789)
+	r.Timeline.MarkAt(stages.Done, last+300*us)
+	r.Timeline.SetEngine(stages.EngineQueue, 5*ms)
+	r.Timeline.SetEngine(stages.EngineTokenize, 1200*us)
+	r.Timeline.SetEngine(stages.EngineMedia, 0)
+	r.Timeline.SetEngine(stages.EnginePrefill, 30*ms)
+	r.Timeline.SetEngine(stages.EngineSync, 2*ms)
+	r.Timeline.SetEngine(stages.EngineFirstDecode, 6*ms)
+	r.Timeline.SetEngine(stages.EngineRecv, 80*us)
+	r.Timeline.SetEngine(stages.EngineEmit, 150*us)
+	r.EngineSource = "server-timing"
+	r.Reason, r.Detail = endreason.Stop, endreason.DetailStop
+	r.TokensOut, r.TokensIn, r.UsageReported = n, 512, true
+	r.Stream.Blocked = 1234567 // the socket writes of a fast client
+	r.BytesOut = 48213
 }
 
 // bufferedFixture is a stream a middlebox held back. It is kept out of

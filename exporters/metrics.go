@@ -90,9 +90,10 @@ type MetricOptions struct {
 	// Version and Revision label ttftlens_build_info.
 	Version, Revision string
 	// ClassicOnly turns native histograms off. They cost about 3x more
-	// per observation (~100 ns vs ~35 ns on the 2-core dev machine), which
-	// for the inter-token histogram is paid per token, whether or not a
-	// scraper asks for them.
+	// per observation (~100 ns vs ~35 ns on the 2-core dev machine) on the
+	// histograms observed once per record, whether or not a scraper asks
+	// for them; the per-event ones (durationVec) take a record's values at
+	// once and cost little more with them.
 	ClassicOnly bool
 }
 
@@ -117,11 +118,13 @@ func histOpts(name, help string, buckets []float64, classicOnly bool) prometheus
 // series is the children of one (model, upstream) label pair, resolved
 // once so Emit does no label lookups.
 type series struct {
-	ttft        prometheus.ExemplarObserver
+	ttft        exemplarHistogram
+	ttftGate    exemplarGate
 	firstAnswer prometheus.Observer
-	e2e         prometheus.ExemplarObserver
+	e2e         exemplarHistogram
+	e2eGate     exemplarGate
 	stage       [stages.NumStages]prometheus.Observer
-	itl         prometheus.Observer
+	itl         *durationHist
 	tpot        prometheus.Observer
 	tokens      prometheus.Counter
 	reasoning   prometheus.Counter
@@ -164,17 +167,19 @@ var (
 // Metrics is the Prometheus sink: it turns each record into observations
 // of the ttftlens_* series and keeps the in-flight gauge. It is safe for
 // concurrent use. Emit does no label hashing and allocates only for
-// exemplars (TTFT and end-to-end, when the record has a trace id).
+// exemplars (TTFT and end-to-end, when the record has a trace id and a
+// bucket it falls in is due one: exemplar.go).
 type Metrics struct {
 	models    map[string]int // model → index; LabelOther is len(Models)
 	upstreams map[string]int // upstream → index; other, none follow
 	nUp       int
 
-	ttftVec, e2eVec, itlVec, tpotVec *prometheus.HistogramVec
-	firstAnswerVec, stageVec         *prometheus.HistogramVec
-	tokensVec, reasoningVec          *prometheus.CounterVec
-	tuples                           []atomic.Pointer[series]
-	modelNames, upNames              []string
+	ttftVec, e2eVec, tpotVec *prometheus.HistogramVec
+	firstAnswerVec, stageVec *prometheus.HistogramVec
+	itlVec                   *durationVec
+	tokensVec, reasoningVec  *prometheus.CounterVec
+	tuples                   []atomic.Pointer[series]
+	modelNames, upNames      []string
 
 	requestsVec *prometheus.CounterVec
 	reqPairs    []reqKey                     // the known (end_reason, detail) pairs
@@ -188,7 +193,7 @@ type Metrics struct {
 	cancelPhase       [endreason.NumPhases]prometheus.Counter
 	cancelToClose     prometheus.Observer
 	tokensAfterCancel prometheus.Counter
-	residency         prometheus.Observer
+	residency         *durationHist
 	blocked           prometheus.Observer
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
@@ -292,7 +297,7 @@ func (m *Metrics) registerTupleSeries(reg prometheus.Registerer, classicOnly boo
 	m.stageVec = prometheus.NewHistogramVec(histOpts("stage_duration_seconds",
 		"Time to first token split into stages (gateway, route, queue, preparation, prefill, first_decode, unattributed, transport); per request the stages add up to its TTFT.",
 		StageBuckets, classicOnly), []string{"stage", "model", "upstream"})
-	m.itlVec = prometheus.NewHistogramVec(histOpts("inter_token_latency_seconds",
+	m.itlVec = newDurationVec(histOpts("inter_token_latency_seconds",
 		"Gaps between consecutive content events of a stream, one observation per gap.", TokenBuckets, classicOnly), mu)
 	m.tpotVec = prometheus.NewHistogramVec(histOpts("time_per_output_token_seconds",
 		"Decode time per output token after the first: (last token - first token) / (tokens - 1).",
@@ -329,9 +334,9 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 		"Time from noticing a client left to closing the upstream connection.", CancelBuckets, opts.ClassicOnly))
 	m.tokensAfterCancel = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ttftlens",
 		Name: "tokens_after_cancel_total", Help: "Content events the upstream still sent after the client left (wasted work)."})
-	residency := prometheus.NewHistogram(histOpts("event_residency_seconds",
+	residency := newDurationVec(histOpts("event_residency_seconds",
 		"Time each event spent inside the proxy, parsed to flushed to the client socket; one observation per event.",
-		ResidencyBuckets, opts.ClassicOnly))
+		ResidencyBuckets, opts.ClassicOnly), nil)
 	blocked := prometheus.NewHistogram(histOpts("transport_blocked_seconds",
 		"Per streamed request with a first token, the time the proxy waited for the client to take bytes after the first token (a slow client shows here, not as decode).",
 		BlockedBuckets, opts.ClassicOnly))
@@ -376,7 +381,7 @@ func (m *Metrics) registerProxySeries(reg prometheus.Registerer, opts MetricOpti
 	m.connDiscards = newReasonCounters(discardedVec, endreason.ConnDiscards())
 
 	m.cancelToClose = cancelToClose
-	m.residency = residency
+	m.residency = residency.with()
 	m.blocked = blocked
 	kinds := record.BufferingKinds()
 	for _, name := range m.upNames {
@@ -451,10 +456,12 @@ func (m *Metrics) tuple(mi, ui int) *series {
 	}
 	model, up := m.modelNames[mi], m.upNames[ui]
 	s := &series{
-		ttft:        m.ttftVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
+		ttft:        m.ttftVec.WithLabelValues(model, up).(exemplarHistogram),
+		ttftGate:    newExemplarGate(),
 		firstAnswer: m.firstAnswerVec.WithLabelValues(model, up),
-		e2e:         m.e2eVec.WithLabelValues(model, up).(prometheus.ExemplarObserver),
-		itl:         m.itlVec.WithLabelValues(model, up),
+		e2e:         m.e2eVec.WithLabelValues(model, up).(exemplarHistogram),
+		e2eGate:     newExemplarGate(),
+		itl:         m.itlVec.with(model, up),
 		tpot:        m.tpotVec.WithLabelValues(model, up),
 		tokens:      m.tokensVec.WithLabelValues(model, up),
 		reasoning:   m.reasoningVec.WithLabelValues(model, up),
@@ -565,20 +572,19 @@ func (m *Metrics) requestCounterFor(mi, ui int, r endreason.Reason, d endreason.
 }
 
 // Emit records r. It does not keep r and never blocks beyond the atomic
-// updates of the series. The record's trace id (when set) becomes an
-// exemplar on the TTFT and end-to-end histograms.
+// updates of the series. The record's trace id (when set) becomes the
+// exemplar of the TTFT and end-to-end buckets it falls in that took none
+// within exemplarEvery.
 func (m *Metrics) Emit(r *record.Record) {
 	mi, ui := m.modelIndex(r.Model), m.upstreamIndex(r.Upstream)
 	s := m.tuple(mi, ui)
 	m.requestCounterFor(mi, ui, r.Reason, r.Detail).Inc()
 
-	var ex prometheus.Labels
-	if r.TraceID != (record.TraceID{}) {
-		ex = prometheus.Labels{"trace_id": r.TraceID.String()}
-	}
+	ex := exemplar{trace: r.TraceID, at: recordEnd(r)}
+	defer ex.release()
 	bd := r.Breakdown()
 	if bd.OK {
-		observe(s.ttft, bd.TTFT.Seconds(), ex)
+		ex.observe(s.ttft, s.ttftGate, bd.TTFT.Seconds())
 		for i, d := range bd.Stages {
 			s.stage[i].Observe(d.Seconds())
 		}
@@ -593,11 +599,9 @@ func (m *Metrics) Emit(r *record.Record) {
 		s.firstAnswer.Observe(d.Seconds())
 	}
 	if r.Timeline.Has(stages.Done) {
-		observe(s.e2e, r.E2E().Seconds(), ex)
+		ex.observe(s.e2e, s.e2eGate, r.E2E().Seconds())
 	}
-	for _, g := range r.Stream.GapValues() {
-		s.itl.Observe(g.Seconds())
-	}
+	s.itl.observeAll(r.Stream.GapValues())
 	if r.TokensOut > 1 {
 		ft, ok1 := r.Timeline.At(stages.FirstToken)
 		lt, ok2 := r.Timeline.At(stages.LastToken)
@@ -620,9 +624,7 @@ func (m *Metrics) Emit(r *record.Record) {
 			m.tokensAfterCancel.Add(float64(r.TokensAfterCancel))
 		}
 	}
-	for _, d := range r.Stream.Residencies() {
-		m.residency.Observe(d.Seconds())
-	}
+	m.residency.observeAll(r.Stream.Residencies())
 	if r.Streaming && r.Timeline.Has(stages.FirstToken) {
 		m.blocked.Observe(r.Stream.Blocked.Seconds())
 	}
@@ -634,14 +636,6 @@ func (m *Metrics) Emit(r *record.Record) {
 			}
 		}
 	}
-}
-
-func observe(o prometheus.ExemplarObserver, v float64, ex prometheus.Labels) {
-	if ex != nil {
-		o.ObserveWithExemplar(v, ex)
-		return
-	}
-	o.(prometheus.Observer).Observe(v)
 }
 
 // Dropper is a sink that counts the records it dropped.

@@ -2,12 +2,16 @@ package exporters
 
 import (
 	"bytes"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -627,3 +631,82 @@ ttftlens_records_dropped_total{sink="metrics"} 0
 type sinkFunc func(*record.Record)
 
 func (f sinkFunc) Emit(r *record.Record) { f(r) }
+
+// TestMetricsExemplarsKeepTheirTraceID: the exemplar label map is reused
+// from record to record, so each exemplar must hold its own copy of its
+// trace id, not the map's latest.
+func TestMetricsExemplarsKeepTheirTraceID(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	a, b := fixtures[0].record(), fixtures[0].record()
+	b.Upstream = "vllm-b"
+	b.TraceID[0] = 0x11
+	for _, r := range []*record.Record{a, b} {
+		m.Emit(r)
+	}
+	for _, r := range []*record.Record{a, b} {
+		s := m.tuple(m.modelIndex(r.Model), m.upstreamIndex(r.Upstream))
+		for name, o := range map[string]prometheus.ExemplarObserver{"ttft": s.ttft, "e2e": s.e2e} {
+			var d dto.Metric
+			if err := o.(prometheus.Metric).Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, bk := range d.GetHistogram().GetBucket() {
+				for _, l := range bk.GetExemplar().GetLabel() {
+					got = append(got, l.GetName()+"="+l.GetValue())
+				}
+			}
+			if want := []string{"trace_id=" + r.TraceID.String()}; !slices.Equal(got, want) {
+				t.Errorf("%s on %s: exemplars %v, want %v", name, r.Upstream, got, want)
+			}
+		}
+	}
+}
+
+// TestMetricsExemplarEvery: a bucket of TTFT or end-to-end takes a
+// record's trace id as its exemplar at most once per exemplarEvery of the
+// records' own time; a bucket that has none yet takes the first.
+func TestMetricsExemplarEvery(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	var recs []*record.Record
+	for i, after := range []time.Duration{0, exemplarEvery * 6 / 10, exemplarEvery * 12 / 10} {
+		r := fixtures[0].record()
+		r.TraceID[0] = byte(i + 1)
+		done, _ := r.Timeline.At(stages.Done)
+		r.Timeline.MarkAt(stages.Done, done+after) // later, and a longer e2e
+		m.Emit(r)
+		recs = append(recs, r)
+	}
+	a, b, c := recs[0], recs[1], recs[2]
+	s := m.tuple(m.modelIndex(a.Model), m.upstreamIndex(a.Upstream))
+	bucket := func(v float64) float64 { // the upper bound of v's bucket
+		if i := sort.SearchFloat64s(LatencyBuckets, v); i < len(LatencyBuckets) {
+			return LatencyBuckets[i]
+		}
+		return math.Inf(1)
+	}
+	// TTFT: the three in one bucket; b came too soon after a, c did not.
+	// e2e: a alone in its bucket; b first in the next, c too soon after b.
+	if bucket(a.E2E().Seconds()) == bucket(b.E2E().Seconds()) || bucket(b.E2E().Seconds()) != bucket(c.E2E().Seconds()) {
+		t.Fatalf("e2e %v, %v, %v: the test needs a's bucket apart, b and c's shared", a.E2E(), b.E2E(), c.E2E())
+	}
+	want := map[string]map[float64]string{
+		"ttft": {bucket(a.Breakdown().TTFT.Seconds()): c.TraceID.String()},
+		"e2e":  {bucket(a.E2E().Seconds()): a.TraceID.String(), bucket(b.E2E().Seconds()): b.TraceID.String()},
+	}
+	for name, h := range map[string]exemplarHistogram{"ttft": s.ttft, "e2e": s.e2e} {
+		var d dto.Metric
+		if err := h.(prometheus.Metric).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		got := map[float64]string{}
+		for _, bk := range d.GetHistogram().GetBucket() {
+			if ex := bk.GetExemplar(); ex != nil {
+				got[bk.GetUpperBound()] = ex.GetLabel()[0].GetValue()
+			}
+		}
+		if !maps.Equal(got, want[name]) {
+			t.Errorf("%s exemplars by bucket %v, want %v", name, got, want[name])
+		}
+	}
+}
