@@ -32,6 +32,12 @@ type countingConn struct {
 	readsAtWrite  uint64
 	segsAtWrite   uint32
 	kernelCounted bool
+	// segsNow: the kernel's count as arrivals last read it, still the
+	// count (no byte was read since, and a connection on which anything
+	// arrives while pooled is closed), so the next request's write starts
+	// from it without asking the kernel again.
+	segsNow      uint32
+	segsNowKnown bool
 
 	tl     *stages.Timeline // the request timing the reads (clock); nil: none
 	readAt time.Duration    // offset of the last read with bytes; < 0 before one
@@ -42,7 +48,12 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	if !c.writing {
 		c.writing = true
 		c.readsAtWrite = c.reads
-		c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
+		if c.segsNowKnown {
+			c.segsAtWrite, c.kernelCounted = c.segsNow, true
+		} else {
+			c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
+		}
+		c.segsNowKnown = false
 	}
 	if c.raw != nil {
 		return c.raw.Write(p)
@@ -70,7 +81,7 @@ func (c *countingConn) Read(p []byte) (n int, err error) {
 		n, err = c.Conn.Read(p)
 	}
 	if n > 0 {
-		c.writing = false
+		c.writing, c.segsNowKnown = false, false
 		if !c.lastFull {
 			c.reads++
 		}
@@ -129,6 +140,7 @@ func (c *countingConn) clock(tl *stages.Timeline) {
 func (c *countingConn) arrivals() int {
 	if c.kernelCounted {
 		if segs, ok := c.kernel.SegmentsIn(c.Conn); ok {
+			c.segsNow, c.segsNowKnown = segs, true
 			return int(segs - c.segsAtWrite) // wraps around with the kernel's counter
 		}
 	}
