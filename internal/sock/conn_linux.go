@@ -225,13 +225,9 @@ func (c *Conn) Shutdown() {
 // (SO_TIMESTAMPNS), for ReadStamped; false when it refuses.
 func (c *Conn) StampReceives() bool { return setStamping(c.rc) }
 
-func setStamping(rc syscall.RawConn) bool {
-	var serr error
-	err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
-	})
-	return err == nil && serr == nil
-}
+func setStamping(rc syscall.RawConn) bool { return setOptions(rc, stamping) == nil }
+
+var stamping = []sockOption{{syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1}}
 
 // StampListener asks for receive timestamps on a TCP listener too: the
 // kernel turns them on for the whole stack a moment after the first socket
