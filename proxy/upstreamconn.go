@@ -29,6 +29,7 @@ type countingConn struct {
 	// writing: a request is being written (no byte read since its first
 	// write); the counts when it began.
 	writing       bool
+	written       bool // a first write was made
 	readsAtWrite  uint64
 	segsAtWrite   uint32
 	kernelCounted bool
@@ -42,7 +43,15 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	if !c.writing {
 		c.writing = true
 		c.readsAtWrite = c.reads
-		c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
+		if c.written {
+			c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
+		} else {
+			// A new connection has received no data segment yet: its
+			// server speaks when spoken to (HTTP, TLS). No getsockopt; a
+			// socket without a count falls back to reads (arrivals).
+			c.segsAtWrite, c.kernelCounted = 0, true
+		}
+		c.written = true
 	}
 	if c.raw != nil {
 		return c.raw.Write(p)
