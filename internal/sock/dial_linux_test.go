@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // fullListener returns the address of a listening socket whose accept
@@ -45,6 +47,8 @@ func fullListener(t *testing.T) netip.AddrPort {
 // addresses and options, and carries bytes both ways; a refused connect
 // and one past its timeout fail as net.Dial's do.
 func TestDial(t *testing.T) {
+	current := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, current) }) // the echo servers' goroutines, after the subtests' cleanups
 	listen := func(t *testing.T, addr string) netip.AddrPort {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
