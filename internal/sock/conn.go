@@ -34,7 +34,9 @@ func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: err}
 }
 
-// clientConn is an accepted connection read and written through its Conn.
+// clientConn is a connection Go's net accepted (elsewhere than Linux, or
+// behind another listener), or dialed elsewhere than Linux, read and
+// written through its Conn.
 type clientConn struct {
 	*net.TCPConn
 	raw *Conn
