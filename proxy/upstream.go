@@ -94,6 +94,10 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 	if name == "" {
 		name = u.Host
 	}
+	dialer, err := newUpstreamDialer(addr)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
+	}
 	var up *upstream // the dialed connections' idle reports count on it
 	up = &upstream{
 		Name: name,
@@ -102,7 +106,7 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 			Addr:  addr,
 			IsTLS: u.Scheme == "https",
 			Dial: func(addr string) (net.Conn, error) {
-				c, err := fasthttp.Dial(addr) // HostClient's own default
+				c, err := dialer.dial()
 				if err != nil {
 					return nil, err
 				}

@@ -29,6 +29,7 @@ type countingConn struct {
 	// writing: a request is being written (no byte read since its first
 	// write); the counts when it began.
 	writing       bool
+	written       bool // a first write was made
 	readsAtWrite  uint64
 	segsAtWrite   uint32
 	kernelCounted bool
@@ -48,12 +49,18 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	if !c.writing {
 		c.writing = true
 		c.readsAtWrite = c.reads
-		if c.segsNowKnown {
+		switch {
+		case !c.written:
+			// A new connection has received no data segment yet: its
+			// server speaks when spoken to (HTTP, TLS). No getsockopt; a
+			// socket without a count falls back to reads (arrivals).
+			c.segsAtWrite, c.kernelCounted = 0, true
+		case c.segsNowKnown:
 			c.segsAtWrite, c.kernelCounted = c.segsNow, true
-		} else {
+		default:
 			c.segsAtWrite, c.kernelCounted = c.kernel.SegmentsIn(c.Conn)
 		}
-		c.segsNowKnown = false
+		c.written, c.segsNowKnown = true, false
 	}
 	if c.raw != nil {
 		return c.raw.Write(p)

@@ -2,7 +2,9 @@ package sock
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
+	"os"
 	"syscall"
 )
 
@@ -26,10 +28,15 @@ func (c *Conn) opError(op string, err error) error {
 	if oe, ok := err.(*net.OpError); ok {
 		err = oe.Err
 	}
+	if cl, ok := c.conn.(interface{ isClosed() bool }); ok && cl.isClosed() && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err = net.ErrClosed // the poller's "closed file" for a socket it holds as a file
+	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: err}
 }
 
-// clientConn is an accepted connection read and written through its Conn.
+// clientConn is a connection Go's net accepted (elsewhere than Linux, or
+// behind another listener), or dialed elsewhere than Linux, read and
+// written through its Conn.
 type clientConn struct {
 	*net.TCPConn
 	raw *Conn
@@ -38,19 +45,23 @@ type clientConn struct {
 func (c *clientConn) Read(p []byte) (int, error)  { return c.raw.Read(p) }
 func (c *clientConn) Write(p []byte) (int, error) { return c.raw.Write(p) }
 
-// Of returns the Conn a connection RawListener accepted is read and
-// written through, nil for any other connection.
+// Of returns the Conn a connection RawListener accepted (or Dial dialed)
+// is read and written through, nil for any other connection.
 func Of(conn net.Conn) *Conn {
-	if c, ok := conn.(*clientConn); ok {
+	switch c := conn.(type) {
+	case *clientConn:
 		return c.raw
+	case ownConn:
+		return c.own()
 	}
 	return nil
 }
 
-// RawListener hands out ln's TCP connections read and written through
-// their Conn; others as they are.
-func RawListener(ln net.Listener) net.Listener { return rawListener{ln} }
+// ownConn is a connection of this package's own (Linux: tcpConn).
+type ownConn interface{ own() *Conn }
 
+// rawListener hands out ln's TCP connections read and written through
+// their Conn; others as they are.
 type rawListener struct{ net.Listener }
 
 func (ln rawListener) Accept() (net.Conn, error) {

@@ -49,9 +49,12 @@ type Conn struct {
 	werr               syscall.Errno
 }
 
-// New returns the Conn of conn's socket, nil when conn is not a TCP
-// socket.
+// New returns the Conn of conn's socket (its own, for a connection Dial
+// or RawListener made), nil when conn is not a TCP socket.
 func New(conn net.Conn) *Conn {
+	if oc, ok := conn.(ownConn); ok {
+		return oc.own()
+	}
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return nil
@@ -60,6 +63,12 @@ func New(conn net.Conn) *Conn {
 	if err != nil {
 		return nil
 	}
+	return newConn(conn, rc)
+}
+
+// newConn returns the Conn of the socket under rc; conn gives the
+// addresses in its errors.
+func newConn(conn net.Conn, rc syscall.RawConn) *Conn {
 	c := &Conn{conn: conn, rc: rc}
 	c.readFn, c.writeFn, c.stampFn = c.readOnce, c.writeGathered, c.recvOnce
 	c.peekFn = func(fd uintptr) { c.peekBytes, c.peekEnd = peek(fd) }
@@ -216,13 +225,9 @@ func (c *Conn) Shutdown() {
 // (SO_TIMESTAMPNS), for ReadStamped; false when it refuses.
 func (c *Conn) StampReceives() bool { return setStamping(c.rc) }
 
-func setStamping(rc syscall.RawConn) bool {
-	var serr error
-	err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
-	})
-	return err == nil && serr == nil
-}
+func setStamping(rc syscall.RawConn) bool { return setOptions(rc, stamping) == nil }
+
+var stamping = []sockOption{{syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1}}
 
 // StampListener asks for receive timestamps on a TCP listener too: the
 // kernel turns them on for the whole stack a moment after the first socket

@@ -11,9 +11,12 @@ import (
 // raw calls here (see the package's contract).
 type Conn struct{ conn net.Conn }
 
-// New returns the Conn of conn's socket, nil when conn is not a TCP
-// socket.
+// New returns the Conn of conn's socket (its own, for a connection Dial
+// or RawListener made), nil when conn is not a TCP socket.
 func New(conn net.Conn) *Conn {
+	if c, ok := conn.(*clientConn); ok {
+		return c.raw
+	}
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return nil

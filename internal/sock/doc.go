@@ -41,10 +41,14 @@
 //     the end, or empty, without reading or waiting).
 //
 //   - RawListener hands out accepted connections read and written through
-//     a Conn (Of finds it); Listen opens a listener whose sockets inherit
-//     its TCP keep-alive; WaitReadable waits for a connection's next
-//     request without reading it; SegmentCounter reads the kernel's count
-//     of data segments a socket received.
+//     a Conn (Of finds it), and Dial connects one: both with raw calls
+//     (accept4; socket, setsockopt, connect) under a RawConn, waiting in
+//     the poller, so that starting a connection makes no system call
+//     through the scheduler's system-call state either (its close still
+//     does: Go's poller closes the descriptor). Listen opens a listener
+//     whose sockets inherit its TCP keep-alive; WaitReadable waits for a
+//     connection's next request without reading it; SegmentCounter reads
+//     the kernel's count of data segments a socket received.
 //
 // Elsewhere than Linux every part works without raw calls: a Conn reads
 // and writes through its net.Conn (a read blocks, so a pump's step runs

@@ -5,7 +5,9 @@ package sock
 import (
 	"context"
 	"net"
+	"os"
 	"syscall"
+	"unsafe"
 )
 
 // Listen opens the TCP listener the proxy serves on. Its clients' connections get
@@ -20,8 +22,9 @@ func Listen(addr string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
-// listenerKeepAlive is what Listen sets on the listening socket.
-var listenerKeepAlive = []struct{ level, opt, value int }{
+// keepAlive is Go's default TCP keep-alive, which Listen and RawListener
+// set on a listening socket for the sockets it accepts.
+var keepAlive = []sockOption{
 	{syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1},
 	{syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 15},
 	{syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, 15},
@@ -29,15 +32,33 @@ var listenerKeepAlive = []struct{ level, opt, value int }{
 }
 
 func setListenerKeepAlive(_, _ string, c syscall.RawConn) error {
-	var err error
-	if cerr := c.Control(func(fd uintptr) {
-		for _, o := range listenerKeepAlive {
-			if err = syscall.SetsockoptInt(int(fd), o.level, o.opt, o.value); err != nil {
-				return
-			}
-		}
-	}); cerr != nil {
-		return cerr
+	return setOptions(c, keepAlive)
+}
+
+// sockOption is one socket option's value.
+type sockOption struct{ level, opt, value int }
+
+// setOptions sets opts on rc's socket with raw setsockopt calls (a
+// setsockopt never blocks; made raw, it wakes no monitor thread).
+func setOptions(rc syscall.RawConn, opts []sockOption) error {
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) { errno = setRaw(fd, opts) }); err != nil {
+		return err
 	}
-	return err
+	if errno != 0 {
+		return os.NewSyscallError("setsockopt", errno)
+	}
+	return nil
+}
+
+// setRaw sets opts on the socket fd, in order, up to the first that fails.
+func setRaw(fd uintptr, opts []sockOption) syscall.Errno {
+	for _, o := range opts {
+		v := int32(o.value)
+		if _, _, errno := syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, uintptr(o.level), uintptr(o.opt),
+			uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0); errno != 0 {
+			return errno
+		}
+	}
+	return 0
 }
