@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,11 +26,13 @@ const eventEnd = "}}]}\n\n"
 // content events as fast as the proxy takes them until its write fails
 // (the proxy closed the connection). written counts the whole events
 // written; blocked is closed once the proxy stopped reading them (no
-// progress between two looks, a tenth of a second apart).
+// progress between two looks, a tenth of a second apart), once whatever
+// requests reach it (the proxy's own identification and scrapes too).
 type floodUpstream struct {
 	*testUpstream
-	written atomic.Int64
-	blocked chan struct{}
+	written     atomic.Int64
+	blocked     chan struct{}
+	blockedOnce sync.Once
 }
 
 func startFloodUpstream(t *testing.T) *floodUpstream {
@@ -56,7 +59,7 @@ func (u *floodUpstream) watchProgress(stop <-chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 		if n := u.written.Load(); n > 0 && n == last {
-			close(u.blocked)
+			u.blockedOnce.Do(func() { close(u.blocked) })
 			return
 		}
 		last = u.written.Load()
