@@ -15,7 +15,10 @@ import (
 // for the whole ramp); the proxy's added TTFT p99 at a rate is its p99
 // minus the direct run's at the same rate, each TTFT from the stream's dial.
 // Rates grow by kneePlan.factor until a step fails, then bisect between
-// the last rate that passed and the first that failed.
+// the last rate that passed and the first that failed. A step the proxy
+// fails is run once more, and fails only if it fails again: one stall of a
+// shared host (a single 10 ms pause in 2 s puts p99 over the budget at a
+// few hundred streams a second) says nothing of what the proxy sustains.
 
 // kneeBudget is the added TTFT p99 a rate may cost and still pass.
 const kneeBudget = 10 * time.Millisecond
@@ -47,6 +50,9 @@ type kneeStep struct {
 	rate            int // streams per second
 	direct, proxied clientResult
 	cpu, wall       time.Duration // the proxy's CPU, over wall time
+	// firstAdded is the added TTFT p99 of a first try the proxy failed,
+	// when this step is its second; 0 for a step passed at once.
+	firstAdded time.Duration
 }
 
 // verdict is how a step ended.
@@ -93,7 +99,16 @@ func (p kneePlan) verdictText(st kneeStep) string {
 		}
 		return fmt.Sprintf("the rig's limit: the client fell %s behind", spaced(time.Duration(max(st.direct.StartLag, st.proxied.StartLag)).Round(time.Millisecond)))
 	}
+	if st.firstAdded != 0 {
+		return fmt.Sprintf("ok on a second try (the first: added p99 %.2f ms)", ms(int64(st.firstAdded)))
+	}
 	return "ok"
+}
+
+// retry reports a first try the proxy failed: the step is run once more.
+func (p kneePlan) retry(st kneeStep) bool {
+	v := p.verdict(st)
+	return st.firstAdded == 0 && (v == overBudget || v == proxyFails)
 }
 
 // added is the step's added TTFT at percentile 50 or 99.
@@ -238,30 +253,47 @@ func (s *suite) kneeRamp(w workload, name string) ([]kneeStep, error) {
 		if !ok {
 			return steps, nil
 		}
-		cfg := w.cfg
-		cfg.Requests, cfg.Ramp = max(int(float64(rate)*w.knee.step.Seconds()), 1), w.knee.step
-		st := kneeStep{rate: rate}
-		fmt.Printf("  %s/s direct\n", thousands(rate))
-		if st.direct, err = s.client(cfg, s.upstream); err != nil {
-			return steps, err
-		}
-		before, err := readUsage(p.pid())
+		st, err := s.kneeRate(w, name, p, addr, rate)
 		if err != nil {
 			return steps, err
 		}
-		fmt.Printf("  %s/s through %s\n", thousands(rate), name)
-		if st.proxied, err = s.client(cfg, addr); err != nil {
-			return steps, err
+		if w.knee.retry(st) {
+			first := st.added(99)
+			if st, err = s.kneeRate(w, name, p, addr, rate); err != nil {
+				return steps, err
+			}
+			st.firstAdded = first
 		}
-		after, err := readUsage(p.pid())
-		if err != nil {
-			return steps, fmt.Errorf("%s after %s/s: %w", name, thousands(rate), err)
-		}
-		st.cpu, st.wall = after.cpu-before.cpu, time.Duration(after.at-before.at)
 		steps = append(steps, st)
-		fmt.Printf("    added TTFT p99 %s (direct %s), proxy CPU %.0f%%: %s\n", st.added(99),
-			time.Duration(st.direct.ConnTTFTP99), st.cpuShare()*100, w.knee.verdictText(st))
 	}
+}
+
+// kneeRate runs one rate, directly, then through the proxy p at addr.
+func (s *suite) kneeRate(w workload, name string, p *proc, addr string, rate int) (kneeStep, error) {
+	cfg := w.cfg
+	cfg.Requests, cfg.Ramp = max(int(float64(rate)*w.knee.step.Seconds()), 1), w.knee.step
+	st := kneeStep{rate: rate}
+	var err error
+	fmt.Printf("  %s/s direct\n", thousands(rate))
+	if st.direct, err = s.client(cfg, s.upstream); err != nil {
+		return st, err
+	}
+	before, err := readUsage(p.pid())
+	if err != nil {
+		return st, err
+	}
+	fmt.Printf("  %s/s through %s\n", thousands(rate), name)
+	if st.proxied, err = s.client(cfg, addr); err != nil {
+		return st, err
+	}
+	after, err := readUsage(p.pid())
+	if err != nil {
+		return st, fmt.Errorf("%s after %s/s: %w", name, thousands(rate), err)
+	}
+	st.cpu, st.wall = after.cpu-before.cpu, time.Duration(after.at-before.at)
+	fmt.Printf("    added TTFT p99 %s (direct %s), proxy CPU %.0f%%: %s\n", st.added(99),
+		time.Duration(st.direct.ConnTTFTP99), st.cpuShare()*100, w.knee.verdictText(st))
+	return st, nil
 }
 
 // cpuShare is the proxy's CPU over its run, a share of one core.

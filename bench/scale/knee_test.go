@@ -164,3 +164,32 @@ func TestKneeRatio(t *testing.T) {
 		})
 	}
 }
+
+// TestKneeRetry: a step the proxy fails is run once more, once; the rig's
+// limit and a pass are not; a second try that passes says so.
+func TestKneeRetry(t *testing.T) {
+	ms := time.Millisecond
+	over, rig := step(500, 2*ms, 30*ms), step(500, 11*ms, 30*ms)
+	second := step(500, 2*ms, 3*ms)
+	second.firstAdded = 28 * ms
+	failedAgain := over
+	failedAgain.firstAdded = 28 * ms
+	for _, tc := range []struct {
+		name string
+		st   kneeStep
+		want bool
+	}{
+		{"a first try over the budget", over, true},
+		{"a first try with errors", func() kneeStep { st := step(500, 2*ms, 3*ms); st.proxied.Errors = 1; return st }(), true},
+		{"the rig's limit", rig, false},
+		{"a pass", step(500, 2*ms, 3*ms), false},
+		{"a second try that failed", failedAgain, false},
+	} {
+		if got := testPlan.retry(tc.st); got != tc.want {
+			t.Errorf("%s: retry %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got, want := testPlan.verdictText(second), "ok on a second try (the first: added p99 28.00 ms)"; got != want {
+		t.Errorf("verdict %q, want %q", got, want)
+	}
+}
