@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -82,6 +83,11 @@ func newUpstream(rawURL, name string, maxHeaderBytes int, w *sock.Watcher) (*ups
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("upstream %q: a path prefix is not supported; give the server's base URL", rawURL)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("upstream %q: port %s out of range (1 to 65535)", rawURL, p)
+		}
 	}
 	addr := u.Host
 	if u.Port() == "" {

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -238,16 +236,8 @@ func checkUpstream(raw string) error {
 	if !strings.Contains(raw, "://") {
 		return fmt.Errorf("--upstream %q: no scheme; give the server's base URL, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
 	}
-	if _, err := proxy.UpstreamName(raw, ""); err != nil {
-		return err
-	}
-	u, _ := url.Parse(raw) // parsed by UpstreamName already
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("upstream %q: port %s out of range (1 to 65535)", raw, p)
-		}
-	}
-	return nil
+	_, err := proxy.UpstreamName(raw, "")
+	return err
 }
 
 // engineVars returns the names of the TTFTLENS_ENGINE_* variables in env
