@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	collectortracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -176,9 +177,20 @@ func TestGRPC(t *testing.T) {
 		t.Errorf("spans consumed %d, want 3", sink.n())
 	}
 	_, err := c.Export(context.Background(), request(200))
-	if status.Code(err) != codes.ResourceExhausted || r.Refused(RefusedTooLarge) != 1 {
+	if status.Code(err) != codes.ResourceExhausted || refusedOnce(r, RefusedTooLarge) != 1 {
 		t.Errorf("over the limit: %v, counted %d; want RESOURCE_EXHAUSTED, 1", err, r.Refused(RefusedTooLarge))
 	}
+}
+
+// refusedOnce returns r's count of reason once it is 1, or after 10 s:
+// grpc-go answers a request it cannot read (RecvMsg writes the status)
+// before the handler that counts it returns, so the client may see its
+// error first.
+func refusedOnce(r *Receiver, reason Refusal) uint64 {
+	for end := time.Now().Add(10 * time.Second); r.Refused(reason) < 1 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return r.Refused(reason)
 }
 
 // rawCodec sends bytes as they are.
@@ -206,7 +218,7 @@ func TestGRPCMalformed(t *testing.T) {
 	defer conn.Close()
 	in, out := []byte("\xff\xff\xff\xff"), []byte(nil)
 	err = conn.Invoke(context.Background(), collectortracepb.TraceService_Export_FullMethodName, &in, &out)
-	if status.Code(err) == codes.OK || r.Refused(RefusedMalformed) != 1 || sink.n() != 0 {
+	if status.Code(err) == codes.OK || refusedOnce(r, RefusedMalformed) != 1 || sink.n() != 0 {
 		t.Errorf("malformed export: %v, counted %d, spans %d; want an error, 1, 0", err, r.Refused(RefusedMalformed), sink.n())
 	}
 }
