@@ -292,7 +292,7 @@ func errorP50(s []scored, from, to time.Duration) (float64, int) {
 }
 
 // TestSeries replays each recorded series and holds the median prediction
-// error within windows of its time to the target (20 %) or the
+// error within windows of its time to the target (20 %) or the
 // bound the window states.
 func TestSeries(t *testing.T) {
 	const s = time.Second
