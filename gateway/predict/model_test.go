@@ -220,3 +220,43 @@ func TestConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestKinds: which fits a prediction comes from follows what most recent
+// observations had: split or unsplit, the engine's load scraped or not,
+// and the load the prediction is asked with.
+func TestKinds(t *testing.T) {
+	const ms = time.Millisecond
+	split := Observation{FirstToken: true, PromptTokens: 100, Load: Load{Waiting: 2, EngineKnown: true, InFlight: 6},
+		Parts: Parts{Queue: 20 * ms, Prefill: 10 * ms, Unattributed: ms}}
+	unsplit := Observation{FirstToken: true, PromptTokens: 100, Unsplit: true, Load: Load{InFlight: 3},
+		Parts: Parts{Queue: 9 * ms, Unattributed: 30 * ms}}
+	for _, tc := range []struct {
+		name        string
+		seen        []Observation // one a second
+		load        Load
+		unsplit     bool
+		queue, rest time.Duration // the queue predicted, and the rest
+	}{
+		{"split, scraped", []Observation{split}, Load{Waiting: 4, EngineKnown: true, InFlight: 1}, false, 40 * ms, 11 * ms},
+		// Asked without a scrape: the in-flight line (20 ms at 6: 10 at 3).
+		{"split, asked unscraped", []Observation{split}, Load{InFlight: 3}, false, 10 * ms, 11 * ms},
+		{"unsplit", []Observation{unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 6}, true, 18 * ms, 30 * ms},
+		// Most recent unsplit and unscraped: their fits, though the older
+		// split and scraped ones are still known (the in-flight line
+		// through 20 ms at 6 and 9 ms at 3).
+		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9 * ms, 30 * ms},
+		{"unsplit, then split", []Observation{unsplit, split, split}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, false, 40 * ms, 11 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(Config{})
+			for i, o := range tc.seen {
+				o.End = time.Duration(i) * time.Second
+				m.Observe(o)
+			}
+			p, _ := m.Predict(time.Minute, 100, 0, tc.load)
+			if p.Unsplit != tc.unsplit || !within(p.Parts[Queue], tc.queue, 0.01) || !within(p.Total-p.Parts[Queue], tc.rest, 0.01) {
+				t.Fatalf("prediction %+v, want unsplit %v, queue %v, rest %v", p, tc.unsplit, tc.queue, tc.rest)
+			}
+		})
+	}
+}
