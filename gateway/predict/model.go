@@ -118,8 +118,8 @@ func (m *Model) Observe(o Observation) {
 	m.n++
 	m.wAll += w
 
-	ms := func(p Part) float64 { return float64(o.Parts[p]) }
-	queue := ms(Queue)
+	part := func(p Part) float64 { return float64(o.Parts[p]) }
+	queue := part(Queue)
 	m.fits[fitQueueFlight].add(w, float64(max(o.Load.InFlight, 0)), queue)
 	if o.Load.EngineKnown {
 		m.wEngine += w
@@ -133,14 +133,14 @@ func (m *Model) Observe(o Observation) {
 	tokens := uncached(o.PromptTokens, cached)
 	if o.Unsplit {
 		m.wUnsplit += w
-		m.fits[fitWhole].add(w, tokens, ms(Unattributed))
+		m.fits[fitWhole].add(w, tokens, part(Unattributed))
 	} else {
-		m.fits[fitPreparation].add(w, 0, ms(Preparation))
-		m.fits[fitPrefill].add(w, tokens, ms(Prefill))
-		m.fits[fitFirstDecode].add(w, 0, ms(FirstDecode))
-		m.fits[fitUnattributed].add(w, 0, ms(Unattributed))
+		m.fits[fitPreparation].add(w, 0, part(Preparation))
+		m.fits[fitPrefill].add(w, tokens, part(Prefill))
+		m.fits[fitFirstDecode].add(w, 0, part(FirstDecode))
+		m.fits[fitUnattributed].add(w, 0, part(Unattributed))
 	}
-	m.fits[fitTransport].add(w, 0, ms(Transport))
+	m.fits[fitTransport].add(w, 0, part(Transport))
 	m.publish()
 }
 

@@ -62,9 +62,10 @@ type Load struct {
 // Observation is what one finished request teaches its upstream's model:
 // the record's measured split and what the request was routed with.
 type Observation struct {
-	// End is when the request ended, on the request clock's monotonic
-	// source (Timeline.Origin plus its done mark; clock.Clock.Now's
-	// scale): what forgetting counts from.
+	// End is when the request ended on the request clock's source (the
+	// proxy's stages.Clock reading: Timeline.Origin plus the done mark), as
+	// a duration from that source's origin: what forgetting counts from.
+	// Predict's now is read from the same source.
 	End time.Duration
 	// FirstToken says a first token reached the client (the breakdown's
 	// OK): only such a request's split is measured, and Observe ignores
