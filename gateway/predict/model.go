@@ -1,0 +1,241 @@
+// Package predict predicts an upstream's time to first token for a new
+// request from what its finished requests measured: the request clock's
+// split (queue, preparation, prefill, first decode, unattributed,
+// transport), learned online, one Model per upstream, forgetting by time
+// so that an engine that slows down is seen within seconds.
+// docs/routing.md, "The TTFT model", says what it learns and cannot know.
+//
+// It imports only the standard library. Predict and Observe allocate
+// nothing; Predict takes no lock.
+package predict
+
+import (
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultHalfLife is Config.HalfLife's default: an engine whose prefill
+// doubles is predicted within 20 % of its new cost about two and a half
+// half-lives later.
+const DefaultHalfLife = 2 * time.Second
+
+// minKeep is the least share of what was learned that one observation
+// keeps: after a quiet spell the fit rests on its last few observations,
+// not on the last one alone.
+const minKeep = 0.5
+
+// Config is a Model's settings.
+type Config struct {
+	// HalfLife is how fast observations lose weight: one HalfLife old, an
+	// observation counts half as much as a new one. 0: DefaultHalfLife.
+	HalfLife time.Duration
+}
+
+// The fits a Model keeps: each part's, the queue's twice over.
+const (
+	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
+	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
+	fitPreparation         // a mean
+	fitPrefill             // against uncached prompt tokens
+	fitFirstDecode         // a mean
+	fitUnattributed        // a mean: the network, for an engine that splits its time
+	fitWhole               // Unattributed of an engine that reports no split, against uncached prompt tokens
+	fitTransport           // a mean
+	numFits
+)
+
+// The flags a Model publishes with its lines.
+const (
+	flagEngineQueue = 1 << iota // the engine's load was known for most recent observations: fitQueueEngine applies
+	flagUnsplit                 // most recent observations were unsplit: fitWhole applies
+	flagCached                  // the engine reported its cached tokens for most recent observations
+)
+
+// Model is one upstream's TTFT model. Observe teaches it; Predict asks it.
+// Both may be called from any goroutine: observations are taken one at a
+// time under a mutex, and each publishes the model's lines under a
+// sequence count, which Predict reads without locking (retrying while an
+// observation publishes).
+type Model struct {
+	halfLife float64 // nanoseconds
+
+	mu       sync.Mutex
+	fits     [numFits]fit
+	last     time.Duration // the newest observation's End
+	n        int           // observations taken
+	wEngine  float64       // decayed weight of observations with the engine's load known
+	wCached  float64       // decayed weight of observations with cached tokens reported
+	wUnsplit float64       // decayed weight of unsplit observations
+	wAll     float64       // decayed weight of all observations
+
+	_ [64]byte // the published lines on cache lines of their own
+	// seq is odd while an observation publishes, 0 until the first.
+	seq   atomic.Uint64
+	lines [numFits][2]atomic.Uint64 // a and b, float64 bits
+	flags atomic.Uint32
+	at    atomic.Int64 // last
+}
+
+// New returns an empty Model: it predicts nothing until observed.
+func New(c Config) *Model {
+	if c.HalfLife <= 0 {
+		c.HalfLife = DefaultHalfLife
+	}
+	return &Model{halfLife: float64(c.HalfLife)}
+}
+
+// keep is the share of its weight an observation age old keeps.
+func (m *Model) keep(age time.Duration) float64 {
+	return max(math.Exp2(-float64(age)/m.halfLife), minKeep)
+}
+
+// Observe teaches m one finished request; one without a first token
+// (o.FirstToken false) teaches nothing. Observations may come out of order:
+// one older than the newest taken counts for its age.
+func (m *Model) Observe(o Observation) {
+	if !o.FirstToken {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := 1.0
+	switch {
+	case m.n == 0:
+		m.last = o.End
+	case o.End >= m.last:
+		d := m.keep(o.End - m.last)
+		for i := range m.fits {
+			m.fits[i].decay(d)
+		}
+		m.wEngine, m.wCached, m.wUnsplit, m.wAll = m.wEngine*d, m.wCached*d, m.wUnsplit*d, m.wAll*d
+		m.last = o.End
+	default:
+		w = m.keep(m.last - o.End)
+	}
+	m.n++
+	m.wAll += w
+
+	part := func(p Part) float64 { return float64(o.Parts[p]) }
+	queue := part(Queue)
+	m.fits[fitQueueFlight].add(w, float64(max(o.Load.InFlight, 0)), queue)
+	if o.Load.EngineKnown {
+		m.wEngine += w
+		m.fits[fitQueueEngine].add(w, float64(max(o.Load.Waiting, 0)), queue)
+	}
+	cached := 0
+	if o.CachedReported {
+		m.wCached += w
+		cached = o.CachedTokens
+	}
+	tokens := uncached(o.PromptTokens, cached)
+	if o.Unsplit {
+		m.wUnsplit += w
+		m.fits[fitWhole].add(w, tokens, part(Unattributed))
+	} else {
+		m.fits[fitPreparation].add(w, 0, part(Preparation))
+		m.fits[fitPrefill].add(w, tokens, part(Prefill))
+		m.fits[fitFirstDecode].add(w, 0, part(FirstDecode))
+		m.fits[fitUnattributed].add(w, 0, part(Unattributed))
+	}
+	m.fits[fitTransport].add(w, 0, part(Transport))
+	m.publish()
+}
+
+// publish makes m's lines and flags Predict's. Called with m.mu held.
+func (m *Model) publish() {
+	var flags uint32
+	if m.wEngine*2 > m.wAll {
+		flags |= flagEngineQueue
+	}
+	if m.wUnsplit*2 > m.wAll {
+		flags |= flagUnsplit
+	}
+	if m.wCached*2 > m.wAll {
+		flags |= flagCached
+	}
+	m.seq.Add(1)
+	for i := range m.fits {
+		m.lines[i][0].Store(math.Float64bits(m.fits[i].a))
+		m.lines[i][1].Store(math.Float64bits(m.fits[i].b))
+	}
+	m.flags.Store(flags)
+	m.at.Store(int64(m.last))
+	m.seq.Add(1)
+}
+
+// Prediction is a predicted time to first token past routing.
+type Prediction struct {
+	// Parts are the predicted parts. For an engine that reports no split
+	// (Unsplit) its whole time is Unattributed, and Preparation, Prefill
+	// and FirstDecode are zero.
+	Parts Parts
+	// Total is the parts' sum.
+	Total time.Duration
+	// Unsplit says the prediction is from unsplit observations.
+	Unsplit bool
+	// Age is how old the newest observation was: a model that has not
+	// been observed for long (an upstream nobody sends to) predicts from
+	// what it was then.
+	Age time.Duration
+}
+
+// Predict predicts, at now (the request clock's source, as Observation.End),
+// a request of promptTokens (the gateway's estimate) of which
+// cachedTokens are expected to be in the engine's prefix cache, on an
+// upstream with load. ok is false while m has taken no observation: there
+// is no prediction, and the caller decides without one (another policy).
+// The expected cached tokens count only when the engine has been reporting
+// what it cached: otherwise its prefill was learned against whole prompts.
+func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load Load) (p Prediction, ok bool) {
+	var lines [numFits][2]float64
+	var flags uint32
+	var at int64
+	for try := 0; ; try++ {
+		if try > 2 {
+			runtime.Gosched() // an observation publishing was preempted
+		}
+		s := m.seq.Load()
+		if s == 0 {
+			return p, false
+		}
+		if s&1 != 0 {
+			continue
+		}
+		for i := range lines {
+			lines[i][0] = math.Float64frombits(m.lines[i][0].Load())
+			lines[i][1] = math.Float64frombits(m.lines[i][1].Load())
+		}
+		flags, at = m.flags.Load(), m.at.Load()
+		if m.seq.Load() == s {
+			break
+		}
+	}
+	line := func(f int, x float64) time.Duration {
+		return time.Duration(max(lines[f][0]+lines[f][1]*x, 0))
+	}
+	if load.EngineKnown && flags&flagEngineQueue != 0 {
+		p.Parts[Queue] = line(fitQueueEngine, float64(max(load.Waiting, 0)))
+	} else {
+		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
+	}
+	if flags&flagCached == 0 {
+		cachedTokens = 0
+	}
+	tokens := uncached(promptTokens, cachedTokens)
+	if flags&flagUnsplit != 0 {
+		p.Unsplit = true
+		p.Parts[Unattributed] = line(fitWhole, tokens)
+	} else {
+		p.Parts[Preparation] = line(fitPreparation, 0)
+		p.Parts[Prefill] = line(fitPrefill, tokens)
+		p.Parts[FirstDecode] = line(fitFirstDecode, 0)
+		p.Parts[Unattributed] = line(fitUnattributed, 0)
+	}
+	p.Parts[Transport] = line(fitTransport, 0)
+	p.Total = p.Parts.Sum()
+	p.Age = now - time.Duration(at)
+	return p, true
+}

@@ -1,0 +1,262 @@
+package predict
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+// within reports whether got is within share of want.
+func within(got, want time.Duration, share float64) bool {
+	return math.Abs(float64(got-want)) <= share*float64(want)
+}
+
+// TestFollowsPrefill: in prefill_doubles.jsonl the per-token prefill and
+// its fixed part double at 20 s; the predicted prefill of a 1,000-token
+// prompt is within 20 % of the engine's true cost before, and again from
+// 3 s after the change.
+func TestFollowsPrefill(t *testing.T) {
+	m := New(Config{})
+	var checked int
+	replay(m, readSeries(t, "prefill_doubles.jsonl"), func(o *Observation) {
+		var truth time.Duration
+		switch {
+		case o.End > 5*time.Second && o.End < 20*time.Second:
+			truth = 15*time.Millisecond + 1000*60*time.Microsecond
+		case o.End > 23*time.Second:
+			truth = 2 * (15*time.Millisecond + 1000*60*time.Microsecond)
+		default:
+			return
+		}
+		p, _ := m.Predict(o.End, 1000, 0, Load{})
+		if !within(p.Parts[Prefill], truth, 0.2) {
+			t.Fatalf("at %v: prefill of 1,000 tokens predicted %v, truth %v", o.End, p.Parts[Prefill], truth)
+		}
+		checked++
+	})
+	if checked < 500 {
+		t.Fatalf("%d predictions checked", checked)
+	}
+}
+
+// TestOutlier: outlier.jsonl's request at 15 s took ten times as long in
+// every part; the prediction of a typical request moves by less than 10 %
+// when it is observed (taken as all of it, it would move it by half).
+func TestOutlier(t *testing.T) {
+	m := New(Config{})
+	series := readSeries(t, "outlier.jsonl")
+	var slowest *Observation
+	for i := range series {
+		if slowest == nil || series[i].Parts.Sum() > slowest.Parts.Sum() {
+			slowest = &series[i]
+		}
+	}
+	load := Load{Waiting: 2, EngineKnown: true, InFlight: 5}
+	var before time.Duration
+	replay(m, series, func(o *Observation) {
+		p, _ := m.Predict(o.End, 1000, 250, load)
+		switch {
+		case o == slowest:
+			t.Logf("the outlier moved the prediction from %v to %v", before, p.Total)
+			if !within(p.Total, before, 0.1) {
+				t.Errorf("after the outlier (%v): predicted %v, before it %v", o.Parts.Sum(), p.Total, before)
+			}
+		default:
+			before = p.Total
+		}
+	})
+}
+
+// TestQueueLoad: once queue_builds.jsonl has climbed to 30 requests ahead,
+// the predicted queue grows with the requests ahead, within 20 % of the
+// engine's 1 ms + 40 ms each; with the engine's load unknown, the replica's
+// in flight stands in for it (queue_unscraped.jsonl: 40 ms for each past
+// 4 slots, a knee a line follows within 25 % once well past it).
+func TestQueueLoad(t *testing.T) {
+	m := New(Config{})
+	replay(m, readSeries(t, "queue_builds.jsonl"), nil)
+	for _, ahead := range []int64{5, 10, 20, 30} {
+		p, _ := m.Predict(30*time.Second, 1000, 0, Load{Waiting: ahead, EngineKnown: true, InFlight: ahead + 4})
+		if truth := time.Millisecond + time.Duration(ahead)*40*time.Millisecond; !within(p.Parts[Queue], truth, 0.2) {
+			t.Errorf("%d ahead: queue predicted %v, truth %v", ahead, p.Parts[Queue], truth)
+		}
+	}
+	m = New(Config{})
+	replay(m, readSeries(t, "queue_unscraped.jsonl"), nil)
+	for _, inFlight := range []int64{10, 15, 20} {
+		p, _ := m.Predict(30*time.Second, 1000, 0, Load{InFlight: inFlight})
+		if truth := time.Millisecond + time.Duration(inFlight-3)*40*time.Millisecond; !within(p.Parts[Queue], truth, 0.25) {
+			t.Errorf("%d in flight: queue predicted %v, truth %v", inFlight, p.Parts[Queue], truth)
+		}
+	}
+}
+
+// TestUnsplit: an engine that reports no split is predicted as one part,
+// Unattributed, growing with the prompt.
+func TestUnsplit(t *testing.T) {
+	m := New(Config{})
+	replay(m, readSeries(t, "unsplit.jsonl"), nil)
+	small, _ := m.Predict(30*time.Second, 200, 0, Load{})
+	p, _ := m.Predict(30*time.Second, 2000, 0, Load{})
+	if !p.Unsplit || p.Parts[Preparation]+p.Parts[Prefill]+p.Parts[FirstDecode] != 0 || p.Parts[Unattributed] <= small.Parts[Unattributed] {
+		t.Fatalf("unsplit prediction %+v (200 tokens: %+v)", p, small)
+	}
+}
+
+// TestColdStart: a model predicts nothing until it has observed a request
+// with a first token; after one, it predicts that request's parts for the
+// same request.
+func TestColdStart(t *testing.T) {
+	first := Observation{
+		End: 10 * time.Second, FirstToken: true, PromptTokens: 500, Load: Load{InFlight: 1},
+		Parts: Parts{time.Millisecond, 2 * time.Millisecond, 30 * time.Millisecond, 20 * time.Millisecond, time.Millisecond, time.Millisecond},
+	}
+	noToken := first
+	noToken.FirstToken = false
+	for _, tc := range []struct {
+		name string
+		seen []Observation
+		ok   bool
+	}{
+		{"none", nil, false},
+		{"no first token", []Observation{noToken}, false},
+		{"one", []Observation{first}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(Config{})
+			for _, o := range tc.seen {
+				m.Observe(o)
+			}
+			p, ok := m.Predict(11*time.Second, 500, 0, Load{InFlight: 1})
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if ok && (p.Parts != first.Parts || p.Total != first.Parts.Sum() || p.Age != time.Second) {
+				t.Fatalf("prediction %+v, want the observed %v, age 1s", p, first.Parts)
+			}
+		})
+	}
+}
+
+// TestCachedTokens: the expected cached tokens shorten the predicted
+// prefill when the engine reports what it cached, and count for nothing
+// when it does not (its prefill was learned against whole prompts).
+func TestCachedTokens(t *testing.T) {
+	for _, reported := range []bool{true, false} {
+		m := New(Config{})
+		for i := range 20 {
+			prompt := 500 + 100*i
+			m.Observe(Observation{
+				End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true, PromptTokens: prompt, CachedReported: reported,
+				Parts: Parts{Prefill: time.Duration(prompt) * 50 * time.Microsecond},
+			})
+		}
+		whole, _ := m.Predict(2*time.Second, 1000, 0, Load{})
+		half, _ := m.Predict(2*time.Second, 1000, 500, Load{})
+		if want := whole.Parts[Prefill] / 2; reported && !within(half.Parts[Prefill], want, 0.01) {
+			t.Errorf("reported: 500 of 1,000 cached: prefill %v, want %v", half.Parts[Prefill], want)
+		}
+		if !reported && half.Parts[Prefill] != whole.Parts[Prefill] {
+			t.Errorf("not reported: 500 of 1,000 cached: prefill %v, want %v", half.Parts[Prefill], whole.Parts[Prefill])
+		}
+	}
+}
+
+// TestForgetting: an observation one half-life older than the newest
+// counts half as much, whether it came before or after it; a long quiet
+// spell still keeps half of what was learned (minKeep).
+func TestForgetting(t *testing.T) {
+	obs := func(end, queue time.Duration) Observation {
+		return Observation{End: end, FirstToken: true, Parts: Parts{Queue: queue}}
+	}
+	for _, tc := range []struct {
+		name string
+		seen []Observation
+		want time.Duration // the queue predicted: a weighted mean
+	}{
+		{"in order", []Observation{obs(0, 10*time.Millisecond), obs(2*time.Second, 40*time.Millisecond)}, 30 * time.Millisecond},
+		{"out of order", []Observation{obs(2*time.Second, 40*time.Millisecond), obs(0, 10*time.Millisecond)}, 30 * time.Millisecond},
+		{"quiet spell", []Observation{obs(0, 10*time.Millisecond), obs(time.Minute, 40*time.Millisecond)}, 30 * time.Millisecond},
+		{"same time", []Observation{obs(0, 10*time.Millisecond), obs(0, 40*time.Millisecond)}, 25 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(Config{HalfLife: 2 * time.Second})
+			for _, o := range tc.seen {
+				m.Observe(o)
+			}
+			if p, _ := m.Predict(time.Minute, 0, 0, Load{}); !within(p.Parts[Queue], tc.want, 0.001) {
+				t.Fatalf("queue %v, want %v", p.Parts[Queue], tc.want)
+			}
+		})
+	}
+}
+
+// TestConcurrent: Predict reads what Observe publishes without a lock
+// (run it with -race); every model state here predicts the one prefill
+// observed. Its goroutines are waited for before it returns.
+func TestConcurrent(t *testing.T) {
+	m := New(Config{})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if p, ok := m.Predict(0, 1000, 0, Load{}); ok && !within(p.Parts[Prefill], 10*time.Millisecond, 1e-6) {
+					t.Errorf("prediction %v, want 10ms", p.Parts[Prefill])
+					return
+				}
+			}
+		})
+	}
+	for i := range 2000 {
+		m.Observe(Observation{End: time.Duration(i) * time.Millisecond, FirstToken: true, PromptTokens: 1000, Parts: Parts{Prefill: 10 * time.Millisecond}})
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestKinds: which fits a prediction comes from follows what most recent
+// observations had: split or unsplit, the engine's load scraped or not,
+// and the load the prediction is asked with.
+func TestKinds(t *testing.T) {
+	const ms = time.Millisecond
+	split := Observation{FirstToken: true, PromptTokens: 100, Load: Load{Waiting: 2, EngineKnown: true, InFlight: 6},
+		Parts: Parts{Queue: 20 * ms, Prefill: 10 * ms, Unattributed: ms}}
+	unsplit := Observation{FirstToken: true, PromptTokens: 100, Unsplit: true, Load: Load{InFlight: 3},
+		Parts: Parts{Queue: 9 * ms, Unattributed: 30 * ms}}
+	for _, tc := range []struct {
+		name        string
+		seen        []Observation // one a second
+		load        Load
+		unsplit     bool
+		queue, rest time.Duration // the queue predicted, and the rest
+	}{
+		{"split, scraped", []Observation{split}, Load{Waiting: 4, EngineKnown: true, InFlight: 1}, false, 40 * ms, 11 * ms},
+		// Asked without a scrape: the in-flight line (20 ms at 6: 10 at 3).
+		{"split, asked unscraped", []Observation{split}, Load{InFlight: 3}, false, 10 * ms, 11 * ms},
+		{"unsplit", []Observation{unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 6}, true, 18 * ms, 30 * ms},
+		// Most recent unsplit and unscraped: their fits, though the older
+		// split and scraped ones are still known (the in-flight line
+		// through 20 ms at 6 and 9 ms at 3).
+		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9 * ms, 30 * ms},
+		{"unsplit, then split", []Observation{unsplit, split, split}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, false, 40 * ms, 11 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(Config{})
+			for i, o := range tc.seen {
+				o.End = time.Duration(i) * time.Second
+				m.Observe(o)
+			}
+			p, _ := m.Predict(time.Minute, 100, 0, tc.load)
+			if p.Unsplit != tc.unsplit || !within(p.Parts[Queue], tc.queue, 0.01) || !within(p.Total-p.Parts[Queue], tc.rest, 0.01) {
+				t.Fatalf("prediction %+v, want unsplit %v, queue %v, rest %v", p, tc.unsplit, tc.queue, tc.rest)
+			}
+		})
+	}
+}
