@@ -64,11 +64,11 @@ func runEngine(args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
+	sig := make(chan os.Signal, 1) // ours before the log says it serves
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	cfg.Logger.Info("reference engine serving", "listen", ln.Addr().String())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case err = <-errc:
 	case <-sig:

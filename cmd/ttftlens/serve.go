@@ -231,14 +231,16 @@ func serve(f *serveFlags, plan *servePlan) error {
 	}
 	adminRoutes["/ready"] = p.Ready
 	admin := &fasthttp.Server{Handler: exporters.AdminHandler(reg, adminRoutes), Name: "ttftlens-admin"}
+	// Signals are ours before the log says we serve: a SIGTERM that
+	// follows that line is a shutdown, never the default exit.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	errc := make(chan error, 2)
 	go func() { errc <- p.Serve(ln) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	log.Info().Str("listen", ln.Addr().String()).Str("admin", adminLn.Addr().String()).
 		Strs("upstreams", upstreams).Bool("tls", f.tlsCert != "").Msg("ttftlens serving")
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case err = <-errc:
 	case s := <-sig:
