@@ -14,8 +14,8 @@ import (
 const BlockBytes = 64
 
 // MaxBlocks bounds a chain: 16 KiB of prompt text, ~4,000 tokens, covers
-// the system prompts and shared documents prefix routing is for (the
-// issue's workload: 1,000 to 2,000 tokens), and past it two prompts that
+// the system prompts and shared documents prefix routing is for (often
+// 1,000 to 2,000 tokens), and past it two prompts that
 // agree so far are all but certain to agree further. It bounds the work per
 // request (hashing, a Lookup's ≤ 9 probes, a Record's ≤ 256 entries) and
 // how much of the Index one request can take.
