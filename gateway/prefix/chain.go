@@ -8,17 +8,18 @@ import (
 
 // BlockBytes is a block's size: 16 tokens at the ~4 bytes of text a token
 // the gateway estimates with, the granularity of vLLM's prefix cache
-// (block_size 16). A finer block would only name prefixes no engine caches
-// apart; a coarser one would lose up to a block of every shared prefix. A
-// completions prompt of token ids is cut at exactly 16 tokens a block.
+// (block_size 16). A finer block would tell apart prefixes that vLLM does
+// not, and take more hashes and entries for each prompt; a coarser one
+// would miss up to a block of every shared prefix. A completions prompt of
+// token ids is cut at exactly 16 tokens a block.
 const BlockBytes = 64
 
 // MaxBlocks bounds a chain: 16 KiB of prompt text, ~4,000 tokens, covers
 // the system prompts and shared documents prefix routing is for (often
-// 1,000 to 2,000 tokens), and past it two prompts that
-// agree so far are all but certain to agree further. It bounds the work per
-// request (hashing, a Lookup's ≤ 9 probes, a Record's ≤ 256 entries) and
-// how much of the Index one request can take.
+// 1,000 to 2,000 tokens), and past it two prompts that agree so far are all
+// but certain to agree further. It bounds the work per request (hashing, a
+// Lookup's ≤ 9 probes, a Record's ≤ 256 entries) and how much of the Index
+// one request can take.
 const MaxBlocks = 256
 
 // The tags that start each field of a message in the byte stream a chain
@@ -51,10 +52,11 @@ const (
 // same way shares.
 //
 // lead is how many of the appended hashes the first message took (the
-// system prompt, when there is one): chain[len(dst)+lead-1] names it whole,
-// the key to PickBounded for a request with no history, which then goes
-// where others with the same system prompt or the same first message (a
-// conversation's earlier turns) go.
+// system prompt, when there is one): chain[len(dst)+lead-1] names it (its
+// first 16 KiB), the key to PickBounded for a request with no history,
+// which then goes where others with the same system prompt or the same
+// first message (a conversation's earlier turns) go. lead is 0 when the
+// chain is empty or its first message could not be read.
 func AppendChat(dst []uint64, seed uint64, messages *fastjson.Value) (chain []uint64, lead int) {
 	c := chainer{out: dst, prev: seed, room: MaxBlocks}
 	if messages == nil || messages.Type() != fastjson.TypeArray {
@@ -122,9 +124,7 @@ func (c *chainer) message(m *fastjson.Value) bool {
 		return false
 	}
 	c.writeByte(tagRole)
-	if r := o.Get("role"); r != nil && r.Type() == fastjson.TypeString {
-		c.writeString(r)
-	}
+	c.writeString(o.Get("role"))
 	c.writeByte(tagContent)
 	ok := c.content(o.Get("content")) && c.toolCalls(o.Get("tool_calls"))
 	c.end()
