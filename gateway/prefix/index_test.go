@@ -128,3 +128,34 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("%d entries, capacity %d", n, x.Capacity())
 	}
 }
+
+// TestLookupHoles: entries evicted from inside a recorded chain make a
+// lookup report a shorter match than there is, never one that is not
+// there. One set of 16: the chain's 10 entries and 6 others as old, then
+// k newer ones, which evict the chain's first k (of entries equally old,
+// the first ways go first).
+func TestLookupHoles(t *testing.T) {
+	c := chainOf(1, 10)
+	for _, tc := range []struct {
+		evicted, want int
+	}{
+		{0, 10},
+		{3, 10}, // the probes at blocks 5, 8, 9 and 10 find theirs
+		{5, 0},  // block 5 is gone, and so are 2 and 1, the next probes
+		{10, 0},
+	} {
+		var clk clock.Fake
+		x := New(Options{Capacity: ways, Clock: &clk})
+		x.Record(c, 1)
+		for i := range ways - len(c) {
+			x.Record(chainOf(uint64(200+i), 1), 3)
+		}
+		clk.Advance(time.Second)
+		for i := range tc.evicted {
+			x.Record(chainOf(uint64(100+i), 1), 2)
+		}
+		if m := x.Lookup(c); m.Blocks != tc.want || m.Blocks > 0 && m.Upstream != 1 {
+			t.Errorf("%d evicted: %+v, want %d blocks on upstream 1", tc.evicted, m, tc.want)
+		}
+	}
+}
