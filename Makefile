@@ -29,7 +29,7 @@ BENCHFLAGS ?=
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test test-unit test-integration bench corpus lint fuzz scale
+.PHONY: test test-unit test-integration cross bench corpus lint fuzz scale
 
 test: ## the whole suite, exactly as CI runs it (scripts/test.sh)
 	./scripts/test.sh
@@ -39,6 +39,13 @@ test-unit: ## the unit tests: go test ./..., Go and nothing else
 
 test-integration: ## the tests that start outside programs (installs them)
 	./scripts/integration.sh
+
+# The whole module for the platforms besides linux/amd64 (docs/testing.md):
+# the suite builds only the packages with files of their own per platform.
+CROSS ?= freebsd/386 darwin/arm64
+
+cross: ## the whole module built for CROSS (freebsd/386 darwin/arm64)
+	@set -e; for p in $(CROSS); do echo "== $$p"; GOOS=$${p%/*} GOARCH=$${p#*/} go build ./...; done
 
 bench: ## the benchmarks BENCHMARKS.md reports (BENCHFLAGS=...)
 	go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) $(BENCH_PKGS)
