@@ -155,6 +155,28 @@ func timeSteps(b *testing.B, gb *gatewayBench) {
 	reportPercentiles(b, durs)
 }
 
+// BenchmarkChooseLeastTTFT is least_ttft's choice alone, in newTTFTBench's
+// world, for requests already checked: the chain's lookup, 100 upstreams
+// predicted, the choice recorded.
+func BenchmarkChooseLeastTTFT(b *testing.B) {
+	gb := newTTFTBench(b)
+	s := gb.g.Snapshot()
+	var p fastjson.Parser
+	reqs := make([]Request, len(gb.bodies))
+	for i, body := range gb.bodies {
+		var rej *Rejection
+		if reqs[i], rej = s.CheckRequest(&p, Chat, body); rej != nil {
+			b.Fatal(rej)
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, rej := s.Choose(&reqs[i%len(reqs)], nil); rej != nil {
+			b.Fatal(rej)
+		}
+	}
+}
+
 // BenchmarkGatewayStepParallel: the same step from every core at once (each
 // goroutine with its own parser, as each exchange has).
 func BenchmarkGatewayStepParallel(b *testing.B) {
