@@ -404,3 +404,58 @@ func TestLeastTTFTIndexReload(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptChain: CheckRequest hashes the prompt's chain for a least_ttft
+// pool only, chat and completions alike, seeded with the model's name.
+func TestPromptChain(t *testing.T) {
+	cfg := &Config{
+		Routes: []RouteConfig{{Model: "m*", Pool: "ttft"}, {Model: "other", Pool: "rr"}},
+		Pools: []PoolConfig{
+			{Name: "ttft", Upstreams: []string{"http://a:1"}, Policy: PolicyLeastTTFT},
+			{Name: "rr", Upstreams: []string{"http://b:1"}, Policy: PolicyRoundRobin},
+		},
+	}
+	g, _ := newGateway(t, cfg, Options{})
+	s := g.Snapshot()
+	chat := func(model string) []byte {
+		return fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":"Why?"}]}`, model, systemPrompt(1, 100))
+	}
+	tests := []struct {
+		name   string
+		ep     Endpoint
+		body   []byte
+		blocks int // 0: no chain
+	}{
+		{"chat", Chat, chat("m1"), 9},
+		{"completions", Completions, []byte(`{"model":"m1","prompt":"` + strings.Repeat("x", 200) + `"}`), 4},
+		{"token ids", Completions, []byte(`{"model":"m1","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`), 2},
+		{"another policy", Chat, chat("other"), 0},
+	}
+	var p fastjson.Parser
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, rej := s.CheckRequest(&p, tt.ep, tt.body)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			defer req.Release()
+			blocks := 0
+			if req.prompt != nil {
+				blocks = len(req.prompt.chain)
+				if req.prompt.lead == 0 {
+					t.Error("no lead")
+				}
+			}
+			if blocks != tt.blocks || (req.prompt == nil) != (tt.blocks == 0) {
+				t.Fatalf("a chain of %d blocks (prompt %v), want %d", blocks, req.prompt != nil, tt.blocks)
+			}
+		})
+	}
+	a, _ := s.CheckRequest(&p, Chat, chat("m1"))
+	defer a.Release()
+	b, _ := s.CheckRequest(&p, Chat, chat("m2"))
+	defer b.Release()
+	if a.prompt.chain[0] == b.prompt.chain[0] {
+		t.Fatal("two models' chains agree")
+	}
+}
