@@ -459,3 +459,34 @@ func TestPromptChain(t *testing.T) {
 		t.Fatal("two models' chains agree")
 	}
 }
+
+// TestPickLeastTTFT: Pick in a least_ttft pool predicts without a prompt
+// (no size, no affinity): the lowest prediction, where least_request would
+// choose another, and another when it is excepted; with a model cold and
+// no prompt to hash, the fewest outstanding requests.
+func TestPickLeastTTFT(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 2, 0)
+	a, b := r.Pool.Upstreams[0], r.Pool.Upstreams[1]
+	acquire := func(u *Upstream) {
+		if _, rej := u.Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+	}
+	engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(a, clk.Now())
+	acquire(a)
+	for range 2 {
+		if u, rej := s.Pick(r, nil); rej != nil || u != b {
+			t.Fatalf("with b cold: %v %v, want b, the fewest outstanding", u, rej)
+		}
+	}
+	engine{perToken: 100 * time.Microsecond}.teach(b, clk.Now()) // no queue
+	acquire(b)
+	acquire(b)
+	for _, tt := range []struct {
+		except, want *Upstream
+	}{{nil, b}, {b, a}} {
+		if u, rej := s.Pick(r, tt.except); rej != nil || u != tt.want {
+			t.Fatalf("except %v: %v %v, want %s", tt.except, u, rej, tt.want.Name)
+		}
+	}
+}
