@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ttftlens/ttftlens/gateway/prefix"
 )
 
 // Config is the gateway's configuration file (gateway/example.yaml shows
@@ -38,6 +41,11 @@ type Config struct {
 	Routes []RouteConfig `yaml:"routes"`
 	// Pools are groups of interchangeable upstreams.
 	Pools []PoolConfig `yaml:"pools"`
+	// PrefixIndexEntries is the capacity of the prefix index that
+	// least_ttft pools share (gateway/prefix: which upstream last served
+	// each prompt prefix; ~20 bytes an entry, allocated whole while a pool
+	// uses it). Default 100,000 (prefix.DefaultCapacity).
+	PrefixIndexEntries int `yaml:"prefix_index_entries"`
 
 	// Where the config came from, for error messages: file name and the
 	// line of every field path. Empty for a Config built in code.
@@ -174,7 +182,8 @@ type PoolConfig struct {
 	// belongs to one pool only, so its in-flight limit means one thing.
 	Upstreams []string `yaml:"upstreams"`
 	// Policy is how a request's upstream is chosen among those in
-	// rotation: PolicyLeastRequest (the default) or PolicyLeastLoad.
+	// rotation: PolicyLeastRequest (the default), PolicyRoundRobin,
+	// PolicyLeastLoad or PolicyLeastTTFT.
 	Policy string `yaml:"policy"`
 	// MaxInFlight is the most requests one upstream gets at once (0:
 	// unlimited, no admission queue).
@@ -233,16 +242,27 @@ const (
 	AuthNone        = "none"
 )
 
-// The routing policies (PoolConfig.Policy); ties go round robin in both.
+// The routing policies (PoolConfig.Policy); ties go round robin.
 const (
 	// PolicyLeastRequest picks the upstream with the fewest requests this
 	// replica has queued for or in flight on it.
 	PolicyLeastRequest = "least_request"
+	// PolicyRoundRobin takes the upstreams in rotation, whatever their
+	// load.
+	PolicyRoundRobin = "round_robin"
 	// PolicyLeastLoad picks the upstream whose engine reports the least
 	// load on its own /metrics (scraped by the proxy), blended with this
 	// replica's requests the engine has not yet reported (route.go).
 	PolicyLeastLoad = "least_load"
+	// PolicyLeastTTFT picks the upstream of the lowest predicted time to
+	// first token (gateway/predict), the expected prefix-cache hits
+	// (gateway/prefix) counted, under a bound on the load
+	// (leastttft.go; docs/routing.md).
+	PolicyLeastTTFT = "least_ttft"
 )
+
+// policies are the policies in the order the validator names them.
+var policies = []string{PolicyLeastRequest, PolicyRoundRobin, PolicyLeastLoad, PolicyLeastTTFT}
 
 // The defaults Normalize fills in.
 const (
@@ -281,6 +301,9 @@ func (c *Config) Normalize() {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.PrefixIndexEntries == 0 {
+		c.PrefixIndexEntries = prefix.DefaultCapacity
 	}
 	c.QuotaBackend.normalize()
 	normQuota := func(q *Quota) {
@@ -379,6 +402,7 @@ func (v *validator) check() {
 	v.checkKeys()
 	pools := v.checkPools()
 	v.checkRoutes(pools)
+	nonNegative(v, "prefix_index_entries", v.c.PrefixIndexEntries)
 }
 
 // checkAuth checks the auth mode and that keys are listed exactly when it
@@ -431,10 +455,9 @@ func (v *validator) checkPools() map[string]int {
 		p := fmt.Sprintf("pools[%d]", i)
 		v.uniqueName(pools, "pools", "pool", pl.Name, i)
 		v.checkUpstreams(p, pl.Upstreams, addrs)
-		switch pl.Policy {
-		case "", PolicyLeastRequest, PolicyLeastLoad:
-		default:
-			v.add(p+".policy", "must be %s or %s, not %q", PolicyLeastRequest, PolicyLeastLoad, pl.Policy)
+		if pl.Policy != "" && !slices.Contains(policies, pl.Policy) {
+			v.add(p+".policy", "must be %s or %s, not %q%s", strings.Join(policies[:len(policies)-1], ", "),
+				policies[len(policies)-1], pl.Policy, didYouMean(pl.Policy, policies))
 		}
 		v.checkQueue(p, pl)
 		v.checkHealth(p+".health", &pl.Health)

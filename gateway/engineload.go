@@ -1,5 +1,7 @@
 package gateway
 
+import "github.com/ttftlens/ttftlens/gateway/predict"
+
 // EngineLoad is an upstream's load as its engine reports it on its own
 // /metrics (the proxy scrapes it and hands it to SetEngineLoad).
 type EngineLoad struct {
@@ -86,4 +88,19 @@ func (u *Upstream) loadKey() (k loadKey, known bool) {
 		k.kvPercent = int64(r.KVCacheUsage * 100)
 	}
 	return k, true
+}
+
+// PredictLoad is u's load now as gateway/predict takes it: the requests
+// ahead at its engine, as least_load blends them (loadKey's waiting: the
+// last scrape's waiting count, this replica's requests since counted as
+// waiting), when the engine's load is known; and this replica's
+// outstanding requests on u (queued here or in flight). Choose reads it
+// into Choice.Load; read at routing, it is the request's
+// Observation.Load.
+func (u *Upstream) PredictLoad() predict.Load {
+	l := predict.Load{InFlight: u.outstanding.Load()}
+	if k, known := u.loadKey(); known {
+		l.Waiting, l.EngineKnown = k.waiting, true
+	}
+	return l
 }

@@ -14,12 +14,15 @@
 //	res, rej := s.Admit(key, req.Reserve())
 //	dl, rej := req.Route.Deadlines(flagDefaults, totalHdr, ttftHdr)
 //	                                           // mark gateway_done
-//	up, rej := s.Pick(req.Route, nil)          // mark routed
+//	c, rej := s.Choose(&req, nil)              // mark routed; up := c.Upstream
+//	                                           // (or s.Pick(req.Route, nil): the upstream alone)
 //	release, rej := up.Acquire(clientGone)     // mark admitted
 //	... the upstream exchange; after a failed connect (nothing reached the
 //	    engine), once: g.Done(up, false); release();
-//	    up2, rej := s.Pick(req.Route, up); release2, rej := up2.Acquire(...)
+//	    c2, rej := s.Choose(&req, up); release2, rej := c2.Upstream.Acquire(...)
+//	req.Release()                              // after the last Choose
 //	g.Done(up, ok); release(); res.Settle(actualTokens)
+//	up.Observe(...)                            // the record's split, for least_ttft
 //
 // After Admit succeeded, a later gateway Rejection (Pick, Acquire) should
 // res.Cancel() so the key does not pay for a request it never got.
@@ -35,6 +38,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/gateway/prefix"
 	"github.com/ttftlens/ttftlens/gateway/quota"
 	"github.com/ttftlens/ttftlens/internal/clock"
 )
@@ -80,6 +84,14 @@ type Gateway struct {
 	// redisConn.
 	redis     *quota.Redis
 	redisConn RedisConfig
+	// lastID is the last Upstream id given out (under mu): ids are never
+	// reused, so the prefix index never takes a new upstream for an old one.
+	lastID uint32
+	// index is the prefix index of the least_ttft pools, nil while no pool
+	// uses it; kept across reloads while its capacity (indexEntries, as
+	// configured) stays.
+	index        *prefix.Index
+	indexEntries int
 }
 
 // Snapshot is one configuration in effect: everything a request needs from
@@ -316,9 +328,13 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 
 	ups := make(map[string]*Upstream)
 	pools := make(map[string]*Pool, len(cfg.Pools))
+	index := g.prefixIndex(cfg)
 	for i := range cfg.Pools {
 		pc := &cfg.Pools[i]
-		p := &Pool{Name: pc.Name, Policy: pc.Policy, health: pc.Health, g: g}
+		p := &Pool{Name: pc.Name, Policy: pc.Policy, kind: policyOf(pc.Policy), health: pc.Health, g: g}
+		if p.kind == policyLeastTTFT {
+			p.index = index
+		}
 		for _, raw := range pc.Upstreams {
 			uu, err := parseUpstreamURL(raw)
 			if err != nil {
@@ -358,11 +374,24 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			s.exact[r.Model] = r
 		}
 	}
-	g.ups, g.buckets = ups, buckets
+	g.ups, g.buckets, g.index, g.indexEntries = ups, buckets, index, cfg.PrefixIndexEntries
 	if store != nil && g.redis == nil {
 		g.redis, g.redisConn = store, cfg.QuotaBackend.Redis.conn()
 	}
 	return s, nil
+}
+
+// prefixIndex is the prefix index for cfg: the one in use when its
+// capacity stays, a new one when it changes, nil when no pool routes by
+// least_ttft. g.mu is held.
+func (g *Gateway) prefixIndex(cfg *Config) *prefix.Index {
+	if !slices.ContainsFunc(cfg.Pools, func(p PoolConfig) bool { return p.Policy == PolicyLeastTTFT }) {
+		return nil
+	}
+	if g.index != nil && g.indexEntries == cfg.PrefixIndexEntries {
+		return g.index
+	}
+	return prefix.New(prefix.Options{Capacity: cfg.PrefixIndexEntries, Clock: g.opts.Clock})
 }
 
 func isGlob(s string) bool {

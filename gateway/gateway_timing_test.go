@@ -64,10 +64,12 @@ func (gb *gatewayBench) step(p *fastjson.Parser, i int) error {
 	if _, rej = req.Route.Deadlines(Deadlines{FirstToken: 120 * time.Second}, nil, nil); rej != nil {
 		return rej
 	}
-	u, rej := s.Pick(req.Route, nil)
+	c, rej := s.Choose(&req, nil)
+	req.Release()
 	if rej != nil {
 		return rej
 	}
+	u := c.Upstream
 	release, rej := u.Acquire(nil)
 	if rej != nil {
 		return rej
@@ -78,11 +80,56 @@ func (gb *gatewayBench) step(p *fastjson.Parser, i int) error {
 	return nil
 }
 
+// newTTFTBench is the benchmark's world with its ten pools made one
+// least_ttft pool of 100 upstreams, each upstream's model taught, the
+// prefix index full (100,000 entries), and bodies of eight shared system
+// prompts of 1,000 to 2,000 tokens with a short question each (a
+// request's chain of 65 to 125 blocks, matched whole once it has been
+// seen).
+func newTTFTBench(b testing.TB) *gatewayBench {
+	cfg := manyKeysConfig(10000, 100)
+	var ups []string
+	for i := range 100 {
+		ups = append(ups, fmt.Sprintf("http://10.1.%d.%d:8000", i/200, i%200+1))
+	}
+	cfg.Pools = []PoolConfig{{Name: "ttft", Upstreams: ups, Policy: PolicyLeastTTFT, MaxInFlight: 1 << 20}}
+	for i := range cfg.Routes {
+		cfg.Routes[i].Pool = "ttft"
+	}
+	g, _ := newGateway(b, cfg, Options{Clock: clock.Real})
+	gb := &gatewayBench{g: g}
+	for i := range 1024 {
+		gb.headers = append(gb.headers, []byte("Bearer "+testKey(i*9%10000)))
+	}
+	for i, u := range g.Snapshot().Pools()[0].Upstreams {
+		engine{perToken: time.Duration(80+i%40) * time.Microsecond, perAhead: 50 * time.Millisecond}.teach(u, clock.Real.Now())
+	}
+	var chain [100]uint64
+	for i := range 2 * g.index.Capacity() / len(chain) { // twice the capacity: full
+		for j := range chain {
+			chain[j] = uint64(i)<<32 | uint64(j) + 1
+		}
+		g.index.Record(chain[:], uint32(i%100+1))
+	}
+	for i := range 64 {
+		body := fmt.Appendf(nil, `{"model":"model-0","stream":true,"max_tokens":256,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question %d: what changes when the prompt grows?"}]}`,
+			systemPrompt(i%8, 1000+i%8*140), i)
+		gb.bodies = append(gb.bodies, body)
+	}
+	return gb
+}
+
 // BenchmarkGatewayStep: authenticate + validate + quota admit + deadlines +
 // route + admission acquire/release + settle, with 10,000 keys and 100
 // routes. Reports p50/p99/max per step (each timed on its own) besides the
 // mean, and allocs/op.
 func BenchmarkGatewayStep(b *testing.B) { timeSteps(b, newGatewayBench(b)) }
+
+// BenchmarkGatewayStepLeastTTFT: the same step in newTTFTBench's world: a
+// least_ttft pool of 100 upstreams, 100,000 prefixes indexed, requests
+// with long shared system prompts (the chain, its lookup and record, 100
+// predictions).
+func BenchmarkGatewayStepLeastTTFT(b *testing.B) { timeSteps(b, newTTFTBench(b)) }
 
 // timeSteps runs gb's step b.N times after a warm-up, timing each.
 func timeSteps(b *testing.B, gb *gatewayBench) {
@@ -106,6 +153,28 @@ func timeSteps(b *testing.B, gb *gatewayBench) {
 	}
 	b.StopTimer()
 	reportPercentiles(b, durs)
+}
+
+// BenchmarkChooseLeastTTFT is least_ttft's choice alone, in newTTFTBench's
+// world, for requests already checked: the chain's lookup, 100 upstreams
+// predicted, the choice recorded.
+func BenchmarkChooseLeastTTFT(b *testing.B) {
+	gb := newTTFTBench(b)
+	s := gb.g.Snapshot()
+	var p fastjson.Parser
+	reqs := make([]Request, len(gb.bodies))
+	for i, body := range gb.bodies {
+		var rej *Rejection
+		if reqs[i], rej = s.CheckRequest(&p, Chat, body); rej != nil {
+			b.Fatal(rej)
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, rej := s.Choose(&reqs[i%len(reqs)], nil); rej != nil {
+			b.Fatal(rej)
+		}
+	}
 }
 
 // BenchmarkGatewayStepParallel: the same step from every core at once (each

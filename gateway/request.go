@@ -39,6 +39,9 @@ type Request struct {
 	// PromptTokens estimates the prompt: ~4 bytes of text per token plus a
 	// few per message. An estimate for quota admission, not a tokenizer.
 	PromptTokens int
+	// prompt is the prompt's chain, for a least_ttft pool's Choose (nil in
+	// any other pool); Release gives it back.
+	prompt *prompt
 }
 
 // Reserve is the tokens to admit the request with: the prompt estimate plus
@@ -74,7 +77,9 @@ const (
 
 // CheckRequest validates a chat or completions request body with p (the
 // caller's parser, so the result may alias it and nothing is allocated on
-// success) and returns what the proxy needs, or a 400 Rejection naming the
+// success) and returns what the proxy needs (for a least_ttft pool, the
+// prompt's chain too, in a pooled buffer: Release it once the request is
+// routed), or a 400 Rejection naming the
 // parameter (Param) that is wrong: malformed JSON or not an object
 // (malformed_request_body), a body over max_body_bytes (BodyTooLarge, the
 // one 413), a missing or unknown model (unknown_model), or
@@ -102,6 +107,9 @@ func (s *Snapshot) CheckRequest(p *fastjson.Parser, ep Endpoint, body []byte) (R
 	req := Request{Model: modelName(f.model), Stream: f.stream}
 	if rej := s.checkFields(ep, &f, &req); rej != nil {
 		return Request{Model: req.Model}, rej
+	}
+	if req.Route.Pool.kind == policyLeastTTFT {
+		req.prompt = newPrompt(ep, req.Model, f.input)
 	}
 	return req, nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway/predict"
+	"github.com/ttftlens/ttftlens/gateway/prefix"
 )
 
 // Route is a configured route: a model (or glob) and its limits. Routes are
@@ -73,12 +75,14 @@ type Pool struct {
 	Name string
 	// Upstreams in configured order.
 	Upstreams []*Upstream
-	// Policy is how Pick chooses: PolicyLeastRequest or PolicyLeastLoad.
+	// Policy is how Pick chooses: one of the Policy constants.
 	Policy  string
+	kind    policy
 	rr      atomic.Uint32
 	health  HealthConfig
 	checker *checker
 	g       *Gateway
+	index   *prefix.Index // least_ttft: the gateway's prefix index
 	// loadUnknown: least_load's last Pick fell back to least_request
 	// because an upstream's engine load was unknown (logged on each change).
 	loadUnknown atomic.Bool
@@ -108,10 +112,20 @@ type Upstream struct {
 	hlog         healthLog // what was last logged of its availability
 
 	engine atomic.Pointer[engineReport] // the engine's load as last scraped; nil: unknown
+
+	// For least_ttft: id names u in the prefix index (from a counter, never
+	// reused), hash in rendezvous hashing (of URL: the same in every
+	// replica), model predicts its TTFT (Observe teaches it).
+	id    uint32
+	hash  uint64
+	model *predict.Model
 }
 
+// newUpstream makes the Upstream of u. g.mu is held.
 func newUpstream(g *Gateway, u upstreamURL) *Upstream {
-	up := &Upstream{Name: u.name, URL: u.base, g: g}
+	g.lastID++
+	up := &Upstream{Name: u.name, URL: u.base, g: g, id: g.lastID,
+		hash: prefix.Hash([]byte(u.base)), model: predict.New(predict.Config{})}
 	up.healthy.Store(true) // until a probe says otherwise
 	up.releaseFn = up.release
 	return up
@@ -140,12 +154,37 @@ func (u *Upstream) available(now int64) bool {
 	return true
 }
 
+// policy is a pool's policy as Pick switches on it.
+type policy uint8
+
+const (
+	policyLeastRequest policy = iota
+	policyRoundRobin
+	policyLeastLoad
+	policyLeastTTFT
+)
+
+// policyOf is the policy named name (a valid one).
+func policyOf(name string) policy {
+	switch name {
+	case PolicyRoundRobin:
+		return policyRoundRobin
+	case PolicyLeastLoad:
+		return policyLeastLoad
+	case PolicyLeastTTFT:
+		return policyLeastTTFT
+	}
+	return policyLeastRequest
+}
+
 // Pick chooses the upstream for a request on route r among the available
 // ones (healthy, not ejected) by the pool's policy, ties going round robin:
 // least_request, the fewest outstanding requests (queued + in flight);
-// least_load, the least load its engine reports (leastLoad), or
-// least_request while an upstream's engine load is unknown (no scrape yet,
-// or the last one failed; logged when it starts and ends). except, when not
+// round_robin, the next in rotation; least_load, the least load its engine
+// reports (leastLoad), or least_request while an upstream's engine load is
+// unknown (no scrape yet, or the last one failed; logged when it starts
+// and ends); least_ttft, as Choose without the request's prompt (no prefix
+// affinity): Choose is its way in. except, when not
 // nil, is skipped: the upstream that just failed, for the proxy's one retry
 // after a failed connect (the upstream saw nothing, so another may have
 // it). With no available upstream it returns a 503 Rejection
@@ -153,10 +192,17 @@ func (u *Upstream) available(now int64) bool {
 // upstream", and the proxy should answer with the first failure instead.
 func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
 	p := r.Pool
+	if p.kind == policyLeastTTFT {
+		c, rej := p.leastTTFT(nil, 0, except)
+		return c.Upstream, rej
+	}
 	start := p.rr.Add(1)
 	now := s.g.now()
 	var best *Upstream
-	if p.Policy == PolicyLeastLoad {
+	switch p.kind {
+	case policyRoundRobin:
+		best = p.roundRobin(start, except, now)
+	case policyLeastLoad:
 		var unknown *Upstream
 		best, unknown = p.leastLoad(start, except, now)
 		p.noteLoadUnknown(unknown)
@@ -188,6 +234,19 @@ func (p *Pool) leastRequest(start uint32, except *Upstream, now int64) *Upstream
 		}
 	}
 	return best
+}
+
+// roundRobin is the first available upstream in rotation order from start;
+// nil when none is available.
+func (p *Pool) roundRobin(start uint32, except *Upstream, now int64) *Upstream {
+	ups := p.Upstreams
+	n := uint32(len(ups))
+	for i := range n {
+		if u := ups[(start+i)%n]; u != except && u.available(now) {
+			return u
+		}
+	}
+	return nil
 }
 
 // leastLoad is the available upstream with the least engine load

@@ -54,8 +54,9 @@ type Load struct {
 	Waiting int64
 	// EngineKnown says the engine's load was scraped.
 	EngineKnown bool
-	// InFlight is this replica's requests on the upstream, admitted and
-	// not ended, the new one not counted.
+	// InFlight is this replica's requests on the upstream, queued for it
+	// or admitted and not ended (the gateway's Upstream.PredictLoad: its
+	// outstanding requests), the new one not counted.
 	InFlight int64
 }
 

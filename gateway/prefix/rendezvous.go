@@ -33,19 +33,31 @@ func PickBounded(key uint64, cands []Candidate, eps float64) int {
 	if len(cands) == 0 {
 		return -1
 	}
-	total := int64(1)
+	total := int64(0)
 	for _, c := range cands {
 		total += max(c.Load, 0)
 	}
-	bound := int64(math.Ceil((1 + max(eps, 0)) * float64(total) / float64(len(cands))))
+	bound := Bound(total, len(cands), eps)
 	best, bestW := -1, uint64(0)
 	for i, c := range cands {
 		if c.Load >= bound {
 			continue
 		}
-		if w := avalanche(key ^ c.ID); best < 0 || w > bestW {
+		if w := Weight(key, c.ID); best < 0 || w > bestW {
 			best, bestW = i, w
 		}
 	}
 	return best
 }
+
+// Bound is PickBounded's bound for n upstreams holding total requests: an
+// upstream whose load is at or over ⌈(1+eps)·(total+1)/n⌉ is not chosen
+// (eps below 0 counts as 0). For a caller that weighs upstreams its own
+// way (the gateway's least_ttft) under the same bound.
+func Bound(total int64, n int, eps float64) int64 {
+	return int64(math.Ceil((1 + max(eps, 0)) * float64(total+1) / float64(n)))
+}
+
+// Weight is key's rendezvous weight on the upstream id: PickBounded takes
+// the highest.
+func Weight(key, id uint64) uint64 { return avalanche(key ^ id) }

@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/ttftlens/ttftlens/gateway/predict"
+	"github.com/ttftlens/ttftlens/gateway/prefix"
+)
+
+// blockTokens is the prompt tokens a matched block of the chain is expected
+// to have cached: its 64 bytes at the estimate's ~4 bytes a token (a block
+// of token ids holds 16 exactly).
+const blockTokens = prefix.BlockBytes / bytesPerToken
+
+// Choice is Choose's decision: the upstream, and what the record keeps of
+// how it was chosen. Beside Upstream it is filled only in a least_ttft
+// pool.
+type Choice struct {
+	Upstream *Upstream
+	// Prediction is the chosen upstream's predicted TTFT past routing, when
+	// Predicted (its model has been observed).
+	Prediction predict.Prediction
+	Predicted  bool
+	// Affinity says prefix affinity chose the upstream, not the
+	// predictions (some upstream in rotation had no model yet): where the
+	// request's longest recorded prefix was last served, else rendezvous
+	// hashing on its first message.
+	Affinity bool
+	// CachedTokens is the prompt tokens expected in the chosen upstream's
+	// prefix cache: the blocks the prefix index matched there, 16 tokens
+	// each; 0 when the index named another upstream, or none.
+	CachedTokens int
+	// Load is the chosen upstream's load as the prediction took it: the
+	// request's Observation.Load.
+	Load predict.Load
+}
+
+// Choose chooses the upstream for req (a valid Request of this Snapshot) as
+// Pick does for its route, except in a least_ttft pool, where it routes by
+// the request's prompt and size too and says how in the Choice. except is
+// Pick's. Call req.Release after the last Choose for the request.
+func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
+	if p := req.Route.Pool; p.kind == policyLeastTTFT {
+		return p.leastTTFT(req.prompt, req.PromptTokens, except)
+	}
+	u, rej := s.Pick(req.Route, except)
+	return Choice{Upstream: u}, rej
+}
+
+// leastTTFT is least_ttft (docs/routing.md, "The policy"): of the available
+// upstreams under the load bound (prefix.Bound, ε = prefix.DefaultEpsilon,
+// over the available ones' outstanding requests), the one of the lowest
+// predicted TTFT for a request of tokens whose prompt is pr (nil: none
+// known), its expected cached tokens counted where the prefix index last
+// saw its longest recorded prefix; the first in rotation order on a tie.
+// While an upstream under the bound has no model yet, prefix affinity
+// chooses instead (affinity). The chosen upstream is recorded in the index
+// as the one that served pr's chain.
+func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rejection) {
+	start := p.rr.Add(1)
+	now := p.g.now()
+	var m prefix.Match
+	if pr != nil && len(pr.chain) > 0 {
+		m = p.index.Lookup(pr.chain)
+	}
+	ups := p.Upstreams
+	n := uint32(len(ups))
+	var avail int
+	var total int64
+	for _, u := range ups {
+		if u != except && u.available(now) {
+			avail++
+			total += max(u.outstanding.Load(), 0)
+		}
+	}
+	if avail == 0 {
+		return Choice{}, noHealthy(p, except, now)
+	}
+	bound := prefix.Bound(total, avail, prefix.DefaultEpsilon)
+	var c Choice
+	for i := range n {
+		u := ups[(start+i)%n]
+		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
+			continue
+		}
+		load, cached := u.PredictLoad(), cachedOn(m, u)
+		pred, ok := u.model.Predict(time.Duration(now), tokens, cached, load)
+		if !ok {
+			c = p.affinity(start, except, now, pr, m, bound, tokens)
+			break
+		}
+		if c.Upstream == nil || pred.Total < c.Prediction.Total {
+			c = Choice{Upstream: u, Prediction: pred, Predicted: true, CachedTokens: cached, Load: load}
+		}
+	}
+	if c.Upstream == nil { // loads rose past the bound since it was taken
+		c.Upstream = p.leastRequest(start, except, now)
+		if c.Upstream == nil {
+			return Choice{}, noHealthy(p, except, now)
+		}
+		c.Load = c.Upstream.PredictLoad()
+	}
+	if pr != nil && len(pr.chain) > 0 {
+		p.index.Record(pr.chain, c.Upstream.id)
+	}
+	return c, nil
+}
+
+// cachedOn is the prompt tokens the index's match m expects cached on u.
+func cachedOn(m prefix.Match, u *Upstream) int {
+	if m.Blocks > 0 && m.Upstream == u.id {
+		return m.Blocks * blockTokens
+	}
+	return 0
+}
+
+// affinity is least_ttft's choice while a model is cold: the upstream the
+// index matched (m) when it is available and under bound, else the one
+// rendezvous hashing prefers for the key of pr's first message among those
+// under bound, else (no prompt known) the fewest outstanding requests.
+// Its prediction is in the Choice when its model has one.
+func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m prefix.Match, bound int64, tokens int) Choice {
+	var best *Upstream
+	ok := func(u *Upstream) bool { return u != except && u.available(now) && u.outstanding.Load() < bound }
+	if m.Blocks > 0 {
+		for _, u := range p.Upstreams {
+			if u.id == m.Upstream && ok(u) {
+				best = u
+				break
+			}
+		}
+	}
+	if best == nil && pr != nil && pr.lead > 0 {
+		key := pr.chain[pr.lead-1]
+		var bestW uint64
+		for _, u := range p.Upstreams {
+			if w := prefix.Weight(key, u.hash); ok(u) && (best == nil || w > bestW) {
+				best, bestW = u, w
+			}
+		}
+	}
+	affine := best != nil
+	if !affine {
+		if best = p.leastRequest(start, except, now); best == nil {
+			return Choice{}
+		}
+	}
+	c := Choice{Upstream: best, Affinity: affine, CachedTokens: cachedOn(m, best), Load: best.PredictLoad()}
+	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.CachedTokens, c.Load)
+	return c
+}
+
+// Observe teaches u's TTFT model (gateway/predict) one finished request,
+// for least_ttft's predictions. The proxy calls it once per record that
+// ended on u, in any pool (a model learns the same whatever chose its
+// upstream), with the Observation filled as gateway/predict says:
+//
+//   - End: the gateway's clock (Options.Clock; the proxy hands the gateway
+//     its own Config.Clock) read when the request ended: Choose predicts
+//     on it. (The request clock's stages.Monotonic runs on the same
+//     monotonic clock from another origin, less than a millisecond apart:
+//     only a prediction's Age would show the difference.)
+//   - FirstToken, Parts and Unsplit: the record's breakdown (its OK, its
+//     stages queue to transport, upstream_unsplit).
+//   - PromptTokens: the engine's usage count, else Request.PromptTokens;
+//     CachedTokens and CachedReported: the cached tokens the engine
+//     reported, if it did.
+//   - Load: Choice.Load, the load the request was routed with (PredictLoad
+//     read at routing, for a choice that did not fill it).
+//
+// It takes the model's mutex and allocates nothing.
+func (u *Upstream) Observe(o predict.Observation) { u.model.Observe(o) }

@@ -1,0 +1,492 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/gateway/predict"
+	"github.com/ttftlens/ttftlens/gateway/prefix"
+	"github.com/ttftlens/ttftlens/internal/clock"
+)
+
+// ttftPool is a gateway with one least_ttft pool of n upstreams serving
+// model "m", on a fake clock; entries is the prefix index's capacity (0:
+// the default).
+func ttftPool(t testing.TB, n, entries int) (*Gateway, *Snapshot, *Route, *clock.Fake) {
+	t.Helper()
+	var ups []string
+	for i := range n {
+		ups = append(ups, fmt.Sprintf("http://10.1.%d.%d:8000", i/200, i%200+1))
+	}
+	cfg := &Config{
+		Routes:             []RouteConfig{{Model: "m", Pool: "p"}},
+		Pools:              []PoolConfig{{Name: "p", Upstreams: ups, Policy: PolicyLeastTTFT}},
+		PrefixIndexEntries: entries,
+	}
+	g, clk := newGateway(t, cfg, Options{})
+	s := g.Snapshot()
+	return g, s, s.Routes()[0], clk
+}
+
+// engine is a synthetic engine's cost: what one of its requests measures.
+type engine struct {
+	perToken time.Duration // prefill, per uncached prompt token
+	perAhead time.Duration // queue, per request of this replica's in flight
+}
+
+// observation is a request of tokens (cached of them from the prefix
+// cache) that ended at end with inFlight others on the engine: its split
+// as e would measure it.
+func (e engine) observation(end time.Duration, tokens, cached int, inFlight int64) predict.Observation {
+	return predict.Observation{
+		End: end, FirstToken: true, PromptTokens: tokens, CachedTokens: cached, CachedReported: true,
+		Load: predict.Load{InFlight: inFlight},
+		Parts: predict.Parts{
+			predict.Queue:       time.Duration(inFlight) * e.perAhead,
+			predict.Preparation: time.Millisecond,
+			predict.Prefill:     5*time.Millisecond + time.Duration(tokens-cached)*e.perToken,
+			predict.FirstDecode: 20 * time.Millisecond,
+			predict.Transport:   time.Millisecond,
+		},
+	}
+}
+
+// teach gives u's model 40 observations of e ending at end: prompts of 200
+// to 2,000 tokens, 0 to 7 requests in flight.
+func (e engine) teach(u *Upstream, end time.Duration) {
+	for i := range 40 {
+		u.Observe(e.observation(end, 200+200*(i%10), 0, int64(i%8)))
+	}
+}
+
+// ttftRequest is a valid request on r of tokens, with no prompt known.
+func ttftRequest(r *Route, tokens int) *Request { return &Request{Route: r, PromptTokens: tokens} }
+
+// chatRequest checks a chat body of a system prompt and a question, for
+// model "m".
+func chatRequest(t testing.TB, s *Snapshot, p *fastjson.Parser, system, question string) Request {
+	t.Helper()
+	body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, system, question)
+	req, rej := s.CheckRequest(p, Chat, body)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	if req.prompt == nil || len(req.prompt.chain) == 0 {
+		t.Fatal("no chain for a least_ttft pool's request")
+	}
+	return req
+}
+
+// systemPrompt is a system prompt of about tokens tokens, told apart by i.
+func systemPrompt(i, tokens int) string {
+	return fmt.Sprintf("You are assistant %d. ", i) + strings.Repeat(fmt.Sprintf("Rule %d: be brief. ", i), tokens*4/16)
+}
+
+func choose(t testing.TB, s *Snapshot, req *Request) Choice {
+	t.Helper()
+	c, rej := s.Choose(req, nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	return c
+}
+
+// TestRoundRobin: round_robin takes the available upstreams in turn,
+// whatever their load, skipping the one excepted.
+func TestRoundRobin(t *testing.T) {
+	g, s, r, _ := threeUpstreams(t, PoolConfig{Policy: PolicyRoundRobin, Ejection: EjectionConfig{ConsecutiveFailures: 1, Duration: time.Minute}})
+	ups := r.Pool.Upstreams
+	for range 5 { // a loaded: still its turn
+		if _, rej := ups[0].Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+	}
+	index := func(u *Upstream) int {
+		for i, v := range ups {
+			if v == u {
+				return i
+			}
+		}
+		return -1
+	}
+	tests := []struct {
+		name   string
+		except *Upstream
+		eject  *Upstream
+		want   []int // the picks' upstreams, from where the rotation is
+	}{
+		{name: "all", want: []int{0, 1, 2, 0, 1, 2}},
+		{name: "except b", except: ups[1], want: []int{0, 2, 2, 0, 2, 2}},
+		{name: "c ejected", eject: ups[2], want: []int{0, 1, 0, 0, 1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.eject != nil {
+				g.Done(tt.eject, false)
+			}
+			r.Pool.rr.Store(2) // the next pick starts at a
+			var got []int
+			for range len(tt.want) {
+				u, rej := s.Pick(r, tt.except)
+				if rej != nil {
+					t.Fatal(rej)
+				}
+				got = append(got, index(u))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("picks %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLeastTTFTSkew: with the models taught, the lowest prediction wins,
+// the requests in flight counted: an upstream whose prefill is twice as
+// slow gets fewer requests, one whose prefill is half as fast again fewer
+// still, and each gets some once the others' queues make up the
+// difference.
+func TestLeastTTFTSkew(t *testing.T) {
+	engines := []engine{
+		{perToken: 100 * time.Microsecond, perAhead: 150 * time.Millisecond},
+		{perToken: 100 * time.Microsecond, perAhead: 150 * time.Millisecond},
+		{perToken: 200 * time.Microsecond, perAhead: 150 * time.Millisecond},
+		{perToken: 400 * time.Microsecond, perAhead: 150 * time.Millisecond},
+	}
+	_, s, r, clk := ttftPool(t, len(engines), 0)
+	ups := r.Pool.Upstreams
+	for i, e := range engines {
+		e.teach(ups[i], clk.Now())
+	}
+	counts := make([]int, len(ups))
+	var releases []func()
+	for range 400 {
+		c := choose(t, s, ttftRequest(r, 1000))
+		if !c.Predicted || c.Affinity {
+			t.Fatalf("choice %+v: want the predictions'", c)
+		}
+		for i, u := range ups {
+			if u == c.Upstream {
+				counts[i]++
+			}
+		}
+		release, rej := c.Upstream.Acquire(nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		if releases = append(releases, release); len(releases) > 8 { // 8 in flight
+			releases[0]()
+			releases = releases[1:]
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	t.Logf("requests per upstream: %v", counts)
+	if !(counts[0] > counts[2] && counts[1] > counts[2] && counts[2] > counts[3] && counts[3] > 0) {
+		t.Fatalf("requests per upstream %v: want fewer to the slower prefills, and some to each", counts)
+	}
+}
+
+// TestLeastTTFTSlowdown: the fastest upstream, whose prefill triples
+// mid-run, is avoided within a few seconds of request-clock time: its
+// first slow request barely moves its prediction (an outlier), the next
+// ones do.
+func TestLeastTTFTSlowdown(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	fast := engine{perToken: 95 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	slow := engine{perToken: 300 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	others := engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	fast.teach(ups[0], clk.Now())
+	for _, u := range ups[1:] {
+		others.teach(u, clk.Now())
+	}
+	const change = 10 * time.Second
+	var before, after int
+	var last time.Duration
+	for clk.Now() < change+20*time.Second { // one request every 50 ms, observed as it ends
+		c := choose(t, s, ttftRequest(r, 1000))
+		e := others
+		if c.Upstream == ups[0] {
+			e = fast
+			if clk.Now() < change {
+				before++
+			} else {
+				e, after, last = slow, after+1, clk.Now()
+			}
+		}
+		clk.Advance(50 * time.Millisecond)
+		c.Upstream.Observe(e.observation(clk.Now(), 1000, 0, 0))
+	}
+	t.Logf("%d requests before, %d after, the last %v after", before, after, last-change)
+	if before < 100 || after < 2 || last-change > 3*time.Second {
+		t.Fatalf("the fastest upstream took %d requests before it slowed and %d after, the last %v after; want all before, none past 3 s",
+			before, after, last-change)
+	}
+}
+
+// TestLeastTTFTBound: an upstream predicted at zero is not buried: no
+// choice takes an upstream at or over ⌈1.25·(total+1)/n⌉ outstanding.
+func TestLeastTTFTBound(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	ups[0].Observe(predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
+	for _, u := range ups[1:] {
+		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+	}
+	var total int64
+	for range 60 {
+		c := choose(t, s, ttftRequest(r, 1000))
+		if bound := prefix.Bound(total, len(ups), prefix.DefaultEpsilon); c.Upstream.Outstanding() >= bound {
+			t.Fatalf("chose %s with %d outstanding of %d, bound %d", c.Upstream.Name, c.Upstream.Outstanding(), total, bound)
+		}
+		if _, rej := c.Upstream.Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+		total++
+	}
+	if a, b := ups[0].Outstanding(), ups[1].Outstanding(); a <= b || a > 26 {
+		t.Fatalf("outstanding %d on the upstream predicted at 0, %d on the next: want it most, within the bound", a, b)
+	}
+}
+
+// TestLeastTTFTAffinity: with equal models, a request whose prefix the
+// index recorded under an upstream goes there (its prefill predicted
+// shorter by the cached blocks), and is recorded there again; a prompt
+// with no history goes by the predictions alone.
+func TestLeastTTFTAffinity(t *testing.T) {
+	g, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for _, u := range ups {
+		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+	}
+	var p fastjson.Parser
+	system := systemPrompt(1, 1500)
+	first := chatRequest(t, s, &p, system, "What is a token?")
+	g.index.Record(first.prompt.chain, ups[1].id)
+	first.Release()
+	for i := range 10 {
+		req := chatRequest(t, s, &p, system, fmt.Sprintf("Question %d?", i))
+		c := choose(t, s, &req)
+		req.Release()
+		if c.Upstream != ups[1] || c.CachedTokens < 1400 || !c.Predicted || c.Affinity {
+			t.Fatalf("request %d: %s, %d tokens expected cached, predicted %v, affinity %v; want b:1 by its cached prefix",
+				i, c.Upstream.Name, c.CachedTokens, c.Predicted, c.Affinity)
+		}
+	}
+	other := chatRequest(t, s, &p, systemPrompt(2, 1500), "What is a token?")
+	if c := choose(t, s, &other); c.CachedTokens != 0 {
+		t.Fatalf("a new prompt expected %d tokens cached on %s", c.CachedTokens, c.Upstream.Name)
+	}
+	other.Release()
+}
+
+// TestLeastTTFTColdStart: while an upstream has no model, requests go by
+// prefix affinity: where their prefix was recorded, else where rendezvous
+// hashing on the first message points, under the load bound.
+func TestLeastTTFTColdStart(t *testing.T) {
+	g, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for _, u := range ups[:2] { // the third stays cold
+		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	}
+	var p fastjson.Parser
+	system := systemPrompt(3, 1000)
+	req := chatRequest(t, s, &p, system, "First?")
+	key := req.prompt.chain[req.prompt.lead-1]
+	var want *Upstream // rendezvous' choice
+	for _, u := range ups {
+		if want == nil || prefix.Weight(key, u.hash) > prefix.Weight(key, want.hash) {
+			want = u
+		}
+	}
+	c := choose(t, s, &req)
+	req.Release()
+	if c.Upstream != want || !c.Affinity || c.CachedTokens != 0 {
+		t.Fatalf("first request: %+v; want %s by rendezvous", c, want.Name)
+	}
+	// The same system prompt, another question: the index's match.
+	req = chatRequest(t, s, &p, system, "Second?")
+	c = choose(t, s, &req)
+	req.Release()
+	if c.Upstream != want || !c.Affinity || c.CachedTokens == 0 {
+		t.Fatalf("second request: %+v; want %s by its recorded prefix", c, want.Name)
+	}
+	// Recorded elsewhere: there.
+	other := ups[0]
+	if other == want {
+		other = ups[1]
+	}
+	req = chatRequest(t, s, &p, system, "Third?")
+	g.index.Record(req.prompt.chain, other.id)
+	if c = choose(t, s, &req); c.Upstream != other || !c.Affinity {
+		t.Fatalf("third request: %+v; want %s, where it was recorded", c, other.Name)
+	}
+	req.Release()
+	// Past the bound: elsewhere.
+	for range 3 {
+		if _, rej := other.Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+	}
+	req = chatRequest(t, s, &p, system, "Fourth?")
+	if c = choose(t, s, &req); c.Upstream == other || !c.Affinity {
+		t.Fatalf("fourth request: %+v; want another than %s, at the bound", c, other.Name)
+	}
+	req.Release()
+}
+
+// TestLeastTTFTIndexBounded: a flood of unique prompts through Choose
+// fills the prefix index to its capacity and no further, the models cold
+// or taught.
+func TestLeastTTFTIndexBounded(t *testing.T) {
+	for _, taught := range []bool{false, true} {
+		t.Run(fmt.Sprint("taught ", taught), func(t *testing.T) {
+			g, s, r, clk := ttftPool(t, 4, 1600)
+			if taught {
+				for _, u := range r.Pool.Upstreams {
+					engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+				}
+			}
+			var p fastjson.Parser
+			for i := range 400 { // ~12 blocks each: 3 times the capacity
+				req := chatRequest(t, s, &p, systemPrompt(i, 150), "Why?")
+				choose(t, s, &req)
+				req.Release()
+				clk.Advance(time.Millisecond)
+			}
+			if n, capacity := g.index.Len(), g.index.Capacity(); n != capacity || capacity != 1600 {
+				t.Fatalf("%d entries in an index of %d, want it full at 1,600", n, capacity)
+			}
+		})
+	}
+}
+
+// TestLeastTTFTIndexReload: the index outlives a reload that keeps its
+// capacity, a new one comes with a new capacity, and none is kept without
+// a least_ttft pool; upstreams keep their ids and models.
+func TestLeastTTFTIndexReload(t *testing.T) {
+	cfg := func(policy string, entries int) *Config {
+		return &Config{
+			Routes:             []RouteConfig{{Model: "m", Pool: "p"}},
+			Pools:              []PoolConfig{{Name: "p", Upstreams: []string{"http://a:1", "http://b:1"}, Policy: policy}},
+			PrefixIndexEntries: entries,
+		}
+	}
+	g, _ := newGateway(t, cfg(PolicyLeastRequest, 0), Options{})
+	if g.index != nil {
+		t.Fatal("an index without a least_ttft pool")
+	}
+	a := g.Snapshot().Pools()[0].Upstreams[0]
+	steps := []struct {
+		policy  string
+		entries int
+		same    bool // the index before kept
+	}{
+		{PolicyLeastTTFT, 0, false},
+		{PolicyLeastTTFT, 0, true},
+		{PolicyLeastTTFT, 3200, false},
+		{PolicyLeastLoad, 3200, false},
+	}
+	for i, st := range steps {
+		before := g.index
+		if err := g.Reload(cfg(st.policy, st.entries)); err != nil {
+			t.Fatal(err)
+		}
+		p := g.Snapshot().Pools()[0]
+		if (g.index == before) != st.same || (st.policy == PolicyLeastTTFT) != (g.index != nil) || p.index != g.index && st.policy == PolicyLeastTTFT {
+			t.Fatalf("step %d: index %p, before %p", i, g.index, before)
+		}
+		if u := p.Upstreams[0]; u != a || u.id != a.id || u.model != a.model {
+			t.Fatalf("step %d: upstream a remade", i)
+		}
+	}
+}
+
+// TestPromptChain: CheckRequest hashes the prompt's chain for a least_ttft
+// pool only, chat and completions alike, seeded with the model's name.
+func TestPromptChain(t *testing.T) {
+	cfg := &Config{
+		Routes: []RouteConfig{{Model: "m*", Pool: "ttft"}, {Model: "other", Pool: "rr"}},
+		Pools: []PoolConfig{
+			{Name: "ttft", Upstreams: []string{"http://a:1"}, Policy: PolicyLeastTTFT},
+			{Name: "rr", Upstreams: []string{"http://b:1"}, Policy: PolicyRoundRobin},
+		},
+	}
+	g, _ := newGateway(t, cfg, Options{})
+	s := g.Snapshot()
+	chat := func(model string) []byte {
+		return fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":"Why?"}]}`, model, systemPrompt(1, 100))
+	}
+	tests := []struct {
+		name   string
+		ep     Endpoint
+		body   []byte
+		blocks int // 0: no chain
+	}{
+		{"chat", Chat, chat("m1"), 9},
+		{"completions", Completions, []byte(`{"model":"m1","prompt":"` + strings.Repeat("x", 200) + `"}`), 4},
+		{"token ids", Completions, []byte(`{"model":"m1","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`), 2},
+		{"another policy", Chat, chat("other"), 0},
+	}
+	var p fastjson.Parser
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, rej := s.CheckRequest(&p, tt.ep, tt.body)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			defer req.Release()
+			blocks := 0
+			if req.prompt != nil {
+				blocks = len(req.prompt.chain)
+				if req.prompt.lead == 0 {
+					t.Error("no lead")
+				}
+			}
+			if blocks != tt.blocks || (req.prompt == nil) != (tt.blocks == 0) {
+				t.Fatalf("a chain of %d blocks (prompt %v), want %d", blocks, req.prompt != nil, tt.blocks)
+			}
+		})
+	}
+	a, _ := s.CheckRequest(&p, Chat, chat("m1"))
+	defer a.Release()
+	b, _ := s.CheckRequest(&p, Chat, chat("m2"))
+	defer b.Release()
+	if a.prompt.chain[0] == b.prompt.chain[0] {
+		t.Fatal("two models' chains agree")
+	}
+}
+
+// TestPickLeastTTFT: Pick in a least_ttft pool predicts without a prompt
+// (no size, no affinity): the lowest prediction, where least_request would
+// choose another, and another when it is excepted; with a model cold and
+// no prompt to hash, the fewest outstanding requests.
+func TestPickLeastTTFT(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 2, 0)
+	a, b := r.Pool.Upstreams[0], r.Pool.Upstreams[1]
+	acquire := func(u *Upstream) {
+		if _, rej := u.Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+	}
+	engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(a, clk.Now())
+	acquire(a)
+	for range 2 {
+		if u, rej := s.Pick(r, nil); rej != nil || u != b {
+			t.Fatalf("with b cold: %v %v, want b, the fewest outstanding", u, rej)
+		}
+	}
+	engine{perToken: 100 * time.Microsecond}.teach(b, clk.Now()) // no queue
+	acquire(b)
+	acquire(b)
+	for _, tt := range []struct {
+		except, want *Upstream
+	}{{nil, b}, {b, a}} {
+		if u, rej := s.Pick(r, tt.except); rej != nil || u != tt.want {
+			t.Fatalf("except %v: %v %v, want %s", tt.except, u, rej, tt.want.Name)
+		}
+	}
+}
