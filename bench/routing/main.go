@@ -74,17 +74,11 @@ func run(ctx context.Context, o *options) error {
 			o.maxRunning, o.kvBlocks, o.slowPrefill),
 		labels: o.engineLabels(), load: o.load, duration: o.duration, seed: o.seed,
 	}
-	var policies []string
-	placeholders := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}
-	for _, p := range o.policies {
-		if _, err := poolConfig(p, placeholders); err != nil {
-			why := fmt.Sprintf("`%s`: the gateway's configuration refuses it (%v)", p, err)
-			fmt.Fprintln(os.Stderr, "skip", why)
-			rep.skipped = append(rep.skipped, why)
-			continue
-		}
-		policies = append(policies, p)
+	policies, skipped := acceptedPolicies(o.policies)
+	for _, why := range skipped {
+		fmt.Fprintln(os.Stderr, "skip", why)
 	}
+	rep.skipped = skipped
 	tok := model.DefaultTokenizer(model.DefaultConfig())
 	systems, sizes := systemPrompts(tok, o.seed)
 	rep.systemTokens = sizes

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -33,6 +34,20 @@ pools:
 func poolConfig(policy string, upstreams []string) (*gateway.Config, error) {
 	y := strings.NewReplacer("POLICY", policy, "UPSTREAMS", strings.Join(upstreams, ", ")).Replace(poolYAML)
 	return gateway.Parse([]byte(y), "routing.yaml")
+}
+
+// acceptedPolicies returns the policies the gateway's configuration
+// accepts for a pool, in order, and why each other one is skipped.
+func acceptedPolicies(policies []string) (accepted, skipped []string) {
+	placeholders := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}
+	for _, p := range policies {
+		if _, err := poolConfig(p, placeholders); err != nil {
+			skipped = append(skipped, fmt.Sprintf("`%s`: the gateway's configuration refuses it (%v)", p, err))
+			continue
+		}
+		accepted = append(accepted, p)
+	}
+	return accepted, skipped
 }
 
 // stack is the engines and the proxy in front of them, in this process on
