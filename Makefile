@@ -29,7 +29,7 @@ BENCHFLAGS ?=
 # How long each fuzz target runs (a duration, or Nx for N inputs).
 FUZZTIME ?= 10s
 
-.PHONY: test test-unit test-integration cross bench corpus lint fuzz scale
+.PHONY: test test-unit test-integration cross bench corpus lint fuzz scale routing
 
 test: ## the whole suite, exactly as CI runs it (scripts/test.sh)
 	./scripts/test.sh
@@ -69,6 +69,16 @@ SCALEFLAGS ?=
 scale: ## cost at scale: ttftlens and nginx side by side (SCALEFLAGS=-quick)
 	./scripts/need.sh nginx perf
 	go run ./bench/scale $(SCALEFLAGS)
+
+# Routing for the first token (BENCHMARKS.md): three reference engines in
+# this process, one with a prefill twice as slow, behind ttftlens as one
+# pool; each pool policy in turn on the same workload (eight shared system
+# prompts, many users) at a calibrated rate. Go alone; prints Markdown.
+# ROUTINGFLAGS='-quick' checks that it works (go run ./bench/routing -h).
+ROUTINGFLAGS ?=
+
+routing: ## the routing benchmark: pool policies side by side (ROUTINGFLAGS=-quick)
+	go run ./bench/routing $(ROUTINGFLAGS)
 
 # govulncheck reads the Go vulnerability database (https://vuln.go.dev, or
 # GOVULNDB=file:///path for a local copy).

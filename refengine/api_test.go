@@ -245,7 +245,7 @@ func FuzzParseFaults(f *testing.F) {
 	for _, seed := range []string{
 		"", "queue_delay=200ms,slow_tokenizer=50ms", "straggler=1:2ms", "stall=3:1s", "buffered,hold_headers,keep_decoding",
 		"reset_after=2", "close_after=0", "http_error=503", "error_after=4", "content_filter", "content_filter=3",
-		"long_prompt=100", "ignore_disconnect=8", "buffered=false", " slow_media = 1s , ", "unknown", "queue_delay=-1s", "http_error=404",
+		"long_prompt=100", "slow_prefill=2", "slow_prefill=1.5", "slow_prefill=0.5", "ignore_disconnect=8", "buffered=false", " slow_media = 1s , ", "unknown", "queue_delay=-1s", "http_error=404",
 	} {
 		f.Add(seed)
 	}

@@ -25,6 +25,7 @@ type Faults struct {
 	StragglerRank    int           // straggler=R:D: rank R sleeps D per layer (steps with this request)
 	StragglerDelay   time.Duration
 	LongPrompt       int           // long_prompt=N: N filler tokens prepended to the prompt
+	SlowPrefill      float64       // slow_prefill=F: this request's prompt tokens take F times as long (0: not set)
 	Buffered         bool          // buffered: every token held back until the end
 	StallAfter       int           // stall=K:D: pause D after token K
 	StallFor         time.Duration //
@@ -102,6 +103,8 @@ func (f *Faults) apply(s string) error {
 			if err == nil && f.LongPrompt > 1<<20 {
 				err = errors.New("too many tokens")
 			}
+		case "slow_prefill":
+			f.SlowPrefill, err = parseFactor(val)
 		case "buffered":
 			f.Buffered, err = parseFlag(hasVal, val)
 		case "stall":
@@ -166,6 +169,17 @@ func parseCount(s string) (int, error) {
 	return n, nil
 }
 
+// maxSlowPrefill bounds slow_prefill's factor.
+const maxSlowPrefill = 100
+
+func parseFactor(s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v >= 1 && v <= maxSlowPrefill) {
+		return 0, fmt.Errorf("want a factor from 1 to %d", maxSlowPrefill)
+	}
+	return v, nil
+}
+
 func parseFlag(hasVal bool, s string) (bool, error) {
 	if !hasVal {
 		return true, nil
@@ -195,6 +209,9 @@ func (f Faults) String() string {
 	}
 	if f.LongPrompt > 0 {
 		add("long_prompt=" + strconv.Itoa(f.LongPrompt))
+	}
+	if f.SlowPrefill > 0 {
+		add("slow_prefill=" + strconv.FormatFloat(f.SlowPrefill, 'g', -1, 64))
 	}
 	if f.Buffered {
 		add("buffered")

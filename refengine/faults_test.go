@@ -237,6 +237,20 @@ func TestRequestFaultsOnlyWhenAllowed(t *testing.T) {
 	}
 }
 
+// TestSlowPrefill: a server-wide slow_prefill makes every prompt's prefill
+// slower than the same prompt's on an engine without it, and the truth
+// names the fault.
+func TestSlowPrefill(t *testing.T) {
+	slowCfg := testConfig()
+	slowCfg.Faults = "slow_prefill=4"
+	base := stream(t, startEngine(t, testConfig()), "long_prompt=200", 2)
+	slow := stream(t, startEngine(t, slowCfg), "long_prompt=200", 2)
+	if slow.truth.Prefill <= base.truth.Prefill || !strings.Contains(slow.truth.Faults, "slow_prefill=4") {
+		t.Errorf("prefill: base %v, slow_prefill=4 %v (faults %q)", base.truth.Prefill, slow.truth.Prefill, slow.truth.Faults)
+	}
+	t.Logf("prefill: base %v, slow_prefill=4 %v", base.truth.Prefill, slow.truth.Prefill)
+}
+
 func TestStragglerSync(t *testing.T) {
 	cfg := testConfig()
 	cfg.Ranks = 2

@@ -383,6 +383,10 @@ func (s *scheduler) step() bool {
 	t0 := time.Now()
 	st := s.m.Step(s.entries)
 	t1 := time.Now()
+	if extra := s.prefillStretch(t1.Sub(t0)); extra > 0 {
+		s.pause(extra)
+		t1 = time.Now()
+	}
 	s.steps.Add(1)
 
 	for i, r := range s.batch {
@@ -394,6 +398,36 @@ func (s *scheduler) step() bool {
 	clear(s.batch)
 	s.updateKV()
 	return true
+}
+
+// prefillStretch is how much longer a step that computed the batch in d
+// lasts for the slow_prefill faults in it: each token in the step is taken
+// to cost the same share of d, and a prompt token of a request with the
+// fault costs F times its share. Decode tokens are not stretched (they wait
+// for the step all the same, as decodes batched with a slow prefill do).
+func (s *scheduler) prefillStretch(d time.Duration) time.Duration {
+	total, extra := 0, 0.0
+	for i, r := range s.batch {
+		n := len(s.entries[i].Tokens)
+		total += n
+		if f := r.faults.SlowPrefill; f > 1 && !r.prefilled {
+			extra += (f - 1) * float64(n)
+		}
+	}
+	if total == 0 || extra == 0 {
+		return 0
+	}
+	return time.Duration(float64(d) * extra / float64(total))
+}
+
+// pause holds the scheduler for d, or until it is stopped.
+func (s *scheduler) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stop:
+	}
 }
 
 // addToBatch puts the next n tokens of r to compute in the coming step,

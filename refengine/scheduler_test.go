@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
@@ -264,5 +266,44 @@ func TestServeAndCloseWithStreamInFlight(t *testing.T) {
 	resp.Body.Close()
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// TestPrefillStretch: slow_prefill=F stretches a step by F−1 times the
+// share of its time its faulted prompt tokens took, and no more.
+func TestPrefillStretch(t *testing.T) {
+	type entry struct {
+		tokens    int
+		factor    float64
+		prefilled bool
+	}
+	const d = 120 * time.Millisecond
+	tests := []struct {
+		name    string
+		entries []entry
+		want    time.Duration
+	}{
+		{"no fault", []entry{{tokens: 64}, {tokens: 1, prefilled: true}}, 0},
+		{"all prompt tokens, twice as slow", []entry{{tokens: 64, factor: 2}}, d},
+		{"a decode beside the slow prompt", []entry{{tokens: 3, factor: 3}, {tokens: 1, prefilled: true}}, d * 6 / 4},
+		{"the faulted request decoding", []entry{{tokens: 1, factor: 4, prefilled: true}}, 0},
+		{"a factor of 1", []entry{{tokens: 8, factor: 1}}, 0},
+		{"two prompts, one slow", []entry{{tokens: 30, factor: 2}, {tokens: 90}}, d / 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scheduler{}
+			for _, e := range tc.entries {
+				r := newRequest()
+				r.faults = noFaults()
+				r.faults.SlowPrefill = e.factor
+				r.prefilled = e.prefilled
+				s.batch = append(s.batch, r)
+				s.entries = append(s.entries, model.StepEntry{Tokens: make([]int, e.tokens)})
+			}
+			if got := s.prefillStretch(d); got != tc.want {
+				t.Errorf("stretch %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

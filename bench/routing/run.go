@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ttftlens/ttftlens/bench"
+	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/refengine"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// options are the benchmark's settings, from its flags.
+type options struct {
+	policies            []string
+	duration, calibrate time.Duration
+	// rate, when positive, is the arrival rate; otherwise load times the
+	// capacity the calibration measures.
+	rate, load  float64
+	seed        uint64
+	maxRunning  int
+	kvBlocks    int
+	maxTokens   int
+	warmup      int
+	slowPrefill float64
+}
+
+// engines are the three engines' configurations: alike, but for the last
+// one's prefill, slowPrefill times as slow per token (its fault).
+func (o *options) engines() []refengine.Config {
+	base := refengine.Config{MaxRunning: o.maxRunning, KVBlocks: o.kvBlocks, TruthCapacity: 1 << 16}
+	slow := base
+	slow.Faults = "slow_prefill=" + strconv.FormatFloat(o.slowPrefill, 'g', -1, 64)
+	return []refengine.Config{base, base, slow}
+}
+
+// engineLabels name the engines in the tables.
+func (o *options) engineLabels() []string {
+	return []string{"1", "2", "3 (prefill ×" + strconv.FormatFloat(o.slowPrefill, 'g', -1, 64) + ")"}
+}
+
+// policyResult is one policy's run.
+type policyResult struct {
+	policy string
+	// requests were measured (warm-up left out); errors of them did not
+	// end complete.
+	requests, errors int
+	// The client-measured TTFT of the complete ones.
+	ttftP50, ttftP99 time.Duration
+	// promptTokens and cachedTokens are the engines' own counts for the
+	// measured requests: the prompt, and the part their prefix cache served.
+	promptTokens, cachedTokens int
+	// split is how many records had the split; stageMedian is each stage's
+	// median over them.
+	split       int
+	stageMedian [stages.NumStages]time.Duration
+	// perEngine counts the records routed to each engine.
+	perEngine []int
+}
+
+// hitShare is the cached share of the prompt tokens (0 when none).
+func (r *policyResult) hitShare() float64 {
+	if r.promptTokens == 0 {
+		return 0
+	}
+	return float64(r.cachedTokens) / float64(r.promptTokens)
+}
+
+// calibrateRate measures the engines' capacity: a closed loop with a
+// client for every running slot and one more for each engine, so that a
+// request always waits, under least_request, for o.calibrate; the
+// requests still in flight at its end are cancelled. The capacity is the
+// completions of its last two thirds.
+func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacityPerS float64, clients int, err error) {
+	st, err := startStack(gateway.PolicyLeastRequest, o.engines())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer st.close()
+	clients = len(st.engines) * (o.maxRunning + 1)
+	cctx, cancel := context.WithTimeout(ctx, o.calibrate)
+	defer cancel()
+	cfg := bench.Config{URL: st.url, Concurrency: clients, Duration: o.calibrate,
+		Prompts: ps, IgnoreEOS: true, OutputTokens: bench.Dist{Min: o.maxTokens, Max: o.maxTokens}, Seed: o.seed}
+	run, err := cfg.Run(cctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	c, err := capacity(run, o.calibrate/3, o.calibrate)
+	if err != nil {
+		err = fmt.Errorf("%w (a longer -calibrate, or -rate)", err)
+	}
+	return c, clients, err
+}
+
+// runPolicy runs the workload at rate through fresh engines and a proxy
+// under the policy.
+func runPolicy(ctx context.Context, o *options, policy string, rate float64, ps []bench.Prompt) (policyResult, error) {
+	st, err := startStack(policy, o.engines())
+	if err != nil {
+		return policyResult{}, err
+	}
+	defer st.close()
+	cfg := bench.Config{URL: st.url, Rate: rate, Duration: o.duration, Warmup: o.warmup, Timeout: 2 * time.Minute,
+		Prompts: ps, IgnoreEOS: true, OutputTokens: bench.Dist{Min: o.maxTokens, Max: o.maxTokens}, Seed: o.seed}
+	run, err := cfg.Run(ctx)
+	if err != nil {
+		return policyResult{}, err
+	}
+	// Every request has its record once the proxy has shut down.
+	if err := st.shutdownProxy(); err != nil {
+		return policyResult{}, fmt.Errorf("%s: proxy shutdown: %w", policy, err)
+	}
+	return summarize(policy, run, st), nil
+}
+
+// summarize reads a run's measured requests with their records and the
+// engines' truth.
+func summarize(policy string, run *bench.Run, st *stack) policyResult {
+	res := policyResult{policy: policy, perEngine: make([]int, len(st.engines))}
+	var ttft []time.Duration
+	var byStage [stages.NumStages][]time.Duration
+	for i := range run.Results {
+		r := &run.Results[i]
+		if r.Warmup {
+			continue
+		}
+		res.requests++
+		if !r.OK() || !r.HasTTFT {
+			res.errors++
+		} else {
+			ttft = append(ttft, r.TTFT)
+		}
+		if p, c, ok := st.truth(r.ID); ok {
+			res.promptTokens += p
+			res.cachedTokens += c
+		}
+		f, ok := st.recs.get(r.ID)
+		if !ok {
+			continue
+		}
+		if e := st.engineOf(f.upstream); e >= 0 {
+			res.perEngine[e]++
+		}
+		if f.ok {
+			res.split++
+			for s := range byStage {
+				byStage[s] = append(byStage[s], f.stages[s])
+			}
+		}
+	}
+	slices.Sort(ttft)
+	res.ttftP50, res.ttftP99 = bench.Percentile(ttft, 0.50), bench.Percentile(ttft, 0.99)
+	for s := range byStage {
+		slices.Sort(byStage[s])
+		res.stageMedian[s] = bench.Percentile(byStage[s], 0.50)
+	}
+	return res
+}

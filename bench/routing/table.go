@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// policyLeastTTFT is the policy that predicts each upstream's TTFT: the
+// tables give its prediction error when it ran.
+const policyLeastTTFT = "least_ttft"
+
+// report is what a run prints.
+type report struct {
+	// heading says when and how the run was made (date, command, Go, CPUs).
+	heading string
+	// engines says how the engines were set up; labels name them.
+	engines string
+	labels  []string
+	// systemTokens are the system prompts' sizes in tokens.
+	systemTokens []int
+	// rate is the arrival rate; capacity and clients, when capacity is
+	// positive, the calibration it came from, and load its fraction of it.
+	rate, capacity, load float64
+	clients              int
+	calibrate            time.Duration
+	duration             time.Duration
+	seed                 uint64
+	// skipped says which policies did not run, and why.
+	skipped []string
+	results []policyResult
+}
+
+// write prints the report as Markdown, ready to paste into BENCHMARKS.md.
+func (r *report) write(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n", r.heading)
+	fmt.Fprintf(w, "%s; %d system prompts of %s tokens, %d users, %s.\n",
+		r.engines, len(r.systemTokens), joinInts(r.systemTokens, ", "), numUsers, r.arrivals())
+	for _, s := range r.skipped {
+		fmt.Fprintf(w, "\nSkipped %s.\n", s)
+	}
+	if len(r.results) == 0 {
+		fmt.Fprintln(w, "\nNo policy ran.")
+		return
+	}
+	best := r.best()
+	predicted := false
+	for _, res := range r.results {
+		predicted = predicted || res.policy == policyLeastTTFT
+	}
+	fmt.Fprintf(w, "\n| policy | requests (errors) | TTFT p50 | TTFT p99 | prefix-cache hit share | the stage that grew (median, against %s) | requests per engine (%s) |",
+		r.results[best].policy, strings.Join(r.labels, " / "))
+	cols := 7
+	if predicted {
+		fmt.Fprint(w, " prediction error p50 |")
+		cols++
+	}
+	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", cols))
+	for i := range r.results {
+		res := &r.results[i]
+		fmt.Fprintf(w, "| `%s` | %d (%d) | %s | %s | %.1f %% | %s | %s |", res.policy, res.requests, res.errors,
+			ms(res.ttftP50), ms(res.ttftP99), 100*res.hitShare(), r.grew(i, best), joinInts(res.perEngine, " / "))
+		if predicted {
+			// The record has no predicted_ttft_ms yet.
+			fmt.Fprint(w, " — |")
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprint(w, "\nThe median of each stage, from the proxy's records:\n\n| policy | records |")
+	for s := range stages.NumStages {
+		fmt.Fprintf(w, " %s |", stages.Stage(s))
+	}
+	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", 2+int(stages.NumStages)))
+	for _, res := range r.results {
+		fmt.Fprintf(w, "| `%s` | %d |", res.policy, res.split)
+		for s := range stages.NumStages {
+			fmt.Fprintf(w, " %s |", ms(res.stageMedian[s]))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprint(w, definitions)
+	if predicted {
+		fmt.Fprintln(w, "- Prediction error p50: |predicted − measured| / measured TTFT, from the records'\n  `predicted_ttft_ms`; — until the record carries it.")
+	}
+}
+
+// arrivals says how the requests arrived.
+func (r *report) arrivals() string {
+	s := fmt.Sprintf("open-loop Poisson arrivals at %.2f requests/s", r.rate)
+	if r.capacity > 0 {
+		s += fmt.Sprintf(" (%.2f of the %.2f/s a closed loop of %d clients completed under `least_request` in the last two thirds of %s)",
+			r.load, r.capacity, r.clients, r.calibrate)
+	}
+	return s + fmt.Sprintf(", %s per policy, seed %d", r.duration, r.seed)
+}
+
+// best is the index of the result with the lowest TTFT p99 among those
+// with a complete request.
+func (r *report) best() int {
+	b := 0
+	for i, res := range r.results {
+		if res.requests > res.errors && (r.results[b].requests == r.results[b].errors || res.ttftP99 < r.results[b].ttftP99) {
+			b = i
+		}
+	}
+	return b
+}
+
+// grew names the stage whose median grew most in result i against the
+// best result's, with by how much.
+func (r *report) grew(i, best int) string {
+	if i == best {
+		return "— (lowest p99)"
+	}
+	res, base := &r.results[i], &r.results[best]
+	if res.split == 0 || base.split == 0 {
+		return "—"
+	}
+	top, by := stages.Stage(0), time.Duration(0)
+	for s := range stages.NumStages {
+		if d := res.stageMedian[s] - base.stageMedian[s]; d > by {
+			top, by = s, d
+		}
+	}
+	if by == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s +%s", top, ms(by))
+}
+
+// ms renders d in milliseconds, with three significant figures or so.
+func ms(d time.Duration) string {
+	v := float64(d) / float64(time.Millisecond)
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	return fmt.Sprintf("%.2f ms", v)
+}
+
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, sep)
+}
+
+// definitions say what the columns hold.
+const definitions = `
+- TTFT: measured by the client, from each request's scheduled start (open
+  loop: a late start counts) to its first content event, over the complete
+  requests.
+- Prefix-cache hit share: the prompt tokens the engines served from their
+  prefix cache over all prompt tokens, by the engines' own count of each
+  measured request.
+- The stage that grew: the stage whose median, over the proxy's records,
+  grew most against the policy with the lowest TTFT p99.
+- Requests per engine: the records routed to each.
+`
