@@ -30,12 +30,12 @@ import (
 // Prometheus default interval, at which the dashboard's panels are read)
 // loses none of them and shows a change within one dashboard step, while
 // costing an engine four requests a minute. The load a record carries is
-// then up to 15 s old: a least_load pool, which routes on it, is scraped
-// at DefaultLeastLoadScrape instead.
+// then up to 15 s old: a least_load or least_ttft pool, which routes on
+// it, is scraped at DefaultLeastLoadScrape instead.
 const DefaultEngineScrape = 15 * time.Second
 
-// DefaultLeastLoadScrape is how often the engines of least_load pools are
-// scraped when Config.ScrapeEngineMetrics is not positive: a queue that
+// DefaultLeastLoadScrape is how often the engines of least_load and
+// least_ttft pools are scraped when Config.ScrapeEngineMetrics is not positive: a queue that
 // builds in a fraction of a second shows within one, and a scrape over a
 // kept-alive connection costs the engine about a millisecond. Between
 // scrapes Pick counts this replica's own requests (gateway.Upstream.loadKey).
@@ -95,17 +95,18 @@ func (p *Proxy) startScrape(c *upstream, baseURL string) {
 // scrapePlan is the gateway upstream the configuration in effect has for
 // baseURL (nil when a reload dropped it; it may have replaced it) and how
 // often it is scraped: Config.ScrapeEngineMetrics when positive; else
-// DefaultLeastLoadScrape in a least_load pool; else DefaultEngineScrape,
+// DefaultLeastLoadScrape in a pool that routes on the engines' load
+// (least_load, least_ttft); else DefaultEngineScrape,
 // or 0 (not scraped) when ScrapeEngineMetrics is negative or the
 // configuration has no such upstream.
 func (p *Proxy) scrapePlan(baseURL string) (*gateway.Upstream, time.Duration) {
 	var found *gateway.Upstream
-	leastLoad := false
+	onLoad := false
 	for _, pool := range p.gw.Snapshot().Pools() {
 		for _, u := range pool.Upstreams {
 			if u.URL == baseURL {
 				found = u
-				leastLoad = leastLoad || pool.Policy == gateway.PolicyLeastLoad
+				onLoad = onLoad || pool.Policy == gateway.PolicyLeastLoad || pool.Policy == gateway.PolicyLeastTTFT
 			}
 		}
 	}
@@ -115,7 +116,7 @@ func (p *Proxy) scrapePlan(baseURL string) (*gateway.Upstream, time.Duration) {
 		return nil, 0
 	case set > 0:
 		return found, set
-	case leastLoad:
+	case onLoad:
 		return found, DefaultLeastLoadScrape
 	case set == 0:
 		return found, DefaultEngineScrape

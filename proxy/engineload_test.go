@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/internal/logtest"
 	"github.com/ttftlens/ttftlens/refengine"
@@ -186,5 +187,42 @@ func TestScrapeProblemLoggedOnce(t *testing.T) {
 	}
 	if c, ok := waste.get("engine"); !ok || c != [2]int64{-1, 3} {
 		t.Errorf("engine waste %v (%v), want the scraped counts", c, ok)
+	}
+}
+
+// TestScrapePlan: the upstreams of a pool that routes on the engines' load
+// (least_load, least_ttft) are scraped every DefaultLeastLoadScrape unless
+// the flag gives an interval; the others at the flag's, or every
+// DefaultEngineScrape by default, or not at all when it is off.
+func TestScrapePlan(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		flag   time.Duration // Config.ScrapeEngineMetrics: 0 the default, < 0 off
+		want   time.Duration
+	}{
+		{gateway.PolicyLeastRequest, 0, DefaultEngineScrape},
+		{gateway.PolicyRoundRobin, 0, DefaultEngineScrape},
+		{gateway.PolicyLeastLoad, 0, DefaultLeastLoadScrape},
+		{gateway.PolicyLeastTTFT, 0, DefaultLeastLoadScrape},
+		{gateway.PolicyLeastTTFT, 2 * time.Second, 2 * time.Second},
+		{gateway.PolicyLeastTTFT, -1, DefaultLeastLoadScrape},
+		{gateway.PolicyLeastRequest, -1, 0},
+	} {
+		yaml := strings.NewReplacer("POLICY", tc.policy, "UP_A", "http://127.0.0.1:1", "UP_B", "http://127.0.0.1:2").Replace(leastLoadYAML)
+		cfg, err := gateway.Parse([]byte(yaml), "test.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, err := gateway.New(cfg, gateway.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &Proxy{gw: gw, cfg: Config{ScrapeEngineMetrics: tc.flag}}
+		if up, every := p.scrapePlan("http://127.0.0.1:1"); up == nil || every != tc.want {
+			t.Errorf("%s, flag %v: scraped every %v (upstream %v), want %v", tc.policy, tc.flag, every, up != nil, tc.want)
+		}
+		if up, every := p.scrapePlan("http://127.0.0.1:9"); up != nil || every != 0 {
+			t.Errorf("%s: an upstream of no pool scraped every %v", tc.policy, every)
+		}
 	}
 }
