@@ -37,7 +37,7 @@ const workloadRequests = 2048
 
 func main() {
 	o := options{}
-	policies := flag.String("policies", "round_robin,"+gateway.PolicyLeastRequest+","+gateway.PolicyLeastLoad+","+policyLeastTTFT,
+	policies := flag.String("policies", gateway.PolicyRoundRobin+","+gateway.PolicyLeastRequest+","+gateway.PolicyLeastLoad+","+gateway.PolicyLeastTTFT,
 		"the pool policies to run, comma-separated (those the config refuses are skipped)")
 	flag.DurationVar(&o.duration, "duration", 90*time.Second, "how long each policy's run starts requests")
 	flag.DurationVar(&o.calibrate, "calibrate", 30*time.Second, "how long the closed loop that measures the capacity runs")

@@ -6,12 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/stages"
 )
-
-// policyLeastTTFT is the policy that predicts each upstream's TTFT: the
-// tables give its prediction error when it ran.
-const policyLeastTTFT = "least_ttft"
 
 // report is what a run prints.
 type report struct {
@@ -49,7 +46,7 @@ func (r *report) write(w io.Writer) {
 	best := r.best()
 	predicted := false
 	for _, res := range r.results {
-		predicted = predicted || res.policy == policyLeastTTFT
+		predicted = predicted || res.policy == gateway.PolicyLeastTTFT
 	}
 	fmt.Fprintf(w, "\n| policy | requests (errors) | TTFT p50 | TTFT p99 | prefix-cache hit share | the stage that grew (median, against %s) | requests per engine (%s) |",
 		r.results[best].policy, strings.Join(r.labels, " / "))
