@@ -88,8 +88,9 @@ const (
 	DetailTTFTDeadline         Detail = "ttft_deadline"
 	DetailTotalDeadline        Detail = "total_deadline"
 	DetailIdleDeadline         Detail = "idle_deadline"
-	DetailShutdown             Detail = "shutdown"           // the proxy stopped before the response ended
-	DetailClientWriteStall     Detail = "client_write_stall" // the client stopped reading the stream
+	DetailShutdown             Detail = "shutdown"            // the proxy stopped before the response ended
+	DetailSLOUnmeetable        Detail = "ttft_slo_unmeetable" // gateway: no upstream predicted to meet the request's TTFT SLO
+	DetailClientWriteStall     Detail = "client_write_stall"  // the client stopped reading the stream
 	DetailConnectFailed        Detail = "connect_failed"
 	DetailUpstream5xx          Detail = "upstream_5xx"
 	DetailErrorEvent           Detail = "error_event"
@@ -155,6 +156,7 @@ var detailReasons = map[Detail]Reason{
 	DetailTotalDeadline:        Deadline,
 	DetailIdleDeadline:         Deadline,
 	DetailShutdown:             Deadline,
+	DetailSLOUnmeetable:        Deadline,
 	DetailClientWriteStall:     ClientCancel,
 	DetailConnectFailed:        WorkerFailure,
 	DetailUpstream5xx:          WorkerFailure,

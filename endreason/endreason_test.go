@@ -331,7 +331,7 @@ func TestClassifyCovers(t *testing.T) {
 		DetailMissingKey: PolicyBlock, DetailInvalidKey: PolicyBlock, DetailQuotaExceeded: PolicyBlock, DetailQuotaUnavailable: WorkerFailure,
 		DetailRequestBodyTooLarge: InvalidRequest, DetailUnknownModel: InvalidRequest, DetailInvalidParam: InvalidRequest,
 		DetailNoHealthy: WorkerFailure, DetailQueueFull: WorkerFailure, DetailQueueTimeout: WorkerFailure,
-		DetailBodyMemoryFull: WorkerFailure, DetailBodyReadTimeout: ClientCancel,
+		DetailBodyMemoryFull: WorkerFailure, DetailBodyReadTimeout: ClientCancel, DetailSLOUnmeetable: Deadline,
 	}
 	// Facts that the classifier decides on its own (no pass-through).
 	var own []Facts
@@ -374,7 +374,7 @@ func TestClassifyCovers(t *testing.T) {
 		// The gateway's rejections.
 		DetailMissingKey: true, DetailInvalidKey: true, DetailQuotaExceeded: true, DetailQuotaUnavailable: true,
 		DetailRequestBodyTooLarge: true, DetailUnknownModel: true, DetailInvalidParam: true,
-		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true,
+		DetailNoHealthy: true, DetailQueueFull: true, DetailQueueTimeout: true, DetailSLOUnmeetable: true,
 		// The front door's.
 		DetailBodyMemoryFull: true, DetailBodyReadTimeout: true,
 	}

@@ -38,6 +38,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldStream:        listed,
 	record.FieldStatus:        listed,
 	record.FieldUpstream:      listed,
+	record.FieldPolicy:        detailed,
 	record.FieldUpstreamConn:  detailed,
 	record.FieldEngineKind:    detailed,
 	record.FieldKey:           detailed,
@@ -60,9 +61,17 @@ var fieldForms = [record.NumFields]form{
 	record.FieldEngineSpanMissing:        detailed,
 	record.FieldEngineWaiting:            detailed,
 	record.FieldEngineRunning:            detailed,
+	record.FieldTTFTSLO:                  detailed,
+	record.FieldSLOFallback:              detailed,
+	record.FieldPredictedTTFT:            detailed,
+	record.FieldPredictedStages:          detailed,
+	record.FieldPredictionOff:            detailed,
+	record.FieldPrefixAffinity:           detailed,
+	record.FieldCachedExpected:           detailed,
 
 	record.FieldTokensOut:         listed,
 	record.FieldTokensIn:          detailed,
+	record.FieldCachedTokens:      detailed,
 	record.FieldReasoningTokens:   detailed,
 	record.FieldITL:               detailed,
 	record.FieldStalls:            detailed,
@@ -148,6 +157,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			e.Int(name, r.Status)
 		case record.FieldUpstream:
 			e.Str(name, r.Upstream)
+		case record.FieldPolicy:
+			if r.Policy != "" {
+				e.Str(name, r.Policy)
+			}
 		case record.FieldUpstreamConn:
 			if r.UpstreamConn != record.ConnNone {
 				e.Str(name, r.UpstreamConn.String())
@@ -235,11 +248,48 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 				e.Int64(name, r.EngineRunning)
 			}
 
+		case record.FieldTTFTSLO:
+			if r.TTFTSLO > 0 {
+				sc.b = appendDuration(sc.b[:0], r.TTFTSLO)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldSLOFallback:
+			if r.SLOFallback {
+				e.Bool(name, true)
+			}
+		case record.FieldPredictedTTFT:
+			if r.Predicted {
+				sc.b = appendDuration(sc.b[:0], r.PredictedTTFT(bd))
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldPredictedStages:
+			if r.Predicted {
+				sc.b = appendPredicted(sc.b[:0], &r.Prediction)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldPredictionOff:
+			if r.Predicted && bd.OK {
+				sc.b = appendOff(sc.b[:0], r.PredictionOff, r.PredictionOffBy)
+				e.RawJSON(name, sc.b)
+			}
+		case record.FieldPrefixAffinity:
+			if r.PrefixAffinity {
+				e.Bool(name, true)
+			}
+		case record.FieldCachedExpected:
+			if r.CachedExpected != 0 {
+				e.Int(name, r.CachedExpected)
+			}
+
 		case record.FieldTokensOut:
 			e.Int(name, r.TokensOut)
 		case record.FieldTokensIn:
 			if r.TokensIn != 0 {
 				e.Int(name, r.TokensIn)
+			}
+		case record.FieldCachedTokens:
+			if r.CachedReported {
+				e.Int(name, r.CachedTokens)
 			}
 		case record.FieldReasoningTokens:
 			if r.ReasoningTokens != 0 {
@@ -314,6 +364,26 @@ func appendStages(b []byte, bd *stages.Breakdown) []byte {
 		b = append(b, stageKeys[i]...)
 		b = stages.AppendMillis(b, v)
 	}
+	return append(b, '}')
+}
+
+// appendPredicted appends the predicted stages, queue to transport, in
+// stage order.
+func appendPredicted(b []byte, p *[stages.NumStages]time.Duration) []byte {
+	b = append(b, '{')
+	for st := stages.Queue; st < stages.NumStages; st++ {
+		b = stages.AppendMillis(appendMember(b, stageKeys[st]), stages.Micros(p[st]))
+	}
+	return append(b, '}')
+}
+
+// appendOff appends a prediction's miss: the stage furthest off, and by
+// how much (predicted minus measured).
+func appendOff(b []byte, st stages.Stage, by time.Duration) []byte {
+	b = append(b, `{"stage":"`...)
+	b = append(b, st.String()...)
+	b = append(b, `","ms":`...)
+	b = appendDuration(b, by)
 	return append(b, '}')
 }
 

@@ -232,11 +232,31 @@ var reasoningFixture = fixture{"reasoning_stream", func(r *record.Record) {
 	r.BytesOut = 31200
 }}
 
+// routedFixture is a request a least_ttft pool routed with a prediction:
+// its queue took 3 ms longer than predicted, and its engine reported
+// 384 of its 512 prompt tokens cached, where the prefix index expected
+// 400; it asked for a 2 s TTFT SLO. Kept out of fixtures and allFixtures:
+// the log golden has it (loggedFixtures), TestMetricsRouting checks its
+// metrics.
+var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
+	engineReportStream(r, 8)
+	r.Policy, r.TTFTSLO, r.CachedExpected = "least_ttft", 2*time.Second, 400
+	r.Predicted = true
+	r.Prediction[stages.Queue] = 2 * ms
+	r.Prediction[stages.Preparation] = 1300 * us
+	r.Prediction[stages.Prefill] = 29 * ms
+	r.Prediction[stages.FirstDecode] = 6200 * us
+	r.Prediction[stages.Unattributed] = 500 * us
+	r.Prediction[stages.Transport] = 100 * us
+	r.PredictionOff, r.PredictionOffBy = stages.Queue, -3*ms-15*us
+	r.CachedTokens, r.CachedReported = 384, true
+}}
+
 // allFixtures is fixtures plus the ones kept apart.
 func allFixtures() []fixture { return append(fixtures[:len(fixtures):len(fixtures)], bufferedFixture) }
 
 // loggedFixtures are the fixtures with a log golden.
-func loggedFixtures() []fixture { return append(allFixtures(), reasoningFixture) }
+func loggedFixtures() []fixture { return append(allFixtures(), reasoningFixture, routedFixture) }
 
 // build returns a fresh record for f.
 func (f fixture) record() *record.Record {

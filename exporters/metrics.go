@@ -87,6 +87,9 @@ type MetricOptions struct {
 	// Upstreams is the configured upstream names; any other is LabelOther,
 	// an empty one LabelNone.
 	Upstreams []string
+	// Policies is the routing policies' names (gateway.Policies), label
+	// values of the cache series; any other is LabelOther.
+	Policies []string
 	// Version and Revision label ttftlens_build_info.
 	Version, Revision string
 	// ClassicOnly turns native histograms off. They cost about 3x more
@@ -156,7 +159,7 @@ var (
 		endreason.DetailMissingKey, endreason.DetailInvalidKey, endreason.DetailQuotaExceeded,
 		endreason.DetailQuotaUnavailable, endreason.DetailMalformedRequest, endreason.DetailRequestBodyTooLarge, endreason.DetailUnknownModel,
 		endreason.DetailInvalidParam, endreason.DetailNoHealthy, endreason.DetailBodyMemoryFull,
-		endreason.DetailBodyReadTimeout,
+		endreason.DetailBodyReadTimeout, endreason.DetailSLOUnmeetable,
 	}
 	eitherSideDetails = []endreason.Detail{
 		endreason.DetailClientClosed, endreason.DetailTTFTDeadline, endreason.DetailTotalDeadline,
@@ -198,6 +201,7 @@ type Metrics struct {
 	buffered          []prometheus.Counter // [upstream index*len(kinds) + kind bit]
 	drops             *dropCollector
 	engineWaste       *engineWasteCollector
+	routing           routingSeries
 	refusedRequests   reasonCounters[endreason.Refusal]
 	refusedConns      reasonCounters[endreason.Refusal]
 	connDiscards      reasonCounters[endreason.ConnDiscard]
@@ -220,8 +224,8 @@ type Metrics struct {
 // connect_failed, proxy_panic). A pair that cannot happen there (upstream_5xx
 // without an upstream, missing_api_key with one) would be a series stuck at
 // zero. With 3 models and 2 upstreams (4 model values: the 3 and LabelOther)
-// that is 4×2×36 + 4×17 = 356 series, where the whole product of 47
-// pairs, 4 models and 4 upstream values would be 752. Upstream LabelOther (a name missing
+// that is 4×2×36 + 4×18 = 360 series, where the whole product of 48
+// pairs, 4 models and 4 upstream values would be 768. Upstream LabelOther (a name missing
 // from MetricOptions.Upstreams) and a detail outside endreason's table are
 // created on first use, like the histograms of a tuple not pre-created.
 //
@@ -245,12 +249,16 @@ type Metrics struct {
 // ttftlens_refused_connections_total{reason} (endreason's refusals, each
 // pre-created); ttftlens_upstream_conns_discarded_total{reason}
 // (endreason's ConnDiscards, each pre-created);
-// ttftlens_build_info{version, revision, goversion}.
+// ttftlens_build_info{version, revision, goversion};
+// ttftlens_ttft_prediction_ratio{upstream},
+// ttftlens_cache_reported_prompt_tokens_total{policy} and
+// ttftlens_cached_prompt_tokens_total{policy} (routing.go).
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {
 	m := &Metrics{}
 	configured := m.indexLabels(opts)
 	m.registerTupleSeries(reg, opts.ClassicOnly)
 	m.registerProxySeries(reg, opts)
+	m.routing.register(reg, m.upNames, opts.Policies, opts.ClassicOnly)
 	m.indexRequestPairs()
 	m.precreate(configured)
 	return m
@@ -595,6 +603,7 @@ func (m *Metrics) Emit(r *record.Record) {
 			m.inconsistent[ui].Inc()
 		}
 	}
+	m.routing.observe(r, ui, &bd)
 	if d, ok := record.FirstAnswer(&r.Timeline); ok {
 		s.firstAnswer.Observe(d.Seconds())
 	}

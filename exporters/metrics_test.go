@@ -27,6 +27,7 @@ import (
 var testMetricOpts = MetricOptions{
 	Models:    []string{"llama-3-8b"},
 	Upstreams: []string{"vllm-a", "vllm-b"},
+	Policies:  []string{"least_request", "round_robin", "least_load", "least_ttft"},
 	Version:   "v0.0.0-test",
 	Revision:  "abc123",
 }
@@ -57,6 +58,9 @@ var ourMetrics = []string{
 	"ttftlens_refused_connections_total",
 	"ttftlens_upstream_tokens_after_cancel_total",
 	"ttftlens_upstream_aborted_requests_total",
+	"ttftlens_ttft_prediction_ratio",
+	"ttftlens_cache_reported_prompt_tokens_total",
+	"ttftlens_cached_prompt_tokens_total",
 }
 
 // emitFixtures returns a registry holding Metrics fed with every fixture,
@@ -375,8 +379,8 @@ func TestMetricsRequestsPlacement(t *testing.T) {
 		}
 	}
 	// The count the NewMetrics doc comment gives for 3 models × 2 upstreams.
-	if len(got) != 356 {
-		t.Errorf("%d requests_total series pre-created, the doc comment says 356", len(got))
+	if len(got) != 360 {
+		t.Errorf("%d requests_total series pre-created, the doc comment says 360", len(got))
 	}
 	// Spot checks of the placement itself.
 	for _, l := range []string{
@@ -707,6 +711,34 @@ func TestMetricsExemplarEvery(t *testing.T) {
 		}
 		if !maps.Equal(got, want[name]) {
 			t.Errorf("%s exemplars by bucket %v, want %v", name, got, want[name])
+		}
+	}
+}
+
+// TestMetricsRouting: a request routed with a prediction is one
+// observation of its predicted / measured ratio (queue to transport) on
+// its upstream; its reported cached tokens count under its pool's policy;
+// a request whose engine did not report its cache counts in neither.
+func TestMetricsRouting(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	routed := routedFixture.record()
+	unreported := fixtureByName(t, "stop_engine_report") // tokens_in 512, no cache report
+	unreported.Policy = "least_ttft"
+	m.Emit(routed)
+	m.Emit(unreported)
+	bd := routed.Breakdown()
+	want := float64(routed.PredictedPastRoute()) / float64(bd.TTFT-bd.Stages[stages.Gateway]-bd.Stages[stages.Route])
+	var d dto.Metric
+	if err := m.routing.ratio[m.upstreamIndex("vllm-a")].(prometheus.Histogram).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if h := d.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != want {
+		t.Errorf("prediction ratio: %d observations summing %v, want 1 of %v", h.GetSampleCount(), h.GetSampleSum(), want)
+	}
+	for policy, want := range map[string][2]float64{"least_ttft": {512, 384}, "least_request": {0, 0}, LabelOther: {0, 0}} {
+		pi := m.routing.policies[policy]
+		if got := [2]float64{testutil.ToFloat64(m.routing.prompt[pi]), testutil.ToFloat64(m.routing.cached[pi])}; got != want {
+			t.Errorf("%s: prompt, cached tokens %v, want %v", policy, got, want)
 		}
 	}
 }

@@ -172,6 +172,14 @@ type RouteConfig struct {
 	MaxFirstTokenDeadline time.Duration `yaml:"max_first_token_deadline"`
 	// MaxTotalDeadline is the same bound for X-Ttftlens-Deadline-Ms.
 	MaxTotalDeadline time.Duration `yaml:"max_total_deadline"`
+	// TTFTSLO is the time to first token a request needs unless it says
+	// (X-Ttftlens-TTFT-SLO-Ms; 0: none). In a least_ttft pool, a request
+	// no upstream is predicted to answer within it is refused at once (429)
+	// or, with TTFTSLOFallback, sent to that pool instead.
+	TTFTSLO time.Duration `yaml:"ttft_slo"`
+	// TTFTSLOFallback names the pool a request goes to when the route's
+	// pool cannot meet its TTFT SLO ("": none, it is refused).
+	TTFTSLOFallback string `yaml:"ttft_slo_fallback"`
 }
 
 // PoolConfig is a group of upstreams serving the same models.
@@ -263,6 +271,9 @@ const (
 
 // policies are the policies in the order the validator names them.
 var policies = []string{PolicyLeastRequest, PolicyRoundRobin, PolicyLeastLoad, PolicyLeastTTFT}
+
+// Policies returns every pool policy's name (metric label values).
+func Policies() []string { return slices.Clone(policies) }
 
 // The defaults Normalize fills in.
 const (
@@ -545,6 +556,23 @@ func (v *validator) checkRoutes(pools map[string]int) {
 		nonNegative(v, p+".max_tokens", r.MaxTokens)
 		nonNegative(v, p+".max_n", r.MaxN)
 		v.checkDeadlines(p, r)
+		v.checkSLO(p, r, pools)
+	}
+}
+
+// checkSLO checks route p's TTFT SLO: only a least_ttft pool predicts
+// what it is held to, and its fallback is another known pool.
+func (v *validator) checkSLO(p string, r *RouteConfig, pools map[string]int) {
+	nonNegative(v, p+".ttft_slo", r.TTFTSLO)
+	if i := pools[r.Pool]; i > 0 && (r.TTFTSLO > 0 || r.TTFTSLOFallback != "") && v.c.Pools[i-1].Policy != PolicyLeastTTFT {
+		v.add(p+".ttft_slo", "pool %q routes by %s: only a %s pool predicts the TTFT an SLO needs", r.Pool, cmp.Or(v.c.Pools[i-1].Policy, PolicyLeastRequest), PolicyLeastTTFT)
+	}
+	switch f := r.TTFTSLOFallback; {
+	case f == "":
+	case pools[f] == 0:
+		v.add(p+".ttft_slo_fallback", "unknown pool %q", f)
+	case f == r.Pool:
+		v.add(p+".ttft_slo_fallback", "%q is the route's own pool", f)
 	}
 }
 

@@ -159,6 +159,15 @@ func TestValidateInCode(t *testing.T) {
 		}, "keys[0].key: environment variable TTFTLENS_TEST_EMPTY_KEY is empty"},
 		{"no pools", func(c *Config) { c.Pools = nil }, `routes[0].pool: unknown pool "p"`},
 		{"glob with class", func(c *Config) { c.Routes[0].Model = "m[0-9]" }, "routes[0].model"},
+		{"slo without predictions", func(c *Config) { c.Routes[0].TTFTSLO = time.Second },
+			`routes[0].ttft_slo: pool "p" routes by least_request: only a least_ttft pool predicts`},
+		{"slo", func(c *Config) { c.Pools[0].Policy, c.Routes[0].TTFTSLO = PolicyLeastTTFT, time.Second }, ""},
+		{"negative slo", func(c *Config) { c.Pools[0].Policy, c.Routes[0].TTFTSLO = PolicyLeastTTFT, -time.Second },
+			"routes[0].ttft_slo: must not be negative"},
+		{"unknown fallback", func(c *Config) { c.Pools[0].Policy, c.Routes[0].TTFTSLOFallback = PolicyLeastTTFT, "q" },
+			`routes[0].ttft_slo_fallback: unknown pool "q"`},
+		{"fallback to itself", func(c *Config) { c.Pools[0].Policy, c.Routes[0].TTFTSLOFallback = PolicyLeastTTFT, "p" },
+			`routes[0].ttft_slo_fallback: "p" is the route's own pool`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,9 +13,10 @@
 //	req, rej := s.CheckRequest(parser, gateway.Chat, body)
 //	res, rej := s.Admit(key, req.Reserve())
 //	dl, rej := req.Route.Deadlines(flagDefaults, totalHdr, ttftHdr)
-//	                                           // mark gateway_done
+//	slo, rej := req.Route.SLO(sloHdr)          // mark gateway_done
 //	c, rej := s.Choose(&req, nil)              // mark routed; up := c.Upstream
 //	                                           // (or s.Pick(req.Route, nil): the upstream alone)
+//	rej := RefuseSLO(&c, slo, elapsed)         // or Choose on req.Route.Fallback
 //	release, rej := up.Acquire(clientGone)     // mark admitted
 //	... the upstream exchange; after a failed connect (nothing reached the
 //	    engine), once: g.Done(up, false); release();
@@ -135,6 +136,9 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 }
 
 func (g *Gateway) now() int64 { return int64(g.opts.Clock.Now()) }
+
+// Now reads the gateway's clock (Options.Clock): an Observation's End.
+func (g *Gateway) Now() time.Duration { return g.opts.Clock.Now() }
 
 // Snapshot returns the configuration in effect. Take it once per request.
 func (g *Gateway) Snapshot() *Snapshot { return g.cur.Load() }
@@ -365,7 +369,12 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			Model: rc.Model, Pool: pools[rc.Pool], MaxTokens: rc.MaxTokens, MaxN: rc.MaxN,
 			FirstTokenDeadline: rc.FirstTokenDeadline, TotalDeadline: rc.TotalDeadline,
 			MaxFirstTokenDeadline: rc.MaxFirstTokenDeadline, MaxTotalDeadline: rc.MaxTotalDeadline,
-			glob: isGlob(rc.Model),
+			TTFTSLO: rc.TTFTSLO, glob: isGlob(rc.Model),
+		}
+		if f := pools[rc.TTFTSLOFallback]; f != nil {
+			fb := *r
+			fb.Pool, fb.Fallback = f, nil
+			r.Fallback = &fb
 		}
 		s.routes = append(s.routes, r)
 		if r.glob {

@@ -13,8 +13,8 @@ import (
 const blockTokens = prefix.BlockBytes / bytesPerToken
 
 // Choice is Choose's decision: the upstream, and what the record keeps of
-// how it was chosen. Beside Upstream it is filled only in a least_ttft
-// pool.
+// how it was chosen. Beside Upstream and Load it is filled only in a
+// least_ttft pool.
 type Choice struct {
 	Upstream *Upstream
 	// Prediction is the chosen upstream's predicted TTFT past routing, when
@@ -30,8 +30,9 @@ type Choice struct {
 	// prefix cache: the blocks the prefix index matched there, 16 tokens
 	// each; 0 when the index named another upstream, or none.
 	CachedTokens int
-	// Load is the chosen upstream's load as the prediction took it: the
-	// request's Observation.Load.
+	// Load is the chosen upstream's load when it was chosen (as the
+	// prediction took it, in a least_ttft pool): the request's
+	// Observation.Load. It is filled in every pool.
 	Load predict.Load
 }
 
@@ -44,7 +45,10 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 		return p.leastTTFT(req.prompt, req.PromptTokens, except)
 	}
 	u, rej := s.Pick(req.Route, except)
-	return Choice{Upstream: u}, rej
+	if rej != nil {
+		return Choice{}, rej
+	}
+	return Choice{Upstream: u, Load: u.PredictLoad()}, nil
 }
 
 // leastTTFT is least_ttft (docs/routing.md, "The policy"): of the available
@@ -155,9 +159,8 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 // ended on u, in any pool (a model learns the same whatever chose its
 // upstream), with the Observation filled as gateway/predict says:
 //
-//   - End: the gateway's clock (Options.Clock; the proxy hands the gateway
-//     its own Config.Clock) read when the request ended: Choose predicts
-//     on it. (The request clock's stages.Monotonic runs on the same
+//   - End: the gateway's clock (Gateway.Now) read when the request ended:
+//     Choose predicts on it. (The request clock's stages.Monotonic runs on the same
 //     monotonic clock from another origin, less than a millisecond apart:
 //     only a prediction's Age would show the difference.)
 //   - FirstToken, Parts and Unsplit: the record's breakdown (its OK, its
@@ -165,8 +168,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //   - PromptTokens: the engine's usage count, else Request.PromptTokens;
 //     CachedTokens and CachedReported: the cached tokens the engine
 //     reported, if it did.
-//   - Load: Choice.Load, the load the request was routed with (PredictLoad
-//     read at routing, for a choice that did not fill it).
+//   - Load: Choice.Load, the load the request was routed with.
 //
 // It takes the model's mutex and allocates nothing.
 func (u *Upstream) Observe(o predict.Observation) { u.model.Observe(o) }

@@ -24,7 +24,12 @@ type Route struct {
 	// may lengthen them (see Deadlines).
 	FirstTokenDeadline, TotalDeadline       time.Duration
 	MaxFirstTokenDeadline, MaxTotalDeadline time.Duration
-	glob                                    bool
+	// TTFTSLO is the route's TTFT SLO (0: none; see SLO), and Fallback the
+	// route to take when its pool cannot meet one: this route on the
+	// ttft_slo_fallback pool (nil: none).
+	TTFTSLO  time.Duration
+	Fallback *Route
+	glob     bool
 }
 
 // route finds the route of model: an exact name first, then the globs in

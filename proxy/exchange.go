@@ -202,19 +202,22 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 		return
 	}
 	x.client.breakdown = x.client.breakdown && snap.AllowBreakdown(key)
-	route, dl := snap.Routes()[0], gateway.Deadlines{FirstToken: p.cfg.FirstTokenTimeout, Total: p.cfg.TotalTimeout}
+	req, dl := gateway.Request{Route: snap.Routes()[0]}, gateway.Deadlines{FirstToken: p.cfg.FirstTokenTimeout, Total: p.cfg.TotalTimeout}
 	path := ctx.Path()
 	ep, completion := completionEndpoint(ctx.IsPost(), path)
 	if completion {
 		jp := jsonParsers.Get()
-		req, rej := snap.CheckRequest(jp, ep, ctx.PostBody())
+		req, rej = snap.CheckRequest(jp, ep, ctx.PostBody())
+		defer req.Release()           // after forward's last Choose
 		rec.Model = string(req.Model) // a refused request's too, when its body names one
 		jsonParsers.Put(jp)           // req.Model, which aliased it, is copied
+		req.Model = nil
 		if rej != nil {
 			x.rejectGateway(ctx, rej)
 			return
 		}
-		rec.Streaming, x.lease.promptEst, route = req.Stream, req.PromptTokens, req.Route
+		route := req.Route
+		rec.Streaming, x.lease.promptEst = req.Stream, req.PromptTokens
 		x.client.usage = req.IncludeUsage
 		quotaStart := rec.Timeline.Now()
 		x.lease.res, rej = snap.Admit(key, req.Reserve())
@@ -229,6 +232,11 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 			x.rejectGateway(ctx, rej)
 			return
 		}
+		if x.lease.slo, rej = route.SLO(h.Peek(gateway.HeaderTTFTSLO)); rej != nil {
+			x.rejectGateway(ctx, rej)
+			return
+		}
+		rec.TTFTSLO = x.lease.slo
 	} else if !p.ownGW && ctx.IsGet() && bytes.Equal(path, pathModels) {
 		// With a config file, the routes are the models.
 		rec.Timeline.Mark(stages.GatewayDone)
@@ -241,7 +249,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 	x.lease.dl = deadlines{ttft: dl.FirstToken, total: dl.Total, idle: p.cfg.IdleTimeout}
 	x.armDeadlines()
 
-	if !x.forward(ctx, snap, route, completion) {
+	if !x.forward(ctx, snap, &req, completion) {
 		return
 	}
 	x.respond(ctx)
@@ -251,9 +259,9 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 // reading the response headers; on a failed connect it tries once more on
 // another upstream (nothing reached the engine). It reports whether there
 // is a response to relay; when not, the request is answered and finished.
-func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route *gateway.Route, completion bool) bool {
+func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *gateway.Request, completion bool) bool {
 	stripAuth := snap.Config().Auth == gateway.AuthKeys
-	up, ok := x.admit(ctx, snap, route, nil)
+	up, ok := x.admit(ctx, snap, req, nil)
 	if !ok {
 		return false
 	}
@@ -263,7 +271,7 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, rou
 		x.p.gw.Done(failed, false)
 		x.lease.up = nil
 		x.lease.releaseSlot()
-		if up, ok = x.admit(ctx, snap, route, failed); ok {
+		if up, ok = x.admit(ctx, snap, req, failed); ok {
 			err = x.roundTrip(ctx, up, completion, stripAuth) // it may run another engine
 		} else if x.fin.done {
 			return false // the retry itself was answered (a full queue, the client gone)
@@ -276,19 +284,31 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, rou
 	return true
 }
 
-// admit picks an upstream for route (not except) and waits for a slot in
-// its admission queue: the route and queue stages. It answers the request
-// itself when that fails, except when a retry (except != nil) finds no
-// other upstream: then it returns false with nothing sent.
-func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, route *gateway.Route, except *gateway.Upstream) (*upstream, bool) {
+// admit chooses an upstream for req (not except) and waits for a slot in
+// its admission queue: the route and queue stages. The first choice is
+// held to the request's TTFT SLO: one predicted to miss it goes to the
+// route's fallback pool (req.Route becomes the fallback route, for a
+// retry too) or is refused. It answers the request itself when that
+// fails, except when a retry (except != nil) finds no other upstream: then
+// it returns false with nothing sent.
+func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *gateway.Request, except *gateway.Upstream) (*upstream, bool) {
 	rec := &x.fin.rec
-	up, rej := snap.Pick(route, except)
+	c, rej := snap.Choose(req, except)
+	if rej == nil && except == nil {
+		if rej = gateway.RefuseSLO(&c, x.lease.slo, rec.Timeline.Now()); rej != nil && req.Route.Fallback != nil {
+			req.Route, rec.SLOFallback = req.Route.Fallback, true
+			c, rej = snap.Choose(req, nil)
+		}
+	}
 	if rej != nil {
 		if except == nil {
 			x.rejectGateway(ctx, rej)
 		}
 		return nil, false
 	}
+	up := c.Upstream
+	x.lease.choice = c
+	recordChoice(rec, &c, req.Route.Pool.Policy)
 	client, err := x.p.client(up)
 	if err != nil {
 		x.rejectGateway(ctx, &gateway.Rejection{Status: fasthttp.StatusBadGateway, Type: "upstream_error",
@@ -579,6 +599,7 @@ func (x *exchange) finish() {
 		x.p.learnEngine(x.engine, x.sig.Recognised())
 	}
 	f.classify(cause, abortedAt, closedAt)
+	x.learn()
 	x.lease.settle(x.p.gw, &f.facts, rec)
 	f.complete(x.sig.Phase(rec.Streaming, tl))
 }

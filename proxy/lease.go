@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/record"
@@ -13,6 +15,8 @@ import (
 type lease struct {
 	dl        deadlines
 	up        *gateway.Upstream // nil until routed
+	choice    gateway.Choice    // how up was chosen
+	slo       time.Duration     // the request's TTFT SLO (0: none)
 	release   func()            // the admission slot; nil when none is held
 	res       gateway.Reservation
 	hasRes    bool

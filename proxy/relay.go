@@ -351,6 +351,9 @@ func (r *relay) observe(s engines.Event, now time.Duration) {
 		rec.UsageReported = true
 		rec.TokensOut, rec.TokensIn = s.CompletionTokens, s.PromptTokens
 	}
+	if s.Cached {
+		rec.CachedTokens, rec.CachedReported = s.CachedTokens, true
+	}
 	if s.ReasoningUsage {
 		r.reasoningUsage = true
 		rec.ReasoningTokens = s.ReasoningTokens

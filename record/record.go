@@ -83,8 +83,13 @@ type Record struct {
 	ReasoningTokens int
 	// UsageReported says TokensOut came from the upstream's usage.
 	UsageReported bool
-	BytesIn       int64 // request body bytes from the client
-	BytesOut      int64 // response body bytes to the client
+	// CachedTokens is the prompt tokens the engine served from its prefix
+	// cache, when CachedReported (usage.prompt_tokens_details.cached_tokens,
+	// llama.cpp's cache_n, ...).
+	CachedTokens   int
+	CachedReported bool
+	BytesIn        int64 // request body bytes from the client
+	BytesOut       int64 // response body bytes to the client
 
 	// EngineSource names where the engine durations came from ("" = none):
 	// "server-timing", "vllm", "llamacpp", ... The durations the proxy
@@ -102,6 +107,30 @@ type Record struct {
 	// before the request was routed.
 	EngineLoad                   bool
 	EngineWaiting, EngineRunning int64
+
+	// Policy is the routing policy of the pool that chose the upstream
+	// ("" when none was chosen).
+	Policy string
+	// TTFTSLO is the TTFT the request needed (its X-Ttftlens-TTFT-SLO-Ms,
+	// else its route's ttft_slo; 0: none), and SLOFallback says its pool
+	// was predicted to miss it and the route's fallback pool served it.
+	TTFTSLO     time.Duration
+	SLOFallback bool
+	// Predicted says Prediction holds the stages a least_ttft pool
+	// predicted for the chosen upstream, Queue to Transport (Gateway and
+	// Route are not predicted: they are over by then).
+	Predicted  bool
+	Prediction [stages.NumStages]time.Duration
+	// PredictionOff is the stage whose prediction was furthest from the
+	// measurement, and PredictionOffBy how far (predicted minus measured),
+	// when Predicted and a first token came.
+	PredictionOff   stages.Stage
+	PredictionOffBy time.Duration
+	// PrefixAffinity says prefix affinity chose the upstream (a model in
+	// the pool was still cold), and CachedExpected is the prompt tokens the
+	// prefix index expected in the upstream's cache.
+	PrefixAffinity bool
+	CachedExpected int
 
 	// Buffering is what made this response arrive held back, if anything.
 	Buffering Buffering
@@ -195,6 +224,23 @@ func (r *Record) CopyTo(dst *Record) {
 
 // Breakdown derives r's stages.
 func (r *Record) Breakdown() stages.Breakdown { return r.Timeline.Breakdown() }
+
+// PredictedTTFT is the TTFT predicted at routing, when r.Predicted: the
+// gateway and route stages as measured (bd is r's Breakdown) plus the
+// predicted rest (PredictedPastRoute).
+func (r *Record) PredictedTTFT(bd *stages.Breakdown) time.Duration {
+	return bd.Stages[stages.Gateway] + bd.Stages[stages.Route] + r.PredictedPastRoute()
+}
+
+// PredictedPastRoute is the sum of the predicted stages, queue to
+// transport.
+func (r *Record) PredictedPastRoute() time.Duration {
+	var d time.Duration
+	for _, p := range r.Prediction {
+		d += p
+	}
+	return d
+}
 
 // E2E is the time from receipt to the end of the response.
 func (r *Record) E2E() time.Duration {

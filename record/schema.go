@@ -24,6 +24,7 @@ const (
 	FieldStream
 	FieldStatus
 	FieldUpstream
+	FieldPolicy
 	FieldUpstreamConn
 	FieldEngineKind
 	FieldKey
@@ -45,8 +46,16 @@ const (
 	FieldEngineSpanMissing
 	FieldEngineWaiting
 	FieldEngineRunning
+	FieldTTFTSLO
+	FieldSLOFallback
+	FieldPredictedTTFT
+	FieldPredictedStages
+	FieldPredictionOff
+	FieldPrefixAffinity
+	FieldCachedExpected
 	FieldTokensOut
 	FieldTokensIn
+	FieldCachedTokens
 	FieldReasoningTokens
 	FieldITL
 	FieldStalls
@@ -76,6 +85,7 @@ var fieldNames = [NumFields]string{
 	FieldStream:                   "stream",
 	FieldStatus:                   "status",
 	FieldUpstream:                 "upstream",
+	FieldPolicy:                   "policy",
 	FieldUpstreamConn:             "upstream_conn",
 	FieldEngineKind:               "engine",
 	FieldKey:                      "key",
@@ -97,8 +107,16 @@ var fieldNames = [NumFields]string{
 	FieldEngineSpanMissing:        "engine_span_missing",
 	FieldEngineWaiting:            "engine_waiting",
 	FieldEngineRunning:            "engine_running",
+	FieldTTFTSLO:                  "ttft_slo_ms",
+	FieldSLOFallback:              "ttft_slo_fallback",
+	FieldPredictedTTFT:            "predicted_ttft_ms",
+	FieldPredictedStages:          "predicted_stages_ms",
+	FieldPredictionOff:            "prediction_off",
+	FieldPrefixAffinity:           "prefix_affinity",
+	FieldCachedExpected:           "cached_tokens_expected",
 	FieldTokensOut:                "tokens_out",
 	FieldTokensIn:                 "tokens_in",
+	FieldCachedTokens:             "cached_tokens",
 	FieldReasoningTokens:          "reasoning_tokens",
 	FieldITL:                      "itl_ms",
 	FieldStalls:                   "stalls",

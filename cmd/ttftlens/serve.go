@@ -187,7 +187,7 @@ func serve(f *serveFlags, plan *servePlan) error {
 		return err
 	}
 	build := readBuildInfo()
-	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: upstreams, Models: models, Version: build.Version, Revision: build.Revision})
+	metrics := exporters.NewMetrics(reg, exporters.MetricOptions{Upstreams: upstreams, Models: models, Policies: gateway.Policies(), Version: build.Version, Revision: build.Revision})
 	ring := exporters.NewRing(exporters.RingOptions{}) // the page and /debug/requests
 	named := []exporters.Named{{Name: "log", Sink: records}, {Name: "metrics", Sink: metrics}, {Name: "ring", Sink: ring}}
 	if plan.traces != nil { // closed by plan.close, after the proxy's shutdown: its last records are exported too

@@ -36,6 +36,7 @@ import (
 // non-streamed Message ("type":"message") is read the same way. No timing.
 type AnthropicReader struct {
 	prompt, cached int // of message_start, for message_delta
+	cachedKnown    bool
 }
 
 // Kind returns "anthropic".
@@ -111,8 +112,8 @@ func (r *AnthropicReader) usage(u *jsonValue) {
 		return
 	}
 	created, _ := intField(u, "cache_creation_input_tokens")
-	read, _ := intField(u, "cache_read_input_tokens")
-	r.prompt, r.cached = in+created+read, read
+	read, known := intField(u, "cache_read_input_tokens")
+	r.prompt, r.cached, r.cachedKnown = in+created+read, read, known
 }
 
 // report fills the event's usage from a message_delta (or Message) usage.
@@ -126,7 +127,7 @@ func (r *AnthropicReader) report(u *jsonValue, ev *Event) {
 	}
 	r.usage(u) // a message_delta may repeat the (cumulative) input counts
 	ev.Usage, ev.CompletionTokens = true, out
-	ev.PromptTokens, ev.CachedTokens = r.prompt, r.cached
+	ev.PromptTokens, ev.CachedTokens, ev.Cached = r.prompt, r.cached, r.cachedKnown
 }
 
 // blockOutput is the output a content block, as started or as a whole,
@@ -167,5 +168,5 @@ func stopReason(v []byte) endreason.Finish {
 
 // Reset forgets the prompt counts.
 func (r *AnthropicReader) Reset() {
-	r.prompt, r.cached = 0, 0
+	r.prompt, r.cached, r.cachedKnown = 0, 0, false
 }

@@ -88,9 +88,7 @@ func (r *LlamaCppReader) read(v *jsonValue, ev Event, tl *stages.Timeline) Event
 		n, _ := intField(t, "predicted_n")
 		r.prefillFinal = n > 0
 	}
-	if n, ok := intField(t, "cache_n"); ok {
-		ev.CachedTokens = n
-	}
+	ev.CachedTokens, ev.Cached = intField(t, "cache_n")
 	if d, ok := durField(t, "predicted_ms", ms); ok && d > 0 {
 		ev.Decode = d
 	}

@@ -51,8 +51,10 @@ type Event struct {
 	// EventNone for every other protocol.
 	EventType EventType
 	// CachedTokens: prompt tokens served from the engine's prefix cache,
-	// when the engine says (with Usage, or llama.cpp's timings.cache_n).
+	// when the engine says (Cached: with Usage, or llama.cpp's
+	// timings.cache_n); a reported 0 is a miss.
 	CachedTokens int
+	Cached       bool
 	// UsageOnly: an OpenAI usage-only chunk (choices [] and a usage
 	// object): the chunk the relay drops when it added include_usage
 	// upstream (see EnsureIncludeUsage).
@@ -177,7 +179,9 @@ func readOpenAIExt(v *jsonValue, ev Event) Event {
 	if !ev.Usage {
 		return ev
 	}
-	ev.CachedTokens = v.GetInt("usage", "prompt_tokens_details", "cached_tokens")
+	if d := v.Get("usage", "prompt_tokens_details"); d != nil && d.Type() == jsonObject {
+		ev.CachedTokens, ev.Cached = intField(d, "cached_tokens")
+	}
 	if d := v.Get("usage", "completion_tokens_details"); d != nil {
 		ev.ReasoningTokens, ev.ReasoningUsage = intField(d, "reasoning_tokens")
 	}

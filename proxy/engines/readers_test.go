@@ -65,7 +65,7 @@ func TestReadersAgreeWithInspect(t *testing.T) {
 			want := o.Inspect([]byte(c))
 			got := r.Event([]byte(c), newTL())
 			base := got
-			base.Timing, base.Inferred, base.EventType, base.CachedTokens, base.UsageOnly, base.Decode = false, false, EventNone, 0, false, 0
+			base.Timing, base.Inferred, base.EventType, base.CachedTokens, base.Cached, base.UsageOnly, base.Decode = false, false, EventNone, 0, false, false, 0
 			base.ReasoningUsage, base.ReasoningTokens = false, 0
 			if base != want {
 				t.Errorf("%s.Event(%.60q) = %+v, Inspect says %+v", k, c, got, want)
@@ -221,7 +221,7 @@ func TestReaderEdges(t *testing.T) {
 		{"vllm metrics an array", KindVLLM, `{"metrics":[1,2]}`, Event{}, durs{}},
 		// llama.cpp.
 		{"llamacpp timings without prompt_ms", KindLlamaCpp, `{"choices":[{"delta":{"content":"x"}}],"timings":{"predicted_ms":5,"cache_n":4}}`,
-			Event{Content: true, CachedTokens: 4, Decode: 5 * ms}, durs{}},
+			Event{Content: true, CachedTokens: 4, Cached: true, Decode: 5 * ms}, durs{}},
 		{"llamacpp timings null", KindLlamaCpp, `{"choices":[],"timings":null}`, Event{}, durs{}},
 		{"llamacpp native stop limit", KindLlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":4}`,
 			Event{Finish: endreason.FinishLength, Usage: true, PromptTokens: 4, CompletionTokens: 16}, durs{}},
@@ -232,7 +232,7 @@ func TestReaderEdges(t *testing.T) {
 		{"usage with reasoning tokens", KindGeneric, deepseekUsage,
 			Event{Finish: endreason.FinishStop, Usage: true, PromptTokens: 13, CompletionTokens: 412, ReasoningUsage: true, ReasoningTokens: 398}, durs{}},
 		{"usage with zero reasoning tokens", KindVLLM, openaiUsage,
-			Event{Usage: true, PromptTokens: 12, CompletionTokens: 34, UsageOnly: true, ReasoningUsage: true}, durs{}},
+			Event{Usage: true, PromptTokens: 12, CompletionTokens: 34, Cached: true, UsageOnly: true, ReasoningUsage: true}, durs{}},
 		{"usage without details", KindGeneric, vllmUsage,
 			Event{Usage: true, PromptTokens: 27, CompletionTokens: 128, UsageOnly: true}, durs{}},
 		{"reasoning tokens not a count", KindGeneric, `{"choices":[],"usage":{"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":"2"}}}`,
@@ -346,12 +346,12 @@ func TestAnthropicUsageAcrossEvents(t *testing.T) {
 		t.Errorf("message_start: %+v", ev)
 	}
 	d := `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}`
-	want := Event{EventType: EventMessageDelta, Finish: endreason.FinishStop, Usage: true, PromptTokens: 10, CompletionTokens: 7, CachedTokens: 2}
+	want := Event{EventType: EventMessageDelta, Finish: endreason.FinishStop, Usage: true, PromptTokens: 10, CompletionTokens: 7, CachedTokens: 2, Cached: true}
 	if ev := r.Event([]byte(d), nil); ev != want {
 		t.Errorf("message_delta: %+v, want %+v", ev, want)
 	}
 	r.Reset()
-	want.PromptTokens, want.CachedTokens = 0, 0
+	want.PromptTokens, want.CachedTokens, want.Cached = 0, 0, false
 	if ev := r.Event([]byte(d), nil); ev != want {
 		t.Errorf("after Reset: %+v, want %+v", ev, want)
 	}

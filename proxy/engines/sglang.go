@@ -89,7 +89,7 @@ func (r *SGLangReader) Event(data []byte, tl *stages.Timeline) Event {
 		c, okc := intField(m, "completion_tokens")
 		if okp || okc {
 			ev.Usage, ev.PromptTokens, ev.CompletionTokens = true, p, c
-			ev.CachedTokens, _ = intField(m, "cached_tokens")
+			ev.CachedTokens, ev.Cached = intField(m, "cached_tokens")
 		}
 		r.timing(m, tl, &ev)
 		return ev
