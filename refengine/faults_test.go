@@ -214,6 +214,29 @@ func TestServerWideFault(t *testing.T) {
 	}
 }
 
+// TestSetFaults: SetFaults replaces the server-wide faults for the
+// requests that come after it; a spec that does not parse changes nothing.
+func TestSetFaults(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = "queue_delay=100ms"
+	e := startEngine(t, cfg)
+	if err := e.SetFaults("slow_tokenizer=10ms"); err != nil {
+		t.Fatal(err)
+	}
+	if r := stream(t, e, "", 2); r.truth.Faults != "slow_tokenizer=10ms" || r.truth.Queue >= 100*time.Millisecond {
+		t.Errorf("after SetFaults: faults %q, queue %v", r.truth.Faults, r.truth.Queue)
+	}
+	if err := e.SetFaults("bogus"); err == nil {
+		t.Error("SetFaults accepted an unknown fault")
+	}
+	if err := e.SetFaults(""); err != nil {
+		t.Fatal(err)
+	}
+	if r := stream(t, e, "", 2); r.truth.Faults != "" {
+		t.Errorf("after SetFaults(\"\"): faults %q", r.truth.Faults)
+	}
+}
+
 // TestRequestFaultsOnlyWhenAllowed: a request's fault header is ignored
 // unless the configuration allows it; the server-wide faults apply either
 // way.

@@ -133,7 +133,7 @@ func (g *gen) run(chat bool) {
 		g.fail(&apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", a.model), typ: "invalid_request_error", param: "model", code: "model_not_found"}, "", "invalid_request")
 		return
 	}
-	g.f = s.faults
+	g.f = *s.faults.Load()
 	if h := g.hr.Header.Get(FaultHeader); h != "" && s.cfg.AllowFaults {
 		if err := g.f.apply(h); err != nil {
 			g.fail(badRequest(FaultHeader, "%v", err), "", "invalid_request")

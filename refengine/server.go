@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ttftlens/ttftlens/internal/sock"
@@ -24,7 +25,7 @@ import (
 // Handler (or call Serve), and Close it when done.
 type Server struct {
 	cfg    Config
-	faults Faults // server-wide
+	faults atomic.Pointer[Faults] // server-wide: Config.Faults, then SetFaults
 
 	m     *model.Model
 	tok   model.Tokenizer
@@ -89,7 +90,6 @@ func New(cfg Config) (*Server, error) {
 
 	s := &Server{
 		cfg:     cfg,
-		faults:  faults,
 		m:       m,
 		tok:     tok,
 		pool:    m.NewBlockPool(cfg.KVBlocks),
@@ -98,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 		created: time.Now().Unix(),
 		closing: make(chan struct{}),
 	}
+	s.faults.Store(&faults)
 	s.met = newMetrics(cfg.ModelName, s.kvUsage)
 	if s.sched, err = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met); err != nil {
 		m.Close()
@@ -170,6 +171,19 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// SetFaults replaces the server-wide faults (Config.Faults' syntax; ""
+// for none) for the requests that arrive from now on: an engine that slows
+// down, or recovers, while it runs. A request's own X-Ttftlens-Fault still
+// overrides them when AllowFaults.
+func (s *Server) SetFaults(spec string) error {
+	f, err := ParseFaults(spec)
+	if err != nil {
+		return err
+	}
+	s.faults.Store(&f)
+	return nil
 }
 
 // Close stops the servers started by Serve, ends every unfinished request

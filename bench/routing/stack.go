@@ -97,8 +97,10 @@ func startStack(policy string, engines []refengine.Config) (_ *stack, err error)
 		return nil, err
 	}
 	s.gw.Start()
-	// Every policy scrapes the engines alike, as least_load needs.
-	if s.proxy, err = proxy.New(proxy.Config{Gateway: s.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape}, s.recs, nop); err != nil {
+	// Every policy scrapes the engines alike, as least_load needs; the
+	// engines are identified as serve does by default (the reference
+	// engine's usage chunk, with its cached tokens, is then asked for).
+	if s.proxy, err = proxy.New(proxy.Config{Gateway: s.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape, Engine: proxy.EngineAuto}, s.recs, nop); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -84,7 +84,8 @@ func (f *fit) far(r, bound float64) float64 {
 // solve fits the line to the sums. With x spread by less than half a unit
 // (one prompt size, one queue length) the slope cannot be told: the cost is
 // taken as proportional to x (a = 0), or as the mean when x is zero. A
-// slope below zero (a cost that falls as x grows) is taken as none.
+// slope below zero (a cost that falls as x grows) is taken as none, and a
+// fixed part below zero as none: the line through the origin.
 func (f *fit) solve() {
 	mx, my := f.sx/f.w, f.sy/f.w
 	vx := f.sxx/f.w - mx*mx
@@ -96,5 +97,8 @@ func (f *fit) solve() {
 	default:
 		f.b = max((f.sxy/f.w-mx*my)/vx, 0)
 		f.a = my - f.b*mx
+		if f.a < 0 { // no part has a fixed cost below zero: the line through the origin
+			f.a, f.b = 0, f.sxy/f.sxx
+		}
 	}
 }

@@ -18,8 +18,13 @@ func TestFitLine(t *testing.T) {
 		{"one x: proportional", []pt{{100, 20}, {100, 30}}, 0, 0.25},
 		{"x zero: the mean", []pt{{0, 20}, {0, 30}}, 25, 0},
 		{"falling: the mean", []pt{{100, 30}, {200, 20}}, 25, 0},
-		// Below the axis at x = 0: kept (a knee), read as zero there (at).
-		{"negative intercept", []pt{{2, 0}, {4, 20}}, -20, 10},
+		// Below the axis at x = 0: no part costs less than nothing to
+		// start, so the least-squares line through the origin. (Kept as
+		// it was, a line fitted across a slowdown, the old fast points at
+		// small x and the new slow ones at large, predicted nothing at all
+		// for prompts as small as the fast ones.)
+		{"negative intercept", []pt{{2, 0}, {4, 20}}, 0, 4},
+		{"across a slowdown", []pt{{262, 50}, {343, 2500}}, 0, (262*50 + 343*2500) / (262.0*262 + 343*343)},
 		// Once warm, one far observation is taken as the bound ...
 		{"one outlier", []pt{{0, 10}, {0, 10}, {0, 10}, {0, 10}, {0, 100}}, 10.5, 0},
 		// ... and the next in its direction believed.

@@ -242,9 +242,10 @@ func TestKinds(t *testing.T) {
 		{"split, asked unscraped", []Observation{split}, Load{InFlight: 3}, false, 10 * ms, 11 * ms},
 		{"unsplit", []Observation{unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 6}, true, 18 * ms, 30 * ms},
 		// Most recent unsplit and unscraped: their fits, though the older
-		// split and scraped ones are still known (the in-flight line
-		// through 20 ms at 6 and 9 ms at 3).
-		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9 * ms, 30 * ms},
+		// split and scraped ones are still known (the in-flight line: the
+		// one through 20 ms at 6 and 9 ms at 3 would start below zero, so
+		// the weighted one through the origin, 3.18 ms a request).
+		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9540 * time.Microsecond, 30 * ms},
 		{"unsplit, then split", []Observation{unsplit, split, split}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, false, 40 * ms, 11 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,12 +66,14 @@ func (r *Report) reader(kind string) Reader {
 }
 
 // UpstreamBody returns the request body to send upstream and whether the
-// relay must drop the usage-only chunk: for vLLM, a streamed completion
-// whose client did not ask for usage asks for it (vLLM's usage chunk carries
-// its timing), and the chunk is then kept from the client. buf is reused for
-// a changed body; body itself is returned when nothing changes.
+// relay must drop the usage-only chunk: for vLLM and the reference engine,
+// a streamed completion whose client did not ask for usage asks for it
+// (vLLM's usage chunk carries its timing; both carry the cached prompt
+// tokens least_ttft learns from), and the chunk is then kept from the
+// client. buf is reused for a changed body; body itself is returned when
+// nothing changes.
 func (r *Report) UpstreamBody(body, buf []byte, completion, streaming, clientAskedUsage bool) (send []byte, dropUsage bool) {
-	if r.rd.Kind() != KindVLLM || !completion || !streaming || clientAskedUsage {
+	if k := r.rd.Kind(); (k != KindVLLM && k != KindReference) || !completion || !streaming || clientAskedUsage {
 		return body, false
 	}
 	out, added, err := EnsureIncludeUsage(body, buf[:0])

@@ -159,6 +159,7 @@ func TestReportUpstreamBody(t *testing.T) {
 		{"vllm stream, client asked", KindVLLM, true, true, true, false},
 		{"vllm, not streamed", KindVLLM, true, false, false, false},
 		{"vllm, not a completion", KindVLLM, false, true, false, false},
+		{"reference stream, client did not ask", KindReference, true, true, false, true},
 		{"another engine", KindSGLang, true, true, false, false},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/proxy/engines"
+	"github.com/ttftlens/ttftlens/refengine"
+	"github.com/ttftlens/ttftlens/stages"
+)
+
+// leastTTFTYAML is a least_ttft pool of three reference engines, and a
+// least_request pool of a fourth (the SLO's fallback, FALLBACK).
+const leastTTFTYAML = `
+routes:
+  - model: ttftlens-ref
+    pool: p
+    ttft_slo_fallback: FALLBACK
+pools:
+  - name: p
+    upstreams: [UP_A, UP_B, UP_C]
+    policy: least_ttft
+  - name: spare
+    upstreams: [UP_D]
+`
+
+// ttftEngines starts four reference engines with the server-wide faults
+// given (A to D) and the proxy in front of them (leastTTFTYAML, the
+// fallback pool fallback, "" for none); it returns the engines, the
+// proxy's address, its records and the pool's upstreams A, B, C.
+func ttftEngines(t *testing.T, fallback string, faults ...string) ([]*refengine.Server, string, *captureSink, []*gateway.Upstream) {
+	t.Helper()
+	urls := map[string]string{}
+	var engs []*refengine.Server
+	for i, f := range faults {
+		eng, url := startEngine(t, refengine.Config{Faults: f})
+		engs = append(engs, eng)
+		urls["UP_"+string(rune('A'+i))] = url
+	}
+	yaml := strings.ReplaceAll(leastTTFTYAML, "FALLBACK", fallback)
+	if fallback == "" {
+		yaml = strings.ReplaceAll(yaml, "    ttft_slo_fallback: \n", "")
+	}
+	// The reference engine's kind: it is asked for its usage chunk, which
+	// carries its cached prompt tokens.
+	addr, sink, p := startGateway(t, yaml, urls, func(c *Config) { c.Engine = engines.KindReference })
+	return engs, addr, sink, p.Gateway().Snapshot().Pools()[0].Upstreams
+}
+
+// uniquePrompt is a chat request whose prompt (about 400 tokens) shares no
+// prefix with any other i's: no engine has it cached.
+func uniquePrompt(i int) string {
+	words := strings.Repeat(fmt.Sprintf("word%d ", i), 80)
+	return `{"model":"ttftlens-ref","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"` + fmt.Sprint(i) + " " + words + `"}]}`
+}
+
+// routeOne sends body through the proxy (with the header pairs hdr) and
+// returns the response's status and body and the request's record.
+func routeOne(t *testing.T, addr string, sink *captureSink, body string, hdr ...string) (*http.Response, string, gotRecord) {
+	t.Helper()
+	resp, out, err := post(t, addr, body, hdr...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, out, sink.next(t)
+}
+
+// warm sends unique prompts until every upstream of ups has served n
+// with a first token (its model has been observed: predictions can be
+// compared), failing after 60; it returns the requests sent.
+func warm(t *testing.T, addr string, sink *captureSink, ups []*gateway.Upstream, n int) int {
+	t.Helper()
+	served := map[string]int{}
+	for i := range 60 {
+		if _, _, r := routeOne(t, addr, sink, uniquePrompt(1000+i)); r.bd.OK {
+			served[r.Upstream]++
+		}
+		if !slices.ContainsFunc(ups, func(u *gateway.Upstream) bool { return served[u.Name] < n }) {
+			return i + 1
+		}
+	}
+	t.Fatalf("after 60 requests, the upstreams served %v", served)
+	return 0
+}
+
+// TestLeastTTFTAvoidsSlowPrefill: of three engines, one with a prefill
+// four times slower: once each has served a request (cold start: prefix
+// affinity spreads them), least_ttft predicts the slow one's TTFT highest
+// and sends it nothing; every record carries the prediction, the policy
+// and the engine's cached tokens, and its predicted stages are those of
+// an engine that reports its split (prefill predicted, nothing
+// unattributed beyond the network).
+func TestLeastTTFTAvoidsSlowPrefill(t *testing.T) {
+	_, addr, sink, ups := ttftEngines(t, "", "", "", "slow_prefill=4", "")
+	n := warm(t, addr, sink, ups, 1)
+	t.Logf("all three upstreams observed after %d requests", n)
+	for i := range 12 {
+		resp, _, r := routeOne(t, addr, sink, uniquePrompt(i))
+		if resp.StatusCode != 200 || !r.bd.OK {
+			t.Fatalf("request %d: status %d, %s/%s", i, resp.StatusCode, r.Reason, r.Detail)
+		}
+		if r.Upstream == ups[2].Name {
+			t.Fatalf("request %d went to the slow engine: predicted %v (%v), measured %v",
+				i, r.Prediction, r.PredictionOff, r.bd.Stages)
+		}
+		if !r.Predicted || r.Policy != gateway.PolicyLeastTTFT || r.PrefixAffinity || !r.CachedReported {
+			t.Fatalf("request %d: predicted %v, policy %q, affinity %v, cached reported %v",
+				i, r.Predicted, r.Policy, r.PrefixAffinity, r.CachedReported)
+		}
+		if r.Prediction[stages.Prefill] <= 0 || r.Prediction[stages.Gateway] != 0 || r.Prediction[stages.Route] != 0 {
+			t.Fatalf("request %d: predicted stages %v: want a prefill, nothing before the queue", i, r.Prediction)
+		}
+	}
+}
+
+// TestLeastTTFTFollowsSlowdown: the engine least_ttft prefers (the others
+// have four times its prefill) slows down mid-run, its prefill sixteen
+// times what it was. The requests that meet the slowdown teach its model
+// (the first barely moves it: an outlier to a model that knows better;
+// the model forgets with a half-life of 2 s on the gateway's clock), until
+// its prediction passes the others': from then on every request goes to
+// the others. The first request that met it was predicted far too soon,
+// and its record says prefill was the part furthest off.
+func TestLeastTTFTFollowsSlowdown(t *testing.T) {
+	engines, addr, sink, ups := ttftEngines(t, "", "", "slow_prefill=4", "slow_prefill=4", "")
+	warm(t, addr, sink, ups, 1)
+	for i := range 6 { // A is the favourite
+		if _, _, r := routeOne(t, addr, sink, uniquePrompt(i)); r.Upstream != ups[0].Name {
+			t.Fatalf("before the slowdown, request %d went to %s, not the fastest", i, r.Upstream)
+		}
+	}
+	if err := engines[0].SetFaults("slow_prefill=16"); err != nil {
+		t.Fatal(err)
+	}
+	slowed := time.Now()
+	var toSlowed []gotRecord
+	switched := -1 // the first request after the slowdown that went elsewhere
+	for i := range 30 {
+		_, _, r := routeOne(t, addr, sink, uniquePrompt(100+i))
+		switch {
+		case r.Upstream != ups[0].Name && switched < 0:
+			switched = i
+			t.Logf("avoided from request %d on, %v after the slowdown", i, time.Since(slowed).Round(time.Millisecond))
+		case r.Upstream != ups[0].Name:
+		case switched >= 0:
+			t.Fatalf("request %d went back to the slowed engine after request %d was sent elsewhere", i, switched)
+		default:
+			toSlowed = append(toSlowed, r)
+		}
+		if switched >= 0 && i >= switched+5 {
+			break
+		}
+	}
+	if switched < 0 || len(toSlowed) == 0 {
+		t.Fatalf("%d requests met the slowdown; never avoided: %v", len(toSlowed), switched < 0)
+	}
+	first := toSlowed[0]
+	if first.PredictionOff != stages.Prefill || first.PredictionOffBy >= 0 || first.PredictedTTFT(&first.bd) >= first.bd.TTFT {
+		t.Errorf("the first request after the slowdown: predicted %v, measured %v; off %v by %v, want prefill, below zero",
+			first.PredictedTTFT(&first.bd), first.bd.TTFT, first.PredictionOff, first.PredictionOffBy)
+	}
+}
+
+// TestTTFTSLO: a request whose TTFT SLO no upstream is predicted to meet
+// is refused at once (429, Retry-After, the OpenAI error shape, its own
+// end detail, no upstream) while one that can be met is served and
+// records its SLO and prediction; with a fallback pool configured, the
+// refused request goes there instead. A cold pool refuses nothing.
+func TestTTFTSLO(t *testing.T) {
+	for _, fallback := range []string{"", "spare"} {
+		t.Run("fallback="+fallback, func(t *testing.T) {
+			_, addr, sink, ups := ttftEngines(t, fallback, "", "", "", "")
+			slo := []string{gateway.HeaderTTFTSLO, "1"}
+			if resp, _, r := routeOne(t, addr, sink, uniquePrompt(0), slo...); resp.StatusCode != 200 || r.Predicted {
+				t.Fatalf("cold pool: status %d, predicted %v; want served, unpredicted", resp.StatusCode, r.Predicted)
+			}
+			warm(t, addr, sink, ups, 1)
+
+			resp, body, r := routeOne(t, addr, sink, uniquePrompt(1), gateway.HeaderTTFTSLO, "600000")
+			if resp.StatusCode != 200 || !r.Predicted || r.TTFTSLO.Milliseconds() != 600000 || r.SLOFallback {
+				t.Fatalf("a 10-minute SLO: status %d, predicted %v, slo %v, fallback %v: %s", resp.StatusCode, r.Predicted, r.TTFTSLO, r.SLOFallback, body)
+			}
+
+			resp, body, r = routeOne(t, addr, sink, uniquePrompt(2), slo...)
+			if fallback != "" {
+				if resp.StatusCode != 200 || !r.SLOFallback || r.Policy != gateway.PolicyLeastRequest || r.Predicted {
+					t.Fatalf("to the fallback: status %d, fallback %v, policy %q, predicted %v: %s", resp.StatusCode, r.SLOFallback, r.Policy, r.Predicted, body)
+				}
+				for _, u := range ups {
+					if r.Upstream == u.Name {
+						t.Fatalf("the fallback request went to %s, in the SLO's pool", u.Name)
+					}
+				}
+				return
+			}
+			if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" ||
+				!strings.Contains(body, `"code":"ttft_slo_unmeetable"`) || !strings.Contains(body, `"type":"rate_limit_exceeded"`) {
+				t.Fatalf("refused: status %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			if r.Reason != endreason.Deadline || r.Detail != endreason.DetailSLOUnmeetable || r.Upstream != "" || r.TTFTSLO.Milliseconds() != 1 {
+				t.Fatalf("refused record: %s/%s upstream %q slo %v", r.Reason, r.Detail, r.Upstream, r.TTFTSLO)
+			}
+			resp, body, _ = routeOne(t, addr, sink, uniquePrompt(3), gateway.HeaderTTFTSLO, "soon")
+			if resp.StatusCode != 400 || !strings.Contains(body, gateway.HeaderTTFTSLO) {
+				t.Fatalf("a malformed SLO: status %d: %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
