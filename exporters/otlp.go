@@ -509,7 +509,9 @@ func (s *OTLPSink) export(k *kept, segs []Segment, attrs []attribute.KeyValue) (
 	wall := r.Timeline.Wall()
 	end := r.E2E()
 	for _, g := range segs {
-		end = max(end, g.End)
+		if g.Kind != SegPredicted {
+			end = max(end, g.End)
+		}
 	}
 	attrs = requestAttrs(attrs, k)
 	_, span := s.tracer.Start(ctx, SpanName(r),
@@ -530,7 +532,7 @@ func (s *OTLPSink) export(k *kept, segs []Segment, attrs []attribute.KeyValue) (
 	if span.SpanContext().IsSampled() {
 		child := trace.ContextWithSpan(context.Background(), span)
 		for _, g := range segs {
-			if g.Kind == SegFinish {
+			if g.Kind == SegFinish || g.Kind == SegPredicted { // a prediction is not a time spent
 				continue
 			}
 			segAttrs := []attribute.KeyValue{attribute.String(attrPrefix+"segment", g.Kind.String())}

@@ -169,6 +169,12 @@ func TestOTLPSpans(t *testing.T) {
 			},
 			absent: []string{"gen_ai.response.finish_reasons", "gen_ai.usage.input_tokens"},
 		}},
+		// A prediction is drawn on the requests page, never a span.
+		{"stop_least_ttft", want{
+			name:     "chat llama-3-8b",
+			children: []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport", "decode"},
+			attrs:    map[string]string{"ttftlens.end_reason": "stop"},
+		}},
 		{"deadline_before_first_token", want{
 			name:     "chat llama-3-8b",
 			children: []string{"gateway", "route", "queue", "upstream"},

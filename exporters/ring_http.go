@@ -190,13 +190,14 @@ func appendMarks(b []byte, t *stages.Timeline) []byte {
 	return append(b, '}')
 }
 
-// appendWaterfall appends r's waterfall bars (Segments); an inferred one
+// appendWaterfall appends r's waterfall bars (Segments), kind "stage",
+// "decode", "finish", "open" or "predicted" (SegmentKind); an inferred one
 // says "inferred": true. start_ms
 // and end_ms are the segment's offsets rounded to the microsecond, dur_ms
 // their difference, so contiguous bars stay contiguous and the TTFT stages
 // add up to ttft_ms.
 func appendWaterfall(b []byte, r *record.Record) []byte {
-	var buf [16]Segment
+	var buf [maxSegments]Segment
 	b = append(b, '[')
 	for i, g := range Segments(buf[:0], r) {
 		if i > 0 {

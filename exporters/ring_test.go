@@ -111,19 +111,43 @@ func TestRingCopies(t *testing.T) {
 }
 
 func TestSegments(t *testing.T) {
+	const predicted = " queue:predicted preparation:predicted prefill:predicted first_decode:predicted unattributed:predicted transport:predicted"
 	tests := []struct {
-		fixture string
-		want    string // name:kind, in order
+		name, fixture string
+		edit          func(r *record.Record) // nil: the fixture as it is
+		want          string                 // name:kind, in order
 	}{
-		{"stop_engine_report", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
-		{"client_cancel_mid_stream", "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
-		{"deadline_before_first_token", "gateway:stage route:stage queue:stage upstream:open"},
-		{"worker_failure_5xx", "gateway:stage route:stage queue:stage upstream:open"},
-		{"reasoning_stream", "gateway:stage route:stage queue:stage queue:stage:inferred preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage reasoning:decode decode:decode finish:finish"},
+		{"", "stop_engine_report", nil, "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
+		{"", "client_cancel_mid_stream", nil, "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish"},
+		{"", "deadline_before_first_token", nil, "gateway:stage route:stage queue:stage upstream:open"},
+		{"", "worker_failure_5xx", nil, "gateway:stage route:stage queue:stage upstream:open"},
+		{"", "reasoning_stream", nil, "gateway:stage route:stage queue:stage queue:stage:inferred preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage reasoning:decode decode:decode finish:finish"},
+		// A least_ttft pool's prediction follows the measured bars.
+		{"", "stop_least_ttft", nil, "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish" + predicted},
+		// A prediction without a first token is still drawn: it was made,
+		// and shows what the request was expected to wait.
+		{"predicted, no first token", "deadline_before_first_token", predict, "gateway:stage route:stage queue:stage upstream:open" + predicted},
+		{"predicted, ended in route", "deadline_before_first_token", func(r *record.Record) {
+			predict(r)
+			r.Timeline.Start(fixedClock, wall)
+			r.Timeline.MarkAt(stages.GatewayDone, 41234)
+			r.Timeline.MarkAt(stages.Done, 90*us)
+		}, "gateway:stage route:open" + predicted},
+		{"predicted, unsplit", "stop_unsplit", func(r *record.Record) {
+			r.Predicted = true
+			r.Prediction[stages.Unattributed] = 40 * ms
+		}, "gateway:stage route:stage queue:stage preparation:stage prefill:stage first_decode:stage unattributed:stage transport:stage decode:decode finish:finish" + predicted},
 	}
 	for _, tt := range tests {
-		t.Run(tt.fixture, func(t *testing.T) {
+		name := tt.name
+		if name == "" {
+			name = tt.fixture
+		}
+		t.Run(name, func(t *testing.T) {
 			r := fixtureByName(t, tt.fixture)
+			if tt.edit != nil {
+				tt.edit(r)
+			}
 			segs := Segments(nil, r)
 			var names []string
 			for _, g := range segs {
@@ -138,7 +162,11 @@ func TestSegments(t *testing.T) {
 			if got := strings.Join(names, " "); got != tt.want {
 				t.Fatalf("segments\n got %s\nwant %s", got, tt.want)
 			}
+			if len(segs) > maxSegments {
+				t.Errorf("%d segments, more than maxSegments %d", len(segs), maxSegments)
+			}
 			checkLayout(t, r, segs)
+			checkPrediction(t, r, segs)
 		})
 	}
 	t.Run("a model load and an inferred queue", func(t *testing.T) {
@@ -191,6 +219,54 @@ func checkLayout(t *testing.T, r *record.Record, segs []Segment) {
 	}
 	if at != r.E2E() {
 		t.Errorf("layout ends at %v, want Done %v", at, r.E2E())
+	}
+}
+
+// predict gives r the prediction of stop_least_ttft, as a least_ttft pool
+// would have routed it.
+func predict(r *record.Record) {
+	p := routedFixture.record()
+	r.Policy, r.Predicted, r.Prediction = p.Policy, true, p.Prediction
+}
+
+// checkPrediction asserts the predicted bars: none without r.Predicted;
+// with it, after the measured ones, queue to transport, each as long as
+// predicted, end to end from where the measured route stage ended (with a
+// first token, to the predicted TTFT).
+func checkPrediction(t *testing.T, r *record.Record, segs []Segment) {
+	t.Helper()
+	var routed time.Duration
+	first := len(segs)
+	for i, g := range segs {
+		if g.Kind == SegPredicted {
+			first = min(first, i)
+		} else if first < len(segs) {
+			t.Errorf("measured segment %s after the predicted ones", g.Name)
+		}
+		if g.Name == "route" && (g.Kind == SegStage || g.Kind == SegOpen) {
+			routed = g.End
+		}
+	}
+	pred := segs[first:]
+	if !r.Predicted {
+		if len(pred) > 0 {
+			t.Errorf("predicted segments %+v for a record without a prediction", pred)
+		}
+		return
+	}
+	if len(pred) != int(stages.NumStages-stages.Queue) {
+		t.Fatalf("%d predicted segments, want queue to transport", len(pred))
+	}
+	at := routed
+	for i, g := range pred {
+		st := stages.Queue + stages.Stage(i)
+		if want := (Segment{Name: st.String(), Kind: SegPredicted, Start: at, End: at + r.Prediction[st]}); g != want {
+			t.Errorf("predicted segment %+v, want %+v", g, want)
+		}
+		at = g.End
+	}
+	if bd := r.Breakdown(); bd.OK && at != r.PredictedTTFT(&bd) {
+		t.Errorf("prediction ends at %v, want the predicted TTFT %v", at, r.PredictedTTFT(&bd))
 	}
 }
 
@@ -399,6 +475,76 @@ func BenchmarkRingList(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		get(h, "GET", "/debug/requests")
+	}
+}
+
+// TestWaterfallJSON checks the waterfall /debug/requests/{id} serves: the
+// measured bars, then, for a request routed with a prediction, the
+// predicted stages, kind "predicted", from where route ended (marks_ms's
+// routed) to predicted_ttft_ms.
+func TestWaterfallJSON(t *testing.T) {
+	tests := []struct {
+		fixture   string
+		edit      func(r *record.Record)
+		measured  int
+		predicted bool
+	}{
+		{"stop_engine_report", nil, 10, false},
+		{"stop_least_ttft", nil, 10, true},
+		{"deadline_before_first_token", nil, 4, false},
+		{"deadline_before_first_token", predict, 4, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s predicted=%v", tt.fixture, tt.predicted), func(t *testing.T) {
+			r := fixtureByName(t, tt.fixture)
+			if tt.edit != nil {
+				tt.edit(r)
+			}
+			g := NewRing(RingOptions{})
+			g.Emit(r)
+			_, _, body := get(AdminHandler(prometheus.NewRegistry(), g.Routes()), "GET", "/debug/requests/"+r.RequestID)
+			var page struct {
+				TTFT      *float64           `json:"ttft_ms"`
+				Predicted float64            `json:"predicted_ttft_ms"`
+				Stages    map[string]float64 `json:"predicted_stages_ms"`
+				Marks     map[string]float64 `json:"marks_ms"`
+				Waterfall []struct {
+					Name  string  `json:"name"`
+					Kind  string  `json:"kind"`
+					Start float64 `json:"start_ms"`
+					End   float64 `json:"end_ms"`
+					Dur   float64 `json:"dur_ms"`
+				} `json:"waterfall"`
+			}
+			if err := json.Unmarshal([]byte(body), &page); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			at := page.Marks["routed"]
+			for i, b := range page.Waterfall {
+				if (b.Kind == "predicted") != (i >= tt.measured) {
+					t.Errorf("bar %d %s is %s", i, b.Name, b.Kind)
+				}
+				if b.Kind != "predicted" {
+					continue
+				}
+				names = append(names, b.Name)
+				if b.Start != at || b.Dur != page.Stages[b.Name] {
+					t.Errorf("predicted %s from %v for %v, want from %v for %v", b.Name, b.Start, b.Dur, at, page.Stages[b.Name])
+				}
+				at = b.End
+			}
+			want := ""
+			if tt.predicted {
+				want = "queue preparation prefill first_decode unattributed transport"
+			}
+			if got := strings.Join(names, " "); got != want {
+				t.Fatalf("predicted bars %q, want %q", got, want)
+			}
+			if tt.predicted && page.TTFT != nil && at != page.Predicted {
+				t.Errorf("prediction ends at %v, want predicted_ttft_ms %v", at, page.Predicted)
+			}
+		})
 	}
 }
 

@@ -25,9 +25,14 @@ const (
 	// SegOpen is the stage a request without a first token was in when it
 	// ended; it runs to Done.
 	SegOpen
+	// SegPredicted is a stage, queue to transport, as a least_ttft pool
+	// predicted it when it routed the request (record.Record.Prediction):
+	// not a time the request spent, but one to set beside the measured
+	// stage of the same name.
+	SegPredicted
 )
 
-var segKindNames = [...]string{"stage", "decode", "finish", "open"}
+var segKindNames = [...]string{"stage", "decode", "finish", "open", "predicted"}
 
 func (k SegmentKind) String() string {
 	if int(k) < len(segKindNames) {
@@ -60,15 +65,46 @@ const (
 	SegNameLoad = "load"
 )
 
+// maxSegments bounds how many segments Segments appends for one record
+// (each TTFT stage and its inferred part, the load; reasoning, decode,
+// finish; the predicted stages): a buffer this long takes any waterfall
+// without growing.
+const maxSegments = int(2*stages.NumStages+1) + 3 + int(stages.NumStages-stages.Queue)
+
 // Segments appends r's waterfall to dst and returns it: the TTFT stages
 // then decode and finish for a request that got a first token
 // (tokenSegments), the stages up to the one it ended in otherwise
-// (tokenlessSegments).
+// (tokenlessSegments); then, for a request routed with a prediction
+// (r.Predicted), the predicted stages (predictedSegments) from where its
+// measured route stage ended. A request without a first token keeps its
+// prediction: it was made, and shows what the request was expected to
+// wait.
 func Segments(dst []Segment, r *record.Record) []Segment {
+	var routed time.Duration
 	if bd := r.Breakdown(); bd.OK {
-		return tokenSegments(dst, r, &bd)
+		dst = tokenSegments(dst, r, &bd)
+		routed = bd.Stages[stages.Gateway] + bd.Stages[stages.Route]
+	} else {
+		dst, routed = tokenlessSegments(dst, &r.Timeline)
 	}
-	return tokenlessSegments(dst, &r.Timeline)
+	if r.Predicted {
+		dst = predictedSegments(dst, &r.Prediction, routed)
+	}
+	return dst
+}
+
+// predictedSegments appends the predicted stages p, queue to transport, as
+// SegPredicted bars named by stage, laid end to end from routed: each can
+// be set beside its measured bar, and the last ends at the predicted TTFT
+// (record.Record.PredictedTTFT). Zero-length ones are kept so the
+// prediction has a fixed shape.
+func predictedSegments(dst []Segment, p *[stages.NumStages]time.Duration, routed time.Duration) []Segment {
+	at := routed
+	for st := stages.Queue; st < stages.NumStages; st++ {
+		dst = append(dst, Segment{Name: st.String(), Kind: SegPredicted, Start: at, End: at + p[st]})
+		at += p[st]
+	}
+	return dst
 }
 
 // tokenSegments appends the eight TTFT stages laid end to end from 0 in
@@ -145,9 +181,11 @@ func stageSegments(dst []Segment, st stages.Stage, bd *stages.Breakdown, inferre
 // ended, as SegOpen up to Done: "gateway", "route" or "queue" when it
 // ended before admission, "upstream" when it was admitted (waiting on the
 // upstream). Zero-length stages are kept so the layout has a fixed shape.
-func tokenlessSegments(dst []Segment, t *stages.Timeline) []Segment {
+// It returns where the route stage ended: its bar's end, or, when the
+// request ended before routing was over, the open bar's.
+func tokenlessSegments(dst []Segment, t *stages.Timeline) ([]Segment, time.Duration) {
 	done, _ := t.At(stages.Done)
-	var prev time.Duration
+	var prev, routed time.Duration
 	for _, m := range [...]struct {
 		mark stages.Mark
 		name string
@@ -158,13 +196,16 @@ func tokenlessSegments(dst []Segment, t *stages.Timeline) []Segment {
 	} {
 		at, ok := t.At(m.mark)
 		if !ok {
-			return append(dst, Segment{Name: m.name, Kind: SegOpen, Start: prev, End: max(done, prev)})
+			return append(dst, Segment{Name: m.name, Kind: SegOpen, Start: prev, End: max(done, prev)}), max(done, prev)
 		}
 		at = max(at, prev)
 		dst = append(dst, Segment{Name: m.name, Kind: SegStage, Start: prev, End: at})
 		prev = at
+		if m.mark == stages.Routed {
+			routed = at
+		}
 	}
-	return append(dst, Segment{Name: SegNameUpstream, Kind: SegOpen, Start: prev, End: max(done, prev)})
+	return append(dst, Segment{Name: SegNameUpstream, Kind: SegOpen, Start: prev, End: max(done, prev)}), routed
 }
 
 // millis is d in milliseconds, rounded to the microsecond.

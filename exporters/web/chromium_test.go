@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,6 +127,56 @@ func (s *stack) emitColdLoad(id string) {
 	s.ring.Emit(&r)
 }
 
+// emitPredicted puts in the ring the record of a request a least_ttft pool
+// routed with a prediction, 384 of its prompt tokens cached where 400 were
+// expected: its queue took 8 ms longer than predicted. With firstToken
+// false it timed out before its first token.
+func (s *stack) emitPredicted(id string, firstToken bool) {
+	var r record.Record
+	r.Timeline.Start(func() int64 { return 0 }, time.Now())
+	marks := []struct {
+		mark stages.Mark
+		at   time.Duration
+	}{
+		{stages.GatewayDone, 50 * time.Microsecond}, {stages.Routed, 60 * time.Microsecond}, {stages.Admitted, 70 * time.Microsecond},
+		{stages.UpstreamSent, 100 * time.Microsecond}, {stages.UpstreamHeaders, 2 * time.Millisecond},
+	}
+	if firstToken {
+		marks = append(marks, []struct {
+			mark stages.Mark
+			at   time.Duration
+		}{
+			{stages.FirstEvent, 38 * time.Millisecond}, {stages.FirstToken, 40 * time.Millisecond}, {stages.FirstTokenFlushed, 40*time.Millisecond + 50*time.Microsecond},
+			{stages.LastToken, 200 * time.Millisecond}, {stages.Done, 201 * time.Millisecond},
+		}...)
+		r.Timeline.SetEngine(stages.EngineQueue, 12*time.Millisecond)
+		r.Timeline.SetEngine(stages.EnginePrefill, 20*time.Millisecond)
+		r.EngineSource, r.Reason, r.Detail, r.Status = "server-timing", endreason.Stop, endreason.DetailStop, 200
+		r.TokensOut, r.CachedTokens, r.CachedReported = 40, 384, true
+		r.PredictionOff, r.PredictionOffBy = stages.Queue, -8*time.Millisecond
+	} else {
+		marks = append(marks, struct {
+			mark stages.Mark
+			at   time.Duration
+		}{stages.Done, 300 * time.Millisecond})
+		r.Reason, r.Detail, r.Status = endreason.Deadline, endreason.DetailTTFTDeadline, 504
+	}
+	for _, m := range marks {
+		r.Timeline.MarkAt(m.mark, m.at)
+	}
+	r.RequestID, r.Method, r.Path, r.Model, r.Streaming = id, "POST", "/v1/chat/completions", "ttftlens-ref", true
+	r.Policy, r.Predicted, r.CachedExpected, r.TTFTSLO = "least_ttft", true, 400, time.Second
+	for st, ms := range predictedMs {
+		r.Prediction[st] = time.Duration(ms * float64(time.Millisecond))
+	}
+	s.ring.Emit(&r)
+}
+
+// predictedMs is emitPredicted's prediction, by stage.
+var predictedMs = map[stages.Stage]float64{
+	stages.Queue: 4, stages.Preparation: 1, stages.Prefill: 22, stages.FirstDecode: 3, stages.Unattributed: 1, stages.Transport: 0.05,
+}
+
 // browse runs headless Chromium on url and returns the DOM it dumped after
 // the page's timers ran for budget (virtual time), plus its stderr. With
 // screenshot set, it also saves a PNG there.
@@ -163,8 +214,9 @@ func tail(s string, n int) string {
 }
 
 var (
-	rectRE      = regexp.MustCompile(`<rect [^>]*data-stage="([a-z_]+)"[^>]*data-width="([0-9.]+)"`)
+	rectRE      = regexp.MustCompile(`<rect [^>]*data-stage="([a-z_]+)" data-kind="([a-z]+)" data-ms="([0-9.]+)" data-width="([0-9.]+)"`)
 	waterfallRE = regexp.MustCompile(`(?s)<svg id="waterfall"[^>]*>(.*?)</svg>`)
+	metaRE      = regexp.MustCompile(`<span data-meta="([a-z_]+)">[^<]*<b>([^<]*)</b>`)
 )
 
 // TestPageInChromium drives the page in headless Chromium against real
@@ -180,6 +232,8 @@ func TestPageInChromium(t *testing.T) {
 	s.send(t, "web-bad", "/v1/chat/completions", `{"model":`)
 	s.emitReasoning("web-reasoning")
 	s.emitColdLoad("web-cold")
+	s.emitPredicted("web-predicted", true)
+	s.emitPredicted("web-predicted-cut", false)
 	s.send(t, "web-last", "/v1/chat/completions", chat)
 
 	ttftBars := []string{"gateway", "route", "queue", "preparation", "prefill", "first_decode", "unattributed", "transport", "decode"}
@@ -191,12 +245,15 @@ func TestPageInChromium(t *testing.T) {
 		wantQueue   time.Duration
 		firstAnswer bool // the first answer is marked apart from the first token
 		inferred    bool // a bar is drawn as inferred
+		predicted   bool // the predicted stages are drawn (predictedMs), and the predicted TTFT marked
 	}{
-		{"newest by default", "", "web-last", ttftBars, 0, false, false},
-		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond, false, false},
-		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0, false, false},
-		{"reasoning model", "#web-reasoning", "web-reasoning", append(ttftBars, "reasoning"), 0, true, false},
-		{"a model load and an inferred queue", "#web-cold", "web-cold", append(ttftBars, "load"), 0, false, true},
+		{"newest by default", "", "web-last", ttftBars, 0, false, false, false},
+		{"selected by URL", "#web-queue", "web-queue", ttftBars, 40 * time.Millisecond, false, false, false},
+		{"no first token", "#web-bad", "web-bad", []string{"gateway"}, 0, false, false, false},
+		{"reasoning model", "#web-reasoning", "web-reasoning", append(ttftBars, "reasoning"), 0, true, false, false},
+		{"a model load and an inferred queue", "#web-cold", "web-cold", append(ttftBars, "load"), 0, false, true, false},
+		{"routed with a prediction", "#web-predicted", "web-predicted", ttftBars, 0, false, false, true},
+		{"routed with a prediction, no first token", "#web-predicted-cut", "web-predicted-cut", []string{"gateway", "route", "queue", "upstream"}, 0, false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,7 +264,7 @@ func TestPageInChromium(t *testing.T) {
 			if !strings.Contains(dom, `data-ready="1"`) {
 				t.Fatalf("page never rendered the list; stderr:\n%s", tail(stderr, 2000))
 			}
-			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-reasoning", "web-cold", "web-last"} {
+			for _, id := range []string{"web-plain", "web-queue", "web-completion", "web-bad", "web-reasoning", "web-cold", "web-predicted", "web-predicted-cut", "web-last"} {
 				if !strings.Contains(dom, `data-id="`+id+`"`) {
 					t.Errorf("request %s missing from the tables", id)
 				}
@@ -219,11 +276,16 @@ func TestPageInChromium(t *testing.T) {
 			if m == nil {
 				t.Fatal("no waterfall svg in the DOM")
 			}
-			widths := map[string]float64{}
+			widths := map[string]float64{}    // the measured bars, by stage
+			predicted := map[string]float64{} // the predicted ones' milliseconds
 			for _, r := range rectRE.FindAllStringSubmatch(m[1], -1) {
-				w, _ := strconv.ParseFloat(r[2], 64)
-				widths[r[1]] = w
+				if r[2] == "predicted" {
+					predicted[r[1]], _ = strconv.ParseFloat(r[3], 64)
+					continue
+				}
+				widths[r[1]], _ = strconv.ParseFloat(r[4], 64)
 			}
+			checkPredicted(t, dom, m[1], predicted, tt.predicted)
 			for _, st := range tt.bars {
 				if _, ok := widths[st]; !ok {
 					t.Errorf("waterfall has no bar for %s (bars: %v)", st, widths)
@@ -232,7 +294,7 @@ func TestPageInChromium(t *testing.T) {
 			if len(widths) > len(tt.bars)+1 { // + finish
 				t.Errorf("waterfall bars %v, want %v", widths, tt.bars)
 			}
-			if len(tt.bars) > 1 && widths["prefill"] <= 0 {
+			if slices.Contains(tt.bars, "prefill") && widths["prefill"] <= 0 {
 				t.Errorf("prefill bar has width %v, want > 0", widths["prefill"])
 			}
 			if got := strings.Contains(m[1], `data-inferred="true"`) && strings.Contains(m[1], "queue (inferred)"); got != tt.inferred {
@@ -264,15 +326,61 @@ func TestPageInChromium(t *testing.T) {
 		if d := os.Getenv("TTFTLENS_SCREENSHOT_DIR"); d != "" { // to look at it: never inside the repository
 			dir = d
 		}
-		png := filepath.Join(dir, "ui.png")
-		start := time.Now()
-		browse(t, "http://"+s.adminAddr+"/ui#web-queue", png, 3*time.Second)
-		b, err := os.ReadFile(png)
-		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) || len(b) < 10000 {
-			t.Fatalf("screenshot: %v (%d bytes)", err, len(b))
+		for file, fragment := range map[string]string{"ui.png": "#web-queue", "ui-predicted.png": "#web-predicted"} {
+			png := filepath.Join(dir, file)
+			start := time.Now()
+			browse(t, "http://"+s.adminAddr+"/ui"+fragment, png, 3*time.Second)
+			b, err := os.ReadFile(png)
+			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) || len(b) < 10000 {
+				t.Fatalf("screenshot: %v (%d bytes)", err, len(b))
+			}
+			t.Logf("screenshot %s (%d bytes) in %v", png, len(b), time.Since(start).Round(time.Millisecond))
 		}
-		t.Logf("screenshot %s (%d bytes) in %v", png, len(b), time.Since(start).Round(time.Millisecond))
 	})
+}
+
+// checkPredicted asserts a waterfall's predicted bars (svg is its markup,
+// predicted their milliseconds by stage): with want, one per stage from
+// queue to transport, as emitPredicted predicted them, the predicted TTFT
+// marked and the prediction in the meta line; without, none of these.
+func checkPredicted(t *testing.T, dom, svg string, predicted map[string]float64, want bool) {
+	t.Helper()
+	marked := strings.Contains(svg, `data-mark="predicted_ttft"`)
+	inMeta := strings.Contains(dom, `data-meta="predicted_ttft"`)
+	if !want {
+		if len(predicted) > 0 || marked || inMeta || strings.Contains(svg, `data-kind="predicted"`) {
+			t.Errorf("a prediction drawn for a request without one: bars %v, marked %v, meta %v", predicted, marked, inMeta)
+		}
+		return
+	}
+	for st, ms := range predictedMs {
+		if got, ok := predicted[st.String()]; !ok || got != ms {
+			t.Errorf("predicted %s bar: %v (drawn %v), want %v ms", st, got, ok, ms)
+		}
+	}
+	if len(predicted) != len(predictedMs) {
+		t.Errorf("predicted bars %v, want %v", predicted, predictedMs)
+	}
+	if !marked || !inMeta {
+		t.Errorf("predicted TTFT marked %v, in the meta line %v; want both", marked, inMeta)
+	}
+	got := map[string]string{}
+	for _, m := range metaRE.FindAllStringSubmatch(dom, -1) {
+		got[m[1]] = m[2]
+	}
+	wantMeta := map[string]string{"policy": "least_ttft", "ttft_slo": "1000 ms", "cached_tokens": "not reported / 400 expected"}
+	if strings.Contains(svg, `data-mark="first_token"`) {
+		wantMeta["cached_tokens"] = "384 reported / 400 expected"
+		wantMeta["prediction_off"] = "queue 8.00 ms longer than predicted"
+	}
+	for k, v := range wantMeta {
+		if got[k] != v {
+			t.Errorf("meta %s %q, want %q (meta %v)", k, got[k], v, got)
+		}
+	}
+	if _, ok := got["prediction_off"]; ok != (wantMeta["prediction_off"] != "") {
+		t.Errorf("meta prediction_off %q, want %q", got["prediction_off"], wantMeta["prediction_off"])
+	}
 }
 
 func errorsOf(dom string) string {

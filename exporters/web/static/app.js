@@ -193,23 +193,48 @@ function answerAfterFirstToken(req) {
   return req.first_answer_ms !== undefined && req.ttft_ms !== undefined && req.first_answer_ms > req.ttft_ms;
 }
 
+// offText says how far the stage furthest from its prediction was off
+// (prediction_off.ms is predicted minus measured).
+function offText(off) {
+  if (off.ms === 0) return `${label(off.stage)} as predicted`;
+  return `${label(off.stage)} ${fmtMs(Math.abs(off.ms))} ${off.ms < 0 ? "longer" : "shorter"} than predicted`;
+}
+
+// cachedText puts the prompt tokens the engine reported cached beside the
+// ones the prefix index expected, as far as either is known.
+function cachedText(req) {
+  const got = req.cached_tokens !== undefined ? `${req.cached_tokens} reported` : "not reported";
+  return req.cached_tokens_expected !== undefined ? `${got} / ${req.cached_tokens_expected} expected` : got;
+}
+
+// drawWaterfall draws the measured bars, one a row, and under them, for a
+// request a least_ttft pool routed with a prediction, the predicted stages
+// (kind "predicted"): dashed outlines in the stage's colour, from where
+// route ended, so each sits under its measured bar's start and the last
+// ends at the predicted TTFT, marked across the whole chart.
 function drawWaterfall(req) {
   const svg = document.getElementById("waterfall");
   const segs = req.waterfall || [];
+  const measured = segs.filter((s) => s.kind !== "predicted");
+  const predicted = segs.filter((s) => s.kind === "predicted");
+  const predictedTTFT = predicted.length ? predicted[predicted.length - 1].end_ms : undefined;
+  const off = req.prediction_off;
   const width = Math.max(svg.parentElement.clientWidth, 480);
   const answerLater = answerAfterFirstToken(req);
-  const labelW = 110, rightW = 90, rowH = 22, top = answerLater ? 36 : 22;
+  const labelW = predicted.length ? 150 : 110, rightW = predicted.length ? 170 : 90, rowH = 22, sepH = predicted.length ? 10 : 0;
+  const top = 22 + (answerLater ? 14 : 0) + (predicted.length ? 14 : 0);
   const barW = width - labelW - rightW;
   const end = Math.max(req.e2e_ms || 0, ...segs.map((s) => s.end_ms), 0.001);
-  const height = top + segs.length * rowH + 22;
+  const bottom = top + segs.length * rowH + sepH;
   svg.replaceChildren(patterns());
   svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
+  svg.setAttribute("height", bottom + 22);
   svg.dataset.requestId = req.request_id;
-  axis(svg, labelW, barW, end, top - 2, segs.length * rowH);
-  segs.forEach((s, i) => {
+  axis(svg, labelW, barW, end, top - 2, bottom - top);
+  const xOf = (ms) => labelW + (ms / end) * barW;
+  measured.forEach((s, i) => {
     const y = top + i * rowH;
-    const x = labelW + (s.start_ms / end) * barW;
+    const x = xOf(s.start_ms);
     const w = (s.dur_ms / end) * barW;
     const name = label(s.name) + (s.kind === "open" ? " (ended)" : "") + (s.inferred ? " (inferred)" : "");
     svg.append(el("text", { x: 0, y: y + 15, text: name }));
@@ -223,33 +248,61 @@ function drawWaterfall(req) {
     }
     svg.append(el("text", { x: x + Math.max(w, 1) + 4, y: y + 15, class: "ms", text: fmtMs(s.dur_ms) }));
   });
-  const marker = (name, at, textY) => {
-    const x = labelW + (at / end) * barW;
-    svg.append(el("line", { class: "marker", "data-mark": name, x1: x, x2: x, y1: textY - 8, y2: top + segs.length * rowH }));
+  if (predicted.length) {
+    const y = top + measured.length * rowH + sepH / 2;
+    svg.append(el("line", { class: "sep", x1: 0, x2: labelW + barW, y1: y, y2: y }));
+  }
+  predicted.forEach((s, i) => {
+    const y = top + (measured.length + i) * rowH + sepH;
+    const x = xOf(s.start_ms);
+    const w = (s.dur_ms / end) * barW;
+    const isOff = off && off.stage === s.name;
+    const was = (req.stages_ms || {})[s.name];
+    const name = "predicted " + label(s.name);
+    const text = fmtMs(s.dur_ms) + (was !== undefined ? ` vs ${fmtMs(was)}` : "") + (isOff ? " · furthest off" : "");
+    svg.append(el("text", { x: 0, y: y + 15, class: "predicted" + (isOff ? " off" : ""), text: name }));
+    svg.append(el("rect", {
+      class: "bar predicted" + (w < 1 ? " zero" : ""), x, y: y + 4, width: Math.max(w, 1), height: rowH - 8,
+      fill: SOLID[s.name], style: `stroke:${SOLID[s.name]}`,
+      "data-stage": s.name, "data-kind": s.kind, "data-ms": s.dur_ms, "data-width": w.toFixed(2), "data-off": isOff ? "true" : null,
+    }, el("title", { text: `${name}: ${fmtMs(s.dur_ms)}${was !== undefined ? `, measured ${fmtMs(was)}` : ""} (${fmtMs(s.start_ms)} → ${fmtMs(s.end_ms)})` })));
+    svg.append(el("text", { x: x + Math.max(w, 1) + 4, y: y + 15, class: "ms predicted" + (isOff ? " off" : ""), text }));
+  });
+  const marker = (name, text, at, textY, cls) => {
+    const x = xOf(at);
+    svg.append(el("line", { class: "marker" + (cls ? " " + cls : ""), "data-mark": name, "data-ms": at, x1: x, x2: x, y1: textY - 8, y2: bottom }));
     const right = x > labelW + barW * 0.7;
-    svg.append(el("text", { x: right ? x - 4 : x + 4, y: textY, "text-anchor": right ? "end" : "start", text: name.replace("_", " ") + " " + fmtMs(at) }));
+    svg.append(el("text", { x: right ? x - 4 : x + 4, y: textY, "text-anchor": right ? "end" : "start", class: cls, text: text + " " + fmtMs(at) }));
   };
-  if (req.ttft_ms !== undefined) marker("first_token", req.ttft_ms, top - 8);
-  if (answerLater) marker("first_answer", req.first_answer_ms, top - 22);
+  if (req.ttft_ms !== undefined) marker("first_token", "first token", req.ttft_ms, top - 8);
+  if (answerLater) marker("first_answer", "first answer", req.first_answer_ms, top - 22);
+  if (predictedTTFT !== undefined) marker("predicted_ttft", "predicted TTFT", predictedTTFT, top - (answerLater ? 36 : 22), "predicted");
   const meta = document.getElementById("detail-meta");
-  const item = (k, v) => el("span", null, document.createTextNode(k + " "), el("b", { text: v }));
+  const item = (k, v, attrs) => el("span", attrs, document.createTextNode(k + " "), el("b", { text: v }));
   meta.replaceChildren(...[
     el("span", null, document.createTextNode("request "), el("code", { id: "detail-id", text: req.request_id })),
     item("model", req.model || "–"), item("status", String(req.status)),
     el("span", null, el("span", { class: "reason " + reasonClass(req.end_reason), text: `${req.end_reason} · ${req.end_detail}${req.phase ? " · " + req.phase : ""}` })),
     item("TTFT", fmtMs(req.ttft_ms)),
     answerLater ? item("first answer", fmtMs(req.first_answer_ms)) : null,
+    predictedTTFT !== undefined ? item("predicted TTFT", fmtMs(predictedTTFT), { "data-meta": "predicted_ttft" }) : null,
+    off ? item("furthest off", offText(off), { "data-meta": "prediction_off" }) : null,
     item("e2e", fmtMs(req.e2e_ms)), item("tokens", String(req.tokens_out)),
     req.reasoning_tokens ? item("reasoning tokens", String(req.reasoning_tokens)) : null,
     req.itl_ms ? item("ITL p50/p99", `${fmtMs(req.itl_ms.p50)} / ${fmtMs(req.itl_ms.p99)}`) : null,
     req.engine_report ? item("engine report", req.engine_report) : item("engine report", "none (upstream unsplit)"),
     req.engine_report_inconsistent ? el("b", { class: "error", text: "engine report inconsistent (clamped)" }) : null,
+    req.policy ? item("policy", req.policy, { "data-meta": "policy" }) : null,
+    req.prefix_affinity ? item("routed by", "prefix affinity", { "data-meta": "prefix_affinity" }) : null,
+    req.cached_tokens !== undefined || req.cached_tokens_expected !== undefined ? item("cached tokens", cachedText(req), { "data-meta": "cached_tokens" }) : null,
+    req.ttft_slo_ms !== undefined ? item("TTFT SLO", fmtMs(req.ttft_slo_ms) + (req.ttft_slo_fallback ? " (fallback pool)" : ""), { "data-meta": "ttft_slo" }) : null,
     el("span", null, document.createTextNode("trace "), el("code", { text: req.trace_id })),
   ].filter(Boolean));
   const errP = document.getElementById("detail-error");
   errP.hidden = !req.error;
   errP.textContent = req.error || "";
-  document.getElementById("detail-note").textContent = "on the request's own clock, from receipt";
+  document.getElementById("detail-note").textContent = "on the request's own clock, from receipt" +
+    (predicted.length ? "; dashed: the stages as predicted when it was routed" : "");
   document.body.dataset.waterfall = req.request_id;
 }
 
