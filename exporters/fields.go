@@ -259,7 +259,7 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			}
 		case record.FieldPredictedTTFT:
 			if r.Predicted {
-				sc.b = appendDuration(sc.b[:0], r.PredictedTTFT(bd))
+				sc.b = appendDuration(sc.b[:0], r.PredictedTTFT())
 				e.RawJSON(name, sc.b)
 			}
 		case record.FieldPredictedStages:

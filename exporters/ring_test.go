@@ -265,8 +265,8 @@ func checkPrediction(t *testing.T, r *record.Record, segs []Segment) {
 		}
 		at = g.End
 	}
-	if bd := r.Breakdown(); bd.OK && at != r.PredictedTTFT(&bd) {
-		t.Errorf("prediction ends at %v, want the predicted TTFT %v", at, r.PredictedTTFT(&bd))
+	if bd := r.Breakdown(); bd.OK && at != r.PredictedTTFT() {
+		t.Errorf("prediction ends at %v, want the predicted TTFT %v", at, r.PredictedTTFT())
 	}
 }
 

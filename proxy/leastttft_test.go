@@ -161,9 +161,9 @@ func TestLeastTTFTFollowsSlowdown(t *testing.T) {
 		t.Fatalf("%d requests met the slowdown; never avoided: %v", len(toSlowed), switched < 0)
 	}
 	first := toSlowed[0]
-	if first.PredictionOff != stages.Prefill || first.PredictionOffBy >= 0 || first.PredictedTTFT(&first.bd) >= first.bd.TTFT {
+	if first.PredictionOff != stages.Prefill || first.PredictionOffBy >= 0 || first.PredictedTTFT() >= first.bd.TTFT {
 		t.Errorf("the first request after the slowdown: predicted %v, measured %v; off %v by %v, want prefill, below zero",
-			first.PredictedTTFT(&first.bd), first.bd.TTFT, first.PredictionOff, first.PredictionOffBy)
+			first.PredictedTTFT(), first.bd.TTFT, first.PredictionOff, first.PredictionOffBy)
 	}
 }
 

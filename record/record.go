@@ -226,10 +226,11 @@ func (r *Record) CopyTo(dst *Record) {
 func (r *Record) Breakdown() stages.Breakdown { return r.Timeline.Breakdown() }
 
 // PredictedTTFT is the TTFT predicted at routing, when r.Predicted: the
-// gateway and route stages as measured (bd is r's Breakdown) plus the
-// predicted rest (PredictedPastRoute).
-func (r *Record) PredictedTTFT(bd *stages.Breakdown) time.Duration {
-	return bd.Stages[stages.Gateway] + bd.Stages[stages.Route] + r.PredictedPastRoute()
+// time to the routed mark as measured (the gateway and route stages) plus
+// the predicted rest (PredictedPastRoute), with a first token or without.
+func (r *Record) PredictedTTFT() time.Duration {
+	routed, _ := r.Timeline.At(stages.Routed)
+	return max(routed, 0) + r.PredictedPastRoute()
 }
 
 // PredictedPastRoute is the sum of the predicted stages, queue to
