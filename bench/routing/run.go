@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -26,7 +27,15 @@ type options struct {
 	maxTokens   int
 	warmup      int
 	slowPrefill float64
+	// slo is the TTFT SLO of the least_ttft run held to one (0: set
+	// from the first run: sloShare of the slow engine's TTFT p50 there).
+	slo time.Duration
 }
+
+// sloShare is the share of the slow engine's TTFT p50, under the first
+// policy run, that the SLO run asks for when -slo does not say: below
+// what the slow engine gives.
+const sloShare = 0.75
 
 // engines are the three engines' configurations: alike, but for the last
 // one's prefill, slowPrefill times as slow per token (its fault).
@@ -57,8 +66,22 @@ type policyResult struct {
 	// median over them.
 	split       int
 	stageMedian [stages.NumStages]time.Duration
-	// perEngine counts the records routed to each engine.
+	// perEngine counts the records routed to each engine, engineP50 is
+	// the proxy's TTFT p50 of those with a first token.
 	perEngine []int
+	engineP50 []time.Duration
+	// predicted counts the records with a prediction and a first token;
+	// errP50 and errP90 are their prediction error's percentiles:
+	// |predicted − measured| / measured TTFT (the proxy's).
+	predicted      int
+	errP50, errP90 float64
+	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
+	// and per engine those served later than the SLO and the latest, by
+	// how much over the SLO (a share of it).
+	slo       time.Duration
+	refused   int
+	sloMissed []int
+	worstMiss []float64
 }
 
 // hitShare is the cached share of the prompt tokens (0 when none).
@@ -75,7 +98,7 @@ func (r *policyResult) hitShare() float64 {
 // requests still in flight at its end are cancelled. The capacity is the
 // completions of its last two thirds.
 func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacityPerS float64, clients int, err error) {
-	st, err := startStack(gateway.PolicyLeastRequest, o.engines())
+	st, err := startStack(gateway.PolicyLeastRequest, 0, o.engines())
 	if err != nil {
 		return 0, 0, err
 	}
@@ -97,9 +120,9 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 }
 
 // runPolicy runs the workload at rate through fresh engines and a proxy
-// under the policy.
-func runPolicy(ctx context.Context, o *options, policy string, rate float64, ps []bench.Prompt) (policyResult, error) {
-	st, err := startStack(policy, o.engines())
+// under the policy, its route held to slo (0: none).
+func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt) (policyResult, error) {
+	st, err := startStack(policy, slo, o.engines())
 	if err != nil {
 		return policyResult{}, err
 	}
@@ -114,15 +137,19 @@ func runPolicy(ctx context.Context, o *options, policy string, rate float64, ps 
 	if err := st.shutdownProxy(); err != nil {
 		return policyResult{}, fmt.Errorf("%s: proxy shutdown: %w", policy, err)
 	}
-	return summarize(policy, run, st), nil
+	return summarize(policy, slo, run, st), nil
 }
 
 // summarize reads a run's measured requests with their records and the
 // engines' truth.
-func summarize(policy string, run *bench.Run, st *stack) policyResult {
-	res := policyResult{policy: policy, perEngine: make([]int, len(st.engines))}
+func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) policyResult {
+	n := len(st.engines)
+	res := policyResult{policy: policy, slo: slo, perEngine: make([]int, n), engineP50: make([]time.Duration, n),
+		sloMissed: make([]int, n), worstMiss: make([]float64, n)}
 	var ttft []time.Duration
 	var byStage [stages.NumStages][]time.Duration
+	byEngine := make([][]time.Duration, n)
+	var errs []float64
 	for i := range run.Results {
 		r := &run.Results[i]
 		if r.Warmup {
@@ -142,14 +169,30 @@ func summarize(policy string, run *bench.Run, st *stack) policyResult {
 		if !ok {
 			continue
 		}
-		if e := st.engineOf(f.upstream); e >= 0 {
+		if f.refused {
+			res.refused++
+		}
+		e := st.engineOf(f.upstream)
+		if e >= 0 {
 			res.perEngine[e]++
 		}
-		if f.ok {
-			res.split++
-			for s := range byStage {
-				byStage[s] = append(byStage[s], f.stages[s])
-			}
+		if !f.ok {
+			continue
+		}
+		res.split++
+		for s := range byStage {
+			byStage[s] = append(byStage[s], f.stages[s])
+		}
+		if f.predicted && f.ttft > 0 {
+			errs = append(errs, math.Abs(float64(f.prediction-f.ttft))/float64(f.ttft))
+		}
+		if e < 0 {
+			continue
+		}
+		byEngine[e] = append(byEngine[e], f.ttft)
+		if slo > 0 && f.ttft > slo {
+			res.sloMissed[e]++
+			res.worstMiss[e] = max(res.worstMiss[e], float64(f.ttft-slo)/float64(slo))
 		}
 	}
 	slices.Sort(ttft)
@@ -157,6 +200,14 @@ func summarize(policy string, run *bench.Run, st *stack) policyResult {
 	for s := range byStage {
 		slices.Sort(byStage[s])
 		res.stageMedian[s] = bench.Percentile(byStage[s], 0.50)
+	}
+	for e, d := range byEngine {
+		slices.Sort(d)
+		res.engineP50[e] = bench.Percentile(d, 0.50)
+	}
+	if res.predicted = len(errs); len(errs) > 0 {
+		slices.Sort(errs)
+		res.errP50, res.errP90 = errs[len(errs)/2], errs[min(len(errs)*9/10, len(errs)-1)]
 	}
 	return res
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ttftlens/ttftlens/endreason"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
@@ -19,10 +20,12 @@ import (
 )
 
 // poolYAML is the gateway configuration of every run: the reference
-// model's route to one pool of the engines, under the policy.
+// model's route to one pool of the engines, under the policy, with the
+// route's TTFT SLO (0s: none).
 const poolYAML = `routes:
   - model: ttftlens-ref
     pool: engines
+    ttft_slo: SLO
 pools:
   - name: engines
     policy: POLICY
@@ -30,24 +33,23 @@ pools:
 `
 
 // poolConfig parses the configuration of a pool of the upstreams under the
-// policy. An error is the configuration refusing the policy.
-func poolConfig(policy string, upstreams []string) (*gateway.Config, error) {
-	y := strings.NewReplacer("POLICY", policy, "UPSTREAMS", strings.Join(upstreams, ", ")).Replace(poolYAML)
+// policy, its route held to slo (0: none). An error is the configuration
+// refusing it.
+func poolConfig(policy string, slo time.Duration, upstreams []string) (*gateway.Config, error) {
+	y := strings.NewReplacer("POLICY", policy, "SLO", slo.String(), "UPSTREAMS", strings.Join(upstreams, ", ")).Replace(poolYAML)
 	return gateway.Parse([]byte(y), "routing.yaml")
 }
 
-// acceptedPolicies returns the policies the gateway's configuration
-// accepts for a pool, in order, and why each other one is skipped.
-func acceptedPolicies(policies []string) (accepted, skipped []string) {
+// checkPolicies returns an error naming the first policy the gateway's
+// configuration refuses for a pool (a misspelt -policies).
+func checkPolicies(policies []string) error {
 	placeholders := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}
 	for _, p := range policies {
-		if _, err := poolConfig(p, placeholders); err != nil {
-			skipped = append(skipped, fmt.Sprintf("`%s`: the gateway's configuration refuses it (%v)", p, err))
-			continue
+		if _, err := poolConfig(p, 0, placeholders); err != nil {
+			return fmt.Errorf("-policies: %q: %w", p, err)
 		}
-		accepted = append(accepted, p)
 	}
-	return accepted, skipped
+	return nil
 }
 
 // stack is the engines and the proxy in front of them, in this process on
@@ -64,8 +66,8 @@ type stack struct {
 }
 
 // startStack starts an engine of each configuration and the proxy with
-// them as one pool under the policy.
-func startStack(policy string, engines []refengine.Config) (_ *stack, err error) {
+// them as one pool under the policy, its route held to slo (0: none).
+func startStack(policy string, slo time.Duration, engines []refengine.Config) (_ *stack, err error) {
 	s := &stack{recs: &recordSink{m: map[string]recordFacts{}}}
 	defer func() {
 		if err != nil {
@@ -88,7 +90,7 @@ func startStack(policy string, engines []refengine.Config) (_ *stack, err error)
 		urls = append(urls, "http://"+ln.Addr().String())
 		s.wg.Go(func() { _ = eng.Serve(ln) })
 	}
-	cfg, err := poolConfig(policy, urls)
+	cfg, err := poolConfig(policy, slo, urls)
 	if err != nil {
 		return nil, err
 	}
@@ -165,9 +167,17 @@ func (s *stack) truth(id string) (prompt, cached int, ok bool) {
 // recordFacts is what the benchmark keeps of a record.
 type recordFacts struct {
 	upstream string
-	// ok says a first token reached the client, so stages holds the split.
+	// ok says a first token reached the client, so stages holds the split
+	// and ttft the proxy's TTFT.
 	ok     bool
 	stages [stages.NumStages]time.Duration
+	ttft   time.Duration
+	// predicted says the request was routed with a prediction, predicted
+	// (its TTFT: predicted_ttft_ms).
+	predicted  bool
+	prediction time.Duration
+	// refused says it was refused for its TTFT SLO.
+	refused bool
 }
 
 // recordSink keeps the facts of every record by request id.
@@ -178,7 +188,8 @@ type recordSink struct {
 
 func (k *recordSink) Emit(r *record.Record) {
 	bd := r.Breakdown()
-	f := recordFacts{upstream: r.Upstream, ok: bd.OK, stages: bd.Stages}
+	f := recordFacts{upstream: r.Upstream, ok: bd.OK, stages: bd.Stages, ttft: bd.TTFT,
+		predicted: r.Predicted, prediction: r.PredictedTTFT(), refused: r.Detail == endreason.DetailSLOUnmeetable}
 	k.mu.Lock()
 	k.m[r.RequestID] = f
 	k.mu.Unlock()

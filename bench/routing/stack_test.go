@@ -1,22 +1,30 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ttftlens/ttftlens/gateway"
 )
 
-// TestAcceptedPolicies: the policies the gateway knows run, in order; one
-// it refuses is skipped with the configuration's reason.
-func TestAcceptedPolicies(t *testing.T) {
-	ok, skipped := acceptedPolicies([]string{"no_such_policy", gateway.PolicyLeastLoad, gateway.PolicyLeastRequest})
-	if want := []string{gateway.PolicyLeastLoad, gateway.PolicyLeastRequest}; !slices.Equal(ok, want) {
-		t.Errorf("accepted %q, want %q", ok, want)
+// TestCheckPolicies: the four policies run; a misspelt one is an error
+// naming it, not a policy quietly left out.
+func TestCheckPolicies(t *testing.T) {
+	if err := checkPolicies([]string{gateway.PolicyRoundRobin, gateway.PolicyLeastRequest, gateway.PolicyLeastLoad, gateway.PolicyLeastTTFT}); err != nil {
+		t.Fatal(err)
 	}
-	if len(skipped) != 1 || !strings.HasPrefix(skipped[0], "`no_such_policy`: the gateway's configuration refuses it (") ||
-		!strings.Contains(skipped[0], "policy") {
-		t.Errorf("skipped %q", skipped)
+	if err := checkPolicies([]string{gateway.PolicyLeastLoad, "least_ttfb"}); err == nil || !strings.Contains(err.Error(), `"least_ttfb"`) {
+		t.Fatalf("a misspelt policy: %v", err)
+	}
+}
+
+// TestPoolConfigSLO: the route is held to the SLO given, and to none at 0.
+func TestPoolConfigSLO(t *testing.T) {
+	for _, slo := range []time.Duration{0, 850 * time.Millisecond} {
+		cfg, err := poolConfig(gateway.PolicyLeastTTFT, slo, []string{"http://127.0.0.1:1"})
+		if err != nil || cfg.Routes[0].TTFTSLO != slo {
+			t.Fatalf("slo %v: %v, %+v", slo, err, cfg)
+		}
 	}
 }

@@ -26,9 +26,9 @@ type report struct {
 	calibrate            time.Duration
 	duration             time.Duration
 	seed                 uint64
-	// skipped says which policies did not run, and why.
-	skipped []string
 	results []policyResult
+	// held is least_ttft's run held to a TTFT SLO (nil: none ran).
+	held *policyResult
 }
 
 // write prints the report as Markdown, ready to paste into BENCHMARKS.md.
@@ -36,9 +36,6 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "%s\n\n", r.heading)
 	fmt.Fprintf(w, "%s; %d system prompts of %s tokens, %d users, %s.\n",
 		r.engines, len(r.systemTokens), joinInts(r.systemTokens, ", "), numUsers, r.arrivals())
-	for _, s := range r.skipped {
-		fmt.Fprintf(w, "\nSkipped %s.\n", s)
-	}
 	if len(r.results) == 0 {
 		fmt.Fprintln(w, "\nNo policy ran.")
 		return
@@ -52,7 +49,7 @@ func (r *report) write(w io.Writer) {
 		r.results[best].policy, strings.Join(r.labels, " / "))
 	cols := 7
 	if predicted {
-		fmt.Fprint(w, " prediction error p50 |")
+		fmt.Fprint(w, " prediction error p50 / p90 |")
 		cols++
 	}
 	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", cols))
@@ -61,8 +58,7 @@ func (r *report) write(w io.Writer) {
 		fmt.Fprintf(w, "| `%s` | %d (%d) | %s | %s | %.1f %% | %s | %s |", res.policy, res.requests, res.errors,
 			ms(res.ttftP50), ms(res.ttftP99), 100*res.hitShare(), r.grew(i, best), joinInts(res.perEngine, " / "))
 		if predicted {
-			// The record has no predicted_ttft_ms yet.
-			fmt.Fprint(w, " — |")
+			fmt.Fprintf(w, " %s |", predictionError(res))
 		}
 		fmt.Fprintln(w)
 	}
@@ -78,10 +74,50 @@ func (r *report) write(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	r.writeHeld(w)
 	fmt.Fprint(w, definitions)
 	if predicted {
-		fmt.Fprintln(w, "- Prediction error p50: |predicted − measured| / measured TTFT, from the records'\n  `predicted_ttft_ms`; — until the record carries it.")
+		fmt.Fprintln(w, "- Prediction error: |predicted − measured| / measured TTFT, from the records'\n  `predicted_ttft_ms` and `ttft_ms`, over those routed with a prediction.")
 	}
+	if r.held != nil {
+		fmt.Fprint(w, heldDefinitions)
+	}
+}
+
+// writeHeld prints the run held to a TTFT SLO, if one ran.
+func (r *report) writeHeld(w io.Writer) {
+	h := r.held
+	if h == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n`%s` held to a TTFT SLO of %s (the route's `ttft_slo`):\n\n", h.policy, ms(h.slo))
+	fmt.Fprintf(w, "| requests | refused (429) | TTFT p50 | TTFT p99 | prediction error p50 / p90 |")
+	for _, l := range r.labels {
+		fmt.Fprintf(w, " engine %s: served, past the SLO, the latest |", l)
+	}
+	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", 5+len(r.labels)))
+	fmt.Fprintf(w, "| %d | %d | %s | %s | %s |", h.requests, h.refused, ms(h.ttftP50), ms(h.ttftP99), predictionError(h))
+	for e := range r.labels {
+		if e >= len(h.perEngine) {
+			fmt.Fprint(w, " — |")
+			continue
+		}
+		latest := "—"
+		if h.sloMissed[e] > 0 {
+			latest = fmt.Sprintf("+%.0f %%", 100*h.worstMiss[e])
+		}
+		fmt.Fprintf(w, " %d, %d, %s |", h.perEngine[e], h.sloMissed[e], latest)
+	}
+	fmt.Fprintln(w)
+}
+
+// predictionError is a result's prediction error p50 / p90, — without
+// predictions.
+func predictionError(res *policyResult) string {
+	if res.predicted == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f %% / %.0f %%", 100*res.errP50, 100*res.errP90)
 }
 
 // arrivals says how the requests arrived.
@@ -159,4 +195,11 @@ const definitions = `
 - The stage that grew: the stage whose median, over the proxy's records,
   grew most against the policy with the lowest TTFT p99.
 - Requests per engine: the records routed to each.
+`
+
+// heldDefinitions say what the SLO run's columns hold.
+const heldDefinitions = `- Held to a TTFT SLO: refused, the requests answered 429 because no
+  upstream was predicted to meet the SLO; per engine, the requests it
+  served, those whose TTFT (the proxy's) passed the SLO, and the latest of
+  them by how much, a share of the SLO: against the prediction error p90.
 `
