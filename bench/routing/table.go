@@ -26,7 +26,7 @@ type report struct {
 	calibrate            time.Duration
 	duration             time.Duration
 	seed                 uint64
-	results []policyResult
+	results              []policyResult
 	// held is least_ttft's run held to a TTFT SLO (nil: none ran).
 	held *policyResult
 }
