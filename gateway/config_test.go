@@ -71,8 +71,11 @@ func TestExampleConfig(t *testing.T) {
 		b.Ejection.Duration != DefaultEjectionDuration || b.Health.Interval != 0 {
 		t.Errorf("gpu-b defaults: %+v", b)
 	}
-	if c.Pools[0].Policy != PolicyLeastLoad || b.Policy != PolicyLeastRequest {
-		t.Errorf("policies %q and %q, want least_load as written and the default", c.Pools[0].Policy, b.Policy)
+	if c.Pools[0].Policy != PolicyLeastLoad || b.Policy != PolicyLeastTTFT {
+		t.Errorf("policies %q and %q, want least_load and least_ttft as written", c.Pools[0].Policy, b.Policy)
+	}
+	if r := c.Routes[1]; r.TTFTSLO != 2*time.Second || r.TTFTSLOFallback != "gpu-a" {
+		t.Errorf("qwen route's SLO %v, fallback %q", r.TTFTSLO, r.TTFTSLOFallback)
 	}
 	if c.Routes[1].MaxN != 1 {
 		t.Errorf("max_n default: %d", c.Routes[1].MaxN)
