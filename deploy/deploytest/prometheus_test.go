@@ -41,11 +41,14 @@ const (
 // zeroUnderLoad are series that stay at zero under this load, so a query on
 // them must parse and return series but need not return a non-zero value.
 var zeroUnderLoad = map[string]string{
-	"ttftlens_records_dropped_total":            "no sink drops a record under this load",
-	"ttftlens_upstream_unsplit_total":           "the reference engine reports its timings on every request",
-	"ttftlens_engine_report_inconsistent_total": "the reference engine's timings always fit the proxy's window",
-	"ttftlens_tokens_after_cancel_total":        "it counts content the proxy held for a client that left, and this load's clients read what they get until they leave",
-	"ttftlens_queue_depth":                      "this stack's pass-through gateway has no admission queue (max_in_flight unset)",
+	"ttftlens_records_dropped_total":              "no sink drops a record under this load",
+	"ttftlens_upstream_unsplit_total":             "the reference engine reports its timings on every request",
+	"ttftlens_engine_report_inconsistent_total":   "the reference engine's timings always fit the proxy's window",
+	"ttftlens_tokens_after_cancel_total":          "it counts content the proxy held for a client that left, and this load's clients read what they get until they leave",
+	"ttftlens_queue_depth":                        "this stack's pass-through gateway has no admission queue (max_in_flight unset)",
+	"ttftlens_ttft_prediction_ratio":              "this stack's pass-through gateway routes by least_request, which predicts nothing (proxy/leastttft_test.go routes by least_ttft)",
+	"ttftlens_cached_prompt_tokens_total":         "this load need not repeat a prompt prefix the engine could cache",
+	"ttftlens_cache_reported_prompt_tokens_total": "its share panel divides by it; counted only beside ttftlens_cached_prompt_tokens_total",
 }
 
 // TestDashboardAndRulesOnPrometheus runs the reference engine and two
