@@ -17,9 +17,10 @@ files=$(grep -rl --include='*_test.go' '^//go:build integration' .)
 tests=$(sed -nE 's/^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\).*/\1/p' $files | sort -u | paste -sd'|')
 pkgs=$(for f in $files; do dirname "$f"; done | sort -u)
 go test -tags integration -timeout 10m "$@" -run "^($tests)\$" $(echo "$pkgs" | grep -v '^\./deploy/')
-# deploy/deploytest never with -race (scripts/test.sh says why).
+# deploy/deploytest never with -race, and built as the image's binary is
+# (scripts/test.sh says why).
 flags=()
 for a in "$@"; do
 	[ "$a" = -race ] || flags+=("$a")
 done
-go test -tags integration -timeout 10m "${flags[@]}" -run "^($tests)\$" $(echo "$pkgs" | grep '^\./deploy/')
+./scripts/image.sh go test -tags integration -timeout 10m "${flags[@]}" -run "^($tests)\$" $(echo "$pkgs" | grep '^\./deploy/')
