@@ -167,7 +167,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     stages queue to transport, upstream_unsplit).
 //   - PromptTokens: the engine's usage count, else Request.PromptTokens;
 //     CachedTokens and CachedReported: the cached tokens the engine
-//     reported, if it did.
+//     reported, if it did; ExpectedCached: Choice.CachedTokens.
 //   - Load: Choice.Load, the load the request was routed with.
 //
 // It takes the model's mutex and allocates nothing.

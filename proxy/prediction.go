@@ -41,7 +41,8 @@ func (x *exchange) learn() {
 	}
 	o := predict.Observation{
 		End: x.p.gw.Now(), FirstToken: true, Unsplit: bd.Unsplit, PromptTokens: x.lease.promptEst,
-		CachedTokens: rec.CachedTokens, CachedReported: rec.CachedReported, Load: x.lease.choice.Load,
+		CachedTokens: rec.CachedTokens, CachedReported: rec.CachedReported, ExpectedCached: x.lease.choice.CachedTokens,
+		Load: x.lease.choice.Load,
 	}
 	copy(o.Parts[:], bd.Stages[stages.Queue:])
 	if rec.UsageReported && rec.TokensIn > 0 {

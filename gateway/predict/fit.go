@@ -29,6 +29,20 @@ type fit struct {
 	n                   int     // observations taken, undecayed
 	run                 int8    // the direction of the last far residual, 0 after a near one
 	a, b                float64 // the line, solved after each observation
+	// costed says the cost has a fixed part of at least zero: where the
+	// best line would start below zero, the best one through the origin
+	// is taken. Unset, such a line is kept (a knee: a queue that starts
+	// only past the engine's free slots) and read as zero below the axis.
+	costed bool
+}
+
+// residual is the mean absolute residual of the observations taken (0
+// before any): how well the line fits them.
+func (f *fit) residual() float64 {
+	if f.w == 0 {
+		return 0
+	}
+	return f.sr / f.w
 }
 
 // at is the line at x, never below zero.
@@ -84,8 +98,8 @@ func (f *fit) far(r, bound float64) float64 {
 // solve fits the line to the sums. With x spread by less than half a unit
 // (one prompt size, one queue length) the slope cannot be told: the cost is
 // taken as proportional to x (a = 0), or as the mean when x is zero. A
-// slope below zero (a cost that falls as x grows) is taken as none, and a
-// fixed part below zero as none: the line through the origin.
+// slope below zero (a cost that falls as x grows) is taken as none, and,
+// when costed, a fixed part below zero as none.
 func (f *fit) solve() {
 	mx, my := f.sx/f.w, f.sy/f.w
 	vx := f.sxx/f.w - mx*mx
@@ -97,7 +111,7 @@ func (f *fit) solve() {
 	default:
 		f.b = max((f.sxy/f.w-mx*my)/vx, 0)
 		f.a = my - f.b*mx
-		if f.a < 0 { // no part has a fixed cost below zero: the line through the origin
+		if f.a < 0 && f.costed {
 			f.a, f.b = 0, f.sxy/f.sxx
 		}
 	}

@@ -18,13 +18,8 @@ func TestFitLine(t *testing.T) {
 		{"one x: proportional", []pt{{100, 20}, {100, 30}}, 0, 0.25},
 		{"x zero: the mean", []pt{{0, 20}, {0, 30}}, 25, 0},
 		{"falling: the mean", []pt{{100, 30}, {200, 20}}, 25, 0},
-		// Below the axis at x = 0: no part costs less than nothing to
-		// start, so the least-squares line through the origin. (Kept as
-		// it was, a line fitted across a slowdown, the old fast points at
-		// small x and the new slow ones at large, predicted nothing at all
-		// for prompts as small as the fast ones.)
-		{"negative intercept", []pt{{2, 0}, {4, 20}}, 0, 4},
-		{"across a slowdown", []pt{{262, 50}, {343, 2500}}, 0, (262*50 + 343*2500) / (262.0*262 + 343*343)},
+		// Below the axis at x = 0: kept (a knee), read as zero there (at).
+		{"negative intercept", []pt{{2, 0}, {4, 20}}, -20, 10},
 		// Once warm, one far observation is taken as the bound ...
 		{"one outlier", []pt{{0, 10}, {0, 10}, {0, 10}, {0, 10}, {0, 100}}, 10.5, 0},
 		// ... and the next in its direction believed.
@@ -43,5 +38,21 @@ func TestFitLine(t *testing.T) {
 				t.Fatalf("line %v + %v·x, want %v + %v·x", f.a, f.b, tc.a, tc.b)
 			}
 		})
+	}
+}
+
+// TestFitCosted: a costed line (a prompt's cost) whose best fit starts
+// below zero is the best one through the origin instead: fitted across a
+// slowdown (fast at small prompts, slow at larger ones), kept below the
+// axis, it would predict nothing for the small prompts.
+func TestFitCosted(t *testing.T) {
+	f := fit{costed: true}
+	f.add(1, 262, 50)
+	f.add(1, 343, 2500)
+	if want := (262*50 + 343*2500) / (262.0*262 + 343*343); f.a != 0 || math.Abs(f.b-want) > 1e-9 {
+		t.Fatalf("line %v + %v·x, want 0 + %v·x", f.a, f.b, want)
+	}
+	if f.at(262) <= 0 {
+		t.Fatalf("a small prompt predicted %v", f.at(262))
 	}
 }

@@ -44,14 +44,23 @@ const (
 	fitUnattributed        // a mean: the network, for an engine that splits its time
 	fitWhole               // Unattributed of an engine that reports no split, against uncached prompt tokens
 	fitTransport           // a mean
+	// The share of what the prefix index expected cached that the engine
+	// reported cached (at most 1), over requests it expected some on; and
+	// the share of the prompt the engine reported cached where the index
+	// expected none (an engine that kept a prefix the index has since
+	// named elsewhere). Means; Predict's cached tokens are scaled by them.
+	fitHitExpected
+	fitHitUnexpected
 	numFits
 )
 
 // The flags a Model publishes with its lines.
 const (
-	flagEngineQueue = 1 << iota // the engine's load was known for most recent observations: fitQueueEngine applies
-	flagUnsplit                 // most recent observations were unsplit: fitWhole applies
-	flagCached                  // the engine reported its cached tokens for most recent observations
+	flagEngineQueue   = 1 << iota // the engine's load was known for most recent observations, and its line fits them no worse than the in-flight one: fitQueueEngine applies
+	flagUnsplit                   // most recent observations were unsplit: fitWhole applies
+	flagCached                    // the engine reported its cached tokens for most recent observations
+	flagHitExpected               // fitHitExpected has been observed
+	flagHitUnexpected             // fitHitUnexpected has been observed
 )
 
 // Model is one upstream's TTFT model. Observe teaches it; Predict asks it.
@@ -84,7 +93,13 @@ func New(c Config) *Model {
 	if c.HalfLife <= 0 {
 		c.HalfLife = DefaultHalfLife
 	}
-	return &Model{halfLife: float64(c.HalfLife)}
+	m := &Model{halfLife: float64(c.HalfLife)}
+	// A prompt's cost has no fixed part below zero. (A line kept below
+	// the axis, fitted across a slowdown, the old fast requests at small
+	// prompts and the new slow ones at larger, predicted no prefill at all
+	// for small prompts, and the slowed engine kept getting them.)
+	m.fits[fitPrefill].costed, m.fits[fitWhole].costed = true, true
+	return m
 }
 
 // keep is the share of its weight an observation age old keeps.
@@ -129,6 +144,12 @@ func (m *Model) Observe(o Observation) {
 	if o.CachedReported {
 		m.wCached += w
 		cached = o.CachedTokens
+		switch {
+		case o.ExpectedCached > 0:
+			m.fits[fitHitExpected].add(w, 0, min(float64(cached)/float64(o.ExpectedCached), 1))
+		case o.PromptTokens > 0:
+			m.fits[fitHitUnexpected].add(w, 0, min(float64(cached)/float64(o.PromptTokens), 1))
+		}
 	}
 	tokens := uncached(o.PromptTokens, cached)
 	if o.Unsplit {
@@ -147,7 +168,7 @@ func (m *Model) Observe(o Observation) {
 // publish makes m's lines and flags Predict's. Called with m.mu held.
 func (m *Model) publish() {
 	var flags uint32
-	if m.wEngine*2 > m.wAll {
+	if m.wEngine*2 > m.wAll && m.fits[fitQueueEngine].residual() <= m.fits[fitQueueFlight].residual() {
 		flags |= flagEngineQueue
 	}
 	if m.wUnsplit*2 > m.wAll {
@@ -155,6 +176,12 @@ func (m *Model) publish() {
 	}
 	if m.wCached*2 > m.wAll {
 		flags |= flagCached
+	}
+	if m.fits[fitHitExpected].n > 0 {
+		flags |= flagHitExpected
+	}
+	if m.fits[fitHitUnexpected].n > 0 {
+		flags |= flagHitUnexpected
 	}
 	m.seq.Add(1)
 	for i := range m.fits {
@@ -221,10 +248,7 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 	} else {
 		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
 	}
-	if flags&flagCached == 0 {
-		cachedTokens = 0
-	}
-	tokens := uncached(promptTokens, cachedTokens)
+	tokens := uncached(promptTokens, cachedExpected(flags, &lines, promptTokens, cachedTokens))
 	if flags&flagUnsplit != 0 {
 		p.Unsplit = true
 		p.Parts[Unattributed] = line(fitWhole, tokens)
@@ -238,4 +262,24 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 	p.Total = p.Parts.Sum()
 	p.Age = now - time.Duration(at)
 	return p, true
+}
+
+// cachedExpected is the prompt tokens to predict as cached for a prompt of
+// promptTokens of which the prefix index expects expected cached: none for
+// an engine that does not report its cache; else the expectation scaled by
+// the share of such expectations the engine's reports bore out (all, until
+// it reported on one), or, where the index expects none, the share of the
+// prompt the engine reported cached all the same (none, until it did).
+func cachedExpected(flags uint32, lines *[numFits][2]float64, promptTokens, expected int) float64 {
+	switch {
+	case flags&flagCached == 0:
+		return 0
+	case expected > 0 && flags&flagHitExpected != 0:
+		return float64(expected) * min(max(lines[fitHitExpected][0], 0), 1)
+	case expected > 0:
+		return float64(expected)
+	case flags&flagHitUnexpected != 0:
+		return float64(promptTokens) * min(max(lines[fitHitUnexpected][0], 0), 1)
+	}
+	return 0
 }

@@ -242,10 +242,9 @@ func TestKinds(t *testing.T) {
 		{"split, asked unscraped", []Observation{split}, Load{InFlight: 3}, false, 10 * ms, 11 * ms},
 		{"unsplit", []Observation{unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 6}, true, 18 * ms, 30 * ms},
 		// Most recent unsplit and unscraped: their fits, though the older
-		// split and scraped ones are still known (the in-flight line: the
-		// one through 20 ms at 6 and 9 ms at 3 would start below zero, so
-		// the weighted one through the origin, 3.18 ms a request).
-		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9540 * time.Microsecond, 30 * ms},
+		// split and scraped ones are still known (the in-flight line
+		// through 20 ms at 6 and 9 ms at 3).
+		{"split, then unsplit", []Observation{split, unsplit, unsplit}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, true, 9 * ms, 30 * ms},
 		{"unsplit, then split", []Observation{unsplit, split, split}, Load{Waiting: 4, EngineKnown: true, InFlight: 3}, false, 40 * ms, 11 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,5 +258,44 @@ func TestKinds(t *testing.T) {
 				t.Fatalf("prediction %+v, want unsplit %v, queue %v, rest %v", p, tc.unsplit, tc.queue, tc.rest)
 			}
 		})
+	}
+}
+
+// TestCachedShares: the model learns how far the prefix index's
+// expectations hold on its engine. An engine that keeps prompts the index
+// has named elsewhere (it expected none) is predicted to have that share
+// cached; one that evicts what the index expects cached is predicted to
+// compute it; until the engine reports on an expectation, the index is
+// taken at its word.
+func TestCachedShares(t *testing.T) {
+	const perToken = 50 * time.Microsecond
+	teach := func(m *Model, expected, cached func(prompt int) int) {
+		for i := range 20 {
+			prompt := 500 + 100*i
+			c := cached(prompt)
+			m.Observe(Observation{
+				End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true, PromptTokens: prompt,
+				CachedTokens: c, CachedReported: true, ExpectedCached: expected(prompt),
+				Parts: Parts{Prefill: time.Duration(prompt-c) * perToken},
+			})
+		}
+	}
+	prefill := func(m *Model, expected int) time.Duration {
+		p, _ := m.Predict(2*time.Second, 1000, expected, Load{})
+		return p.Parts[Prefill]
+	}
+	none := func(int) int { return 0 }
+	keeps := New(Config{}) // the index expects nothing; the engine has 90 % cached
+	teach(keeps, none, func(p int) int { return p * 9 / 10 })
+	if got, want := prefill(keeps, 0), 100*perToken; !within(got, want, 0.05) {
+		t.Errorf("an engine that keeps prompts: prefill %v, want %v (a tenth computed)", got, want)
+	}
+	evicts := New(Config{}) // the index expects all cached; the engine has none
+	teach(evicts, func(p int) int { return p }, none)
+	if got, want := prefill(evicts, 1000), 1000*perToken; !within(got, want, 0.05) {
+		t.Errorf("an engine that evicts: prefill %v, want %v (all computed)", got, want)
+	}
+	if got := prefill(keeps, 600); !within(got, 400*perToken, 0.05) {
+		t.Errorf("no report on an expectation yet: prefill %v, want the 400 tokens the index expects uncached", got)
 	}
 }

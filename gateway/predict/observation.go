@@ -86,9 +86,16 @@ type Observation struct {
 	// llama.cpp's cache_n, ...).
 	CachedTokens   int
 	CachedReported bool
+	// ExpectedCached is the prompt tokens the prefix index expected cached
+	// on the upstream when the request was routed (the gateway's
+	// Choice.CachedTokens; 0 outside a least_ttft pool): the model learns
+	// how far the engine's reports bear such expectations out.
+	ExpectedCached int
 	// Load is the upstream's load when the request was routed.
 	Load Load
 }
 
 // uncached is the prompt tokens the engine had to compute.
-func uncached(prompt, cached int) float64 { return float64(max(prompt-cached, 0)) }
+func uncached[N int | float64](prompt int, cached N) float64 {
+	return max(float64(prompt)-float64(cached), 0)
+}

@@ -41,8 +41,9 @@ func (l line) observation() Observation {
 	return Observation{
 		End: ms(l.EndMs), FirstToken: true, Unsplit: l.Unsplit,
 		PromptTokens: l.Prompt, CachedTokens: l.Cached, CachedReported: l.CachedReported,
-		Load:  Load{Waiting: l.Waiting, EngineKnown: l.EngineKnown, InFlight: l.InFlight},
-		Parts: Parts{ms(l.QueueMs), ms(l.PreparationMs), ms(l.PrefillMs), ms(l.FirstDecodeMs), ms(l.UnattributedMs), ms(l.TransportMs)},
+		ExpectedCached: l.Cached, // a prefix index that knows (replay predicts with it)
+		Load:           Load{Waiting: l.Waiting, EngineKnown: l.EngineKnown, InFlight: l.InFlight},
+		Parts:          Parts{ms(l.QueueMs), ms(l.PreparationMs), ms(l.PrefillMs), ms(l.FirstDecodeMs), ms(l.UnattributedMs), ms(l.TransportMs)},
 	}
 }
 
