@@ -47,7 +47,7 @@ func main() {
 	flag.Float64Var(&o.load, "load", 0.9, "the arrival rate as a fraction of the calibrated capacity")
 	flag.Uint64Var(&o.seed, "seed", 1, "the seed of the workload and the arrivals")
 	flag.IntVar(&o.maxRunning, "max-running", 4, "each engine's running batch")
-	flag.IntVar(&o.kvBlocks, "kv-blocks", 768, "each engine's KV cache, in blocks of 16 tokens (its running batch and a few system prompts)")
+	flag.IntVar(&o.kvBlocks, "kv-blocks", 768, "each engine's KV cache, in blocks of 16 tokens (768: room for the running batch and nearly every system prompt; 384 makes them evict)")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "the tokens each answer has")
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
