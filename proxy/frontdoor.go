@@ -611,9 +611,14 @@ func (ln *retryingListener) Accept() (net.Conn, error) {
 	}
 }
 
+// Close closes the listener once; later calls do nothing and return nil.
 func (ln *retryingListener) Close() error {
-	ln.once.Do(func() { close(ln.closed) })
-	return ln.Listener.Close()
+	var err error
+	ln.once.Do(func() {
+		close(ln.closed)
+		err = ln.Listener.Close()
+	})
+	return err
 }
 
 // acceptPasses reports an accept error that waiting can cure: a lack of

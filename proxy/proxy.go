@@ -343,7 +343,8 @@ type Proxy struct {
 	// fasthttp no longer counts, and those given back to it after a stream.
 	detached  sync.Map // client net.Conn → *handoff, from the hijack to the handoff
 	closing   atomic.Bool
-	contMu    sync.Mutex     // orders nextRequest against Shutdown's closing
+	contMu    sync.Mutex     // orders nextRequest and Serve against Shutdown's closing
+	listeners []net.Listener // Serve's, for Shutdown to close; under contMu
 	continued sync.WaitGroup // connections given back to fasthttp by nextRequest
 }
 
@@ -423,12 +424,24 @@ const defaultReadTimeout = 60 * time.Second
 
 // Serve accepts clients on ln until Shutdown, within the connection caps;
 // an accept error that passes (no file descriptor free) is waited out
-// (retryingListener), any other one is returned.
+// (retryingListener), any other one is returned. It returns nil once
+// Shutdown has begun, also when Shutdown began first: ln is closed then.
 func (p *Proxy) Serve(ln net.Listener) error {
 	ln = newRetryingListener(sock.RawListener(ln), p.cfg.Clock, p.log)
 	if p.limits != nil {
 		ln = &cappedListener{Listener: ln, limits: p.limits, refusals: p.cfg.Refusals}
 	}
+	// fasthttp's Shutdown closes only the listeners its Serve has taken,
+	// and a Serve that takes one after it accepts until the process ends:
+	// Shutdown closes those it finds here too, and a Serve that comes
+	// after it accepts nothing.
+	p.contMu.Lock()
+	if p.closing.Load() {
+		p.contMu.Unlock()
+		return ln.Close()
+	}
+	p.listeners = append(p.listeners, ln)
+	p.contMu.Unlock()
 	p.goBackground(p.sweepHeads)
 	return p.server.Serve(ln)
 }
@@ -460,7 +473,12 @@ var ErrGraceCut = errors.New("shutdown grace over")
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.contMu.Lock()
 	p.closing.Store(true) // a stream ending from now on closes its connection
+	listeners := p.listeners
+	p.listeners = nil
 	p.contMu.Unlock()
+	for _, ln := range listeners {
+		_ = ln.Close() // fasthttp closes them again: retryingListener's Close is idempotent
+	}
 	err := p.server.ShutdownWithContext(ctx)
 	if err == nil {
 		err = p.waitStreams(ctx) // fasthttp does not count detached streams

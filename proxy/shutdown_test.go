@@ -31,6 +31,11 @@ func flood(c *upConn) {
 // test that shuts it down itself; served is closed when Serve returns.
 func serveToShutdown(t *testing.T, cfg Config, sink record.Sink) (p *Proxy, addr string, served <-chan struct{}) {
 	t.Helper()
+	if cfg.ScrapeEngineMetrics == 0 {
+		// As startProxy: a scrape of the script's /metrics would be the
+		// request a test waits for (up.request).
+		cfg.ScrapeEngineMetrics = -1
+	}
 	p, err := New(cfg, sink, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -155,5 +160,40 @@ func TestClientWriteStallSparesSlowReaders(t *testing.T) {
 	}
 	if r := sink.next(t); r.Reason != endreason.Stop {
 		t.Errorf("record %s/%s, want stop", r.Reason, r.Detail)
+	}
+}
+
+// TestShutdownBeforeServe: a Serve that starts after Shutdown began, or
+// races it, returns, its listener closed: fasthttp's Shutdown alone closes
+// only the listeners its Serve has already taken, and the Serve that took
+// one later accepted until the process ended.
+func TestShutdownBeforeServe(t *testing.T) {
+	for _, race := range []bool{false, true} {
+		p, err := New(Config{Upstream: "http://127.0.0.1:1", ScrapeEngineMetrics: -1}, newCaptureSink(t), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		serve := func() { served <- p.Serve(ln) }
+		if race {
+			go serve()
+		}
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatalf("race %v: Shutdown: %v", race, err)
+		}
+		if !race {
+			go serve()
+		}
+		if err := <-served; err != nil {
+			t.Errorf("race %v: Serve: %v", race, err)
+		}
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+			t.Errorf("race %v: the listener still takes connections", race)
+		}
 	}
 }
