@@ -75,6 +75,10 @@ type policyResult struct {
 	// |predicted − measured| / measured TTFT (the proxy's).
 	predicted      int
 	errP50, errP90 float64
+	// stageErr is, per stage from queue on, the median of the prediction's
+	// error in it over the same records: |predicted − measured| / measured
+	// TTFT, a share of the whole.
+	stageErr [stages.NumStages]float64
 	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
 	// and per engine those served later than the SLO and the latest, by
 	// how much over the SLO (a share of it).
@@ -150,6 +154,7 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 	var byStage [stages.NumStages][]time.Duration
 	byEngine := make([][]time.Duration, n)
 	var errs []float64
+	var stageErrs [stages.NumStages][]float64
 	for i := range run.Results {
 		r := &run.Results[i]
 		if r.Warmup {
@@ -185,6 +190,9 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 		}
 		if f.predicted && f.ttft > 0 {
 			errs = append(errs, math.Abs(float64(f.prediction-f.ttft))/float64(f.ttft))
+			for s := stages.Queue; s < stages.NumStages; s++ {
+				stageErrs[s] = append(stageErrs[s], math.Abs(float64(f.predStages[s]-f.stages[s]))/float64(f.ttft))
+			}
 		}
 		if e < 0 {
 			continue
@@ -208,6 +216,10 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 	if res.predicted = len(errs); len(errs) > 0 {
 		slices.Sort(errs)
 		res.errP50, res.errP90 = errs[len(errs)/2], errs[min(len(errs)*9/10, len(errs)-1)]
+		for s := stages.Queue; s < stages.NumStages; s++ {
+			slices.Sort(stageErrs[s])
+			res.stageErr[s] = stageErrs[s][len(stageErrs[s])/2]
+		}
 	}
 	return res
 }

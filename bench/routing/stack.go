@@ -173,9 +173,10 @@ type recordFacts struct {
 	stages [stages.NumStages]time.Duration
 	ttft   time.Duration
 	// predicted says the request was routed with a prediction, predicted
-	// (its TTFT: predicted_ttft_ms).
+	// (its TTFT: predicted_ttft_ms; its stages: predicted_stages_ms).
 	predicted  bool
 	prediction time.Duration
+	predStages [stages.NumStages]time.Duration
 	// refused says it was refused for its TTFT SLO.
 	refused bool
 }
@@ -189,7 +190,7 @@ type recordSink struct {
 func (k *recordSink) Emit(r *record.Record) {
 	bd := r.Breakdown()
 	f := recordFacts{upstream: r.Upstream, ok: bd.OK, stages: bd.Stages, ttft: bd.TTFT,
-		predicted: r.Predicted, prediction: r.PredictedTTFT(), refused: r.Detail == endreason.DetailSLOUnmeetable}
+		predicted: r.Predicted, prediction: r.PredictedTTFT(), predStages: r.Prediction, refused: r.Detail == endreason.DetailSLOUnmeetable}
 	k.mu.Lock()
 	k.m[r.RequestID] = f
 	k.mu.Unlock()

@@ -74,6 +74,7 @@ func (r *report) write(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	r.writeStageErrors(w)
 	r.writeHeld(w)
 	fmt.Fprint(w, definitions)
 	if predicted {
@@ -109,6 +110,39 @@ func (r *report) writeHeld(w io.Writer) {
 		fmt.Fprintf(w, " %d, %d, %s |", h.perEngine[e], h.sloMissed[e], latest)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeStageErrors prints where the predictions were off, for the runs
+// that predicted.
+func (r *report) writeStageErrors(w io.Writer) {
+	runs := make([]*policyResult, 0, len(r.results)+1)
+	for i := range r.results {
+		if r.results[i].predicted > 0 {
+			runs = append(runs, &r.results[i])
+		}
+	}
+	if r.held != nil && r.held.predicted > 0 {
+		runs = append(runs, r.held)
+	}
+	if len(runs) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nWhere the predictions were off: per stage, the median of |predicted − measured| over the measured TTFT:\n\n| policy | predicted |")
+	for s := stages.Queue; s < stages.NumStages; s++ {
+		fmt.Fprintf(w, " %s |", s)
+	}
+	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", 2+int(stages.NumStages-stages.Queue)))
+	for _, res := range runs {
+		name := "`" + res.policy + "`"
+		if res.slo > 0 {
+			name += " held to " + ms(res.slo)
+		}
+		fmt.Fprintf(w, "| %s | %d |", name, res.predicted)
+		for s := stages.Queue; s < stages.NumStages; s++ {
+			fmt.Fprintf(w, " %.1f %% |", 100*res.stageErr[s])
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // predictionError is a result's prediction error p50 / p90, — without
