@@ -206,7 +206,16 @@ type PoolConfig struct {
 	Health HealthConfig `yaml:"health"`
 	// Ejection is the passive ejection of failing upstreams.
 	Ejection EjectionConfig `yaml:"ejection"`
+	// LoadSlack is, in a least_ttft pool, how many requests an upstream
+	// may hold past the load bound's share before it is passed over
+	// (default DefaultLoadSlack; negative: none, the bound alone).
+	LoadSlack int `yaml:"load_slack"`
 }
+
+// DefaultLoadSlack is PoolConfig.LoadSlack's default: room for the
+// requests that share a prefix to stay where it is cached while loads are
+// small (docs/routing.md, "The bound").
+const DefaultLoadSlack = 8
 
 // HealthConfig is an active health check: GET <upstream><Path> every
 // Interval; a 2xx within Timeout marks the upstream healthy, anything else
@@ -471,6 +480,9 @@ func (v *validator) checkPools() map[string]int {
 				policies[len(policies)-1], pl.Policy, didYouMean(pl.Policy, policies))
 		}
 		v.checkQueue(p, pl)
+		if pl.LoadSlack != 0 && pl.Policy != PolicyLeastTTFT {
+			v.add(p+".load_slack", "the pool routes by %s: only %s has a load bound with slack", cmp.Or(pl.Policy, PolicyLeastRequest), PolicyLeastTTFT)
+		}
 		v.checkHealth(p+".health", &pl.Health)
 		nonNegative(v, p+".ejection.duration", pl.Ejection.Duration)
 	}

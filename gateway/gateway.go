@@ -30,6 +30,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -338,6 +339,7 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 		p := &Pool{Name: pc.Name, Policy: pc.Policy, kind: policyOf(pc.Policy), health: pc.Health, g: g}
 		if p.kind == policyLeastTTFT {
 			p.index = index
+			p.slack = int64(max(cmp.Or(pc.LoadSlack, DefaultLoadSlack), 0))
 		}
 		for _, raw := range pc.Upstreams {
 			uu, err := parseUpstreamURL(raw)

@@ -52,8 +52,7 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 }
 
 // leastTTFT is least_ttft (docs/routing.md, "The policy"): of the available
-// upstreams under the load bound (prefix.Bound, ε = prefix.DefaultEpsilon,
-// over the available ones' outstanding requests), the one of the lowest
+// upstreams under the load bound (bound), the one of the lowest
 // predicted TTFT for a request of tokens whose prompt is pr (nil: none
 // known), its expected cached tokens counted where the prefix index last
 // saw its longest recorded prefix; the first in rotation order on a tie.
@@ -80,7 +79,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 	if avail == 0 {
 		return Choice{}, noHealthy(p, except, now)
 	}
-	bound := prefix.Bound(total, avail, prefix.DefaultEpsilon)
+	bound := p.bound(total, avail)
 	var c Choice
 	for i := range n {
 		u := ups[(start+i)%n]
@@ -108,6 +107,17 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 		p.index.Record(pr.chain, c.Upstream.id)
 	}
 	return c, nil
+}
+
+// bound is least_ttft's load bound for avail upstreams holding total
+// outstanding requests: an upstream holding it or more is passed over.
+// It is prefix.Bound (ε = prefix.DefaultEpsilon) plus the pool's slack:
+// the bound alone keeps an upstream within one or two requests of the
+// others while loads are small (⌈1.25·2/3⌉ = 1: a second request in
+// flight never joins the first), which scattered the requests that share
+// a prefix over every engine, and with them the engines' prefix caches.
+func (p *Pool) bound(total int64, avail int) int64 {
+	return prefix.Bound(total, avail, prefix.DefaultEpsilon) + p.slack
 }
 
 // cachedOn is the prompt tokens the index's match m expects cached on u.

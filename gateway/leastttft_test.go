@@ -18,15 +18,25 @@ import (
 // the default).
 func ttftPool(t testing.TB, n, entries int) (*Gateway, *Snapshot, *Route, *clock.Fake) {
 	t.Helper()
+	return ttftPoolOf(t, ttftConfig(n, entries))
+}
+
+// ttftConfig is ttftPool's configuration, to change before ttftPoolOf.
+func ttftConfig(n, entries int) *Config {
 	var ups []string
 	for i := range n {
 		ups = append(ups, fmt.Sprintf("http://10.1.%d.%d:8000", i/200, i%200+1))
 	}
-	cfg := &Config{
+	return &Config{
 		Routes:             []RouteConfig{{Model: "m", Pool: "p"}},
 		Pools:              []PoolConfig{{Name: "p", Upstreams: ups, Policy: PolicyLeastTTFT}},
 		PrefixIndexEntries: entries,
 	}
+}
+
+// ttftPoolOf is ttftPool with cfg (ttftConfig's, changed).
+func ttftPoolOf(t testing.TB, cfg *Config) (*Gateway, *Snapshot, *Route, *clock.Fake) {
+	t.Helper()
 	g, clk := newGateway(t, cfg, Options{})
 	s := g.Snapshot()
 	return g, s, s.Routes()[0], clk
@@ -228,27 +238,47 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 }
 
 // TestLeastTTFTBound: an upstream predicted at zero is not buried: no
-// choice takes an upstream at or over ⌈1.25·(total+1)/n⌉ outstanding.
+// choice takes an upstream at or over the bound, ⌈1.25·(total+1)/n⌉ plus
+// the pool's slack. With the default slack it takes the first requests
+// all (the ones that share a prefix stay where it is cached); with none,
+// a second request in flight never joins the first.
 func TestLeastTTFTBound(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 3, 0)
-	ups := r.Pool.Upstreams
-	ups[0].Observe(predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
-	for _, u := range ups[1:] {
-		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
-	}
-	var total int64
-	for range 60 {
-		c := choose(t, s, ttftRequest(r, 1000))
-		if bound := prefix.Bound(total, len(ups), prefix.DefaultEpsilon); c.Upstream.Outstanding() >= bound {
-			t.Fatalf("chose %s with %d outstanding of %d, bound %d", c.Upstream.Name, c.Upstream.Outstanding(), total, bound)
+	for _, tc := range []struct {
+		slack int // LoadSlack
+		first int // the first requests all on the upstream predicted at 0: the least k ≥ bound(k, 3)
+	}{
+		{0, 15}, // ⌈1.25·16/3⌉ + 8
+		{-1, 1}, // ⌈1.25·2/3⌉
+	} {
+		cfg := ttftConfig(3, 0)
+		cfg.Pools[0].LoadSlack = tc.slack
+		_, s, r, clk := ttftPoolOf(t, cfg)
+		ups := r.Pool.Upstreams
+		ups[0].Observe(predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
+		for _, u := range ups[1:] {
+			engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
 		}
-		if _, rej := c.Upstream.Acquire(nil); rej != nil {
-			t.Fatal(rej)
+		var total int64
+		first := -1
+		for i := range 60 {
+			c := choose(t, s, ttftRequest(r, 1000))
+			if bound := r.Pool.bound(total, len(ups)); c.Upstream.Outstanding() >= bound {
+				t.Fatalf("slack %d: chose %s with %d outstanding of %d, bound %d", tc.slack, c.Upstream.Name, c.Upstream.Outstanding(), total, bound)
+			}
+			if c.Upstream != ups[0] && first < 0 {
+				first = i
+			}
+			if _, rej := c.Upstream.Acquire(nil); rej != nil {
+				t.Fatal(rej)
+			}
+			total++
 		}
-		total++
-	}
-	if a, b := ups[0].Outstanding(), ups[1].Outstanding(); a <= b || a > 26 {
-		t.Fatalf("outstanding %d on the upstream predicted at 0, %d on the next: want it most, within the bound", a, b)
+		if first != tc.first {
+			t.Errorf("slack %d: the first %d requests went to the upstream predicted at 0, want %d", tc.slack, first, tc.first)
+		}
+		if a, b := ups[0].Outstanding(), ups[1].Outstanding(); a <= b {
+			t.Errorf("slack %d: outstanding %d on the upstream predicted at 0, %d on the next: want it most", tc.slack, a, b)
+		}
 	}
 }
 
@@ -326,7 +356,7 @@ func TestLeastTTFTColdStart(t *testing.T) {
 	}
 	req.Release()
 	// Past the bound: elsewhere.
-	for range 3 {
+	for other.Outstanding() < r.Pool.bound(other.Outstanding(), len(ups)) {
 		if _, rej := other.Acquire(nil); rej != nil {
 			t.Fatal(rej)
 		}

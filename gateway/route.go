@@ -88,6 +88,7 @@ type Pool struct {
 	checker *checker
 	g       *Gateway
 	index   *prefix.Index // least_ttft: the gateway's prefix index
+	slack   int64         // least_ttft: PoolConfig.LoadSlack in effect
 	// loadUnknown: least_load's last Pick fell back to least_request
 	// because an upstream's engine load was unknown (logged on each change).
 	loadUnknown atomic.Bool
