@@ -60,3 +60,24 @@ func TestArrivalRate(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultSLO(t *testing.T) {
+	ms := time.Millisecond
+	res := func(policy string, slowP50 time.Duration) policyResult {
+		return policyResult{policy: policy, engineP50: []time.Duration{100 * ms, 100 * ms, slowP50}}
+	}
+	tests := []struct {
+		name    string
+		results []policyResult
+		want    time.Duration
+	}{
+		{"least_ttft's slow engine", []policyResult{res("round_robin", 36*time.Second), res("least_ttft", 800*ms)}, 600 * ms},
+		{"the first policy's when least_ttft did not run", []policyResult{res("round_robin", 2*time.Second)}, 1500 * ms},
+		{"the first policy's when least_ttft sent the slow engine nothing", []policyResult{res("least_load", 2*time.Second), res("least_ttft", 0)}, 1500 * ms},
+	}
+	for _, tc := range tests {
+		if got := defaultSLO(tc.results); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

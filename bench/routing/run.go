@@ -27,15 +27,30 @@ type options struct {
 	maxTokens   int
 	warmup      int
 	slowPrefill float64
-	// slo is the TTFT SLO of the least_ttft run held to one (0: set
-	// from the first run: sloShare of the slow engine's TTFT p50 there).
+	// slo is the TTFT SLO of the least_ttft run held to one (0:
+	// defaultSLO).
 	slo time.Duration
 }
 
-// sloShare is the share of the slow engine's TTFT p50, under the first
-// policy run, that the SLO run asks for when -slo does not say: below
-// what the slow engine gives.
+// sloShare is the share of the slow engine's TTFT p50 that the SLO run
+// asks for when -slo does not say: below what the slow engine gives.
 const sloShare = 0.75
+
+// defaultSLO is the SLO run's when -slo does not say: sloShare of the slow
+// engine's TTFT p50 under least_ttft, the policy the SLO holds (under
+// another, the slow engine's queue can be many times what least_ttft lets
+// it build), or under the first policy when least_ttft's run measured it
+// none.
+func defaultSLO(results []policyResult) time.Duration {
+	p50 := func(r *policyResult) time.Duration { return r.engineP50[len(r.engineP50)-1] }
+	from := &results[0]
+	for i := range results {
+		if results[i].policy == gateway.PolicyLeastTTFT && p50(&results[i]) > 0 {
+			from = &results[i]
+		}
+	}
+	return time.Duration(sloShare * float64(p50(from))).Round(time.Millisecond)
+}
 
 // engines are the three engines' configurations: alike, but for the last
 // one's prefill, slowPrefill times as slow per token (its fault).
