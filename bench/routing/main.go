@@ -14,7 +14,7 @@
 // The arrival rate is load (-load) times the capacity a short closed loop
 // measures first (-calibrate), unless -rate gives it. With least_ttft
 // among the policies, a last run holds it to a TTFT SLO (-slo; by default
-// below what the slow engine gives; -slo -1: no such run): the requests
+// below what the slow engine gives; -slo -1s: no such run): the requests
 // refused, and how far past the SLO those served came, beside the
 // prediction's error.
 package main
@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "the tokens each answer has")
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
-	flag.DurationVar(&o.slo, "slo", 0, "the TTFT SLO of the extra least_ttft run held to one (0: 0.75 of the slow engine's TTFT p50 under least_ttft; negative: no such run)")
+	flag.DurationVar(&o.slo, "slo", 0, "the TTFT SLO of the extra least_ttft run held to one (0: 0.75 of the slow engine's TTFT p50 under least_ttft; negative, -1s: no such run)")
 	quick := flag.Bool("quick", false, "a check that the benchmark works: 5 s per policy at 0.5 requests/s (unless -rate), no calibration, no warm-up")
 	flag.Parse()
 	if *quick {
