@@ -176,6 +176,8 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //   - FirstToken, Parts and Unsplit: the record's breakdown (its OK, its
 //     stages queue to transport, upstream_unsplit).
 //   - PromptTokens: the engine's usage count, else Request.PromptTokens;
+//     EstimatedTokens: Request.PromptTokens when PromptTokens is the
+//     engine's count;
 //     CachedTokens and CachedReported: the cached tokens the engine
 //     reported, if it did; ExpectedCached: Choice.CachedTokens.
 //   - Load: Choice.Load, the load the request was routed with.

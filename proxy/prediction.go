@@ -46,7 +46,7 @@ func (x *exchange) learn() {
 	}
 	copy(o.Parts[:], bd.Stages[stages.Queue:])
 	if rec.UsageReported && rec.TokensIn > 0 {
-		o.PromptTokens = rec.TokensIn
+		o.PromptTokens, o.EstimatedTokens = rec.TokensIn, x.lease.promptEst
 	}
 	up.Observe(o)
 	if c := &x.lease.choice; c.Predicted {

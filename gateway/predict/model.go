@@ -51,6 +51,11 @@ const (
 	// named elsewhere). Means; Predict's cached tokens are scaled by them.
 	fitHitExpected
 	fitHitUnexpected
+	// The engine's count of a prompt's tokens over the gateway's estimate
+	// (a mean, over requests whose engine reported its count): a request's
+	// estimate, and the cached tokens the index expects in the estimate's
+	// terms, are scaled by it to the tokens the fits were learned in.
+	fitTokens
 	numFits
 )
 
@@ -61,6 +66,7 @@ const (
 	flagCached                    // the engine reported its cached tokens for most recent observations
 	flagHitExpected               // fitHitExpected has been observed
 	flagHitUnexpected             // fitHitUnexpected has been observed
+	flagTokens                    // fitTokens has been observed
 )
 
 // Model is one upstream's TTFT model. Observe teaches it; Predict asks it.
@@ -151,6 +157,9 @@ func (m *Model) Observe(o Observation) {
 			m.fits[fitHitUnexpected].add(w, 0, min(float64(cached)/float64(o.PromptTokens), 1))
 		}
 	}
+	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
+		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
+	}
 	tokens := uncached(o.PromptTokens, cached)
 	if o.Unsplit {
 		m.wUnsplit += w
@@ -183,6 +192,9 @@ func (m *Model) publish() {
 	if m.fits[fitHitUnexpected].n > 0 {
 		flags |= flagHitUnexpected
 	}
+	if m.fits[fitTokens].n > 0 {
+		flags |= flagTokens
+	}
 	m.seq.Add(1)
 	for i := range m.fits {
 		m.lines[i][0].Store(math.Float64bits(m.fits[i].a))
@@ -211,8 +223,9 @@ type Prediction struct {
 
 // Predict predicts, at now (the request clock's source, as Observation.End),
 // a request of promptTokens (the gateway's estimate) of which
-// cachedTokens are expected to be in the engine's prefix cache, on an
-// upstream with load. ok is false while m has taken no observation: there
+// cachedTokens (in the estimate's terms) are expected to be in the
+// engine's prefix cache, on an upstream with load. Both are taken in the
+// engine's tokens, as far as its reports have shown how they differ. ok is false while m has taken no observation: there
 // is no prediction, and the caller decides without one (another policy).
 // The expected cached tokens count only when the engine has been reporting
 // what it cached: otherwise its prefill was learned against whole prompts.
@@ -247,6 +260,10 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 		p.Parts[Queue] = line(fitQueueEngine, float64(max(load.Waiting, 0)))
 	} else {
 		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
+	}
+	if flags&flagTokens != 0 { // the estimate in the engine's tokens
+		r := max(lines[fitTokens][0], 0)
+		promptTokens, cachedTokens = int(float64(promptTokens)*r+0.5), int(float64(cachedTokens)*r+0.5)
 	}
 	tokens := uncached(promptTokens, cachedExpected(flags, &lines, promptTokens, cachedTokens))
 	if flags&flagUnsplit != 0 {

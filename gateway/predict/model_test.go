@@ -299,3 +299,40 @@ func TestCachedShares(t *testing.T) {
 		t.Errorf("no report on an expectation yet: prefill %v, want the 400 tokens the index expects uncached", got)
 	}
 }
+
+// TestEstimatedTokens: the fits learn in the engine's tokens, a request is
+// predicted from the gateway's estimate: an engine whose tokenizer counts
+// a quarter more than the estimate (the reference engine's counts about
+// that of the estimate's four bytes a token) is predicted from the
+// estimate scaled by what its reports showed, the expected cached tokens
+// too; until it reports a count, the estimate is taken as its count.
+func TestEstimatedTokens(t *testing.T) {
+	const perToken = 50 * time.Microsecond
+	m := New(Config{})
+	for i := range 20 {
+		est := 800 + 50*i
+		engine := est * 5 / 4
+		m.Observe(Observation{
+			End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
+			PromptTokens: engine, EstimatedTokens: est, CachedReported: true,
+			Parts: Parts{Prefill: time.Duration(engine) * perToken},
+		})
+	}
+	for _, tc := range []struct {
+		est, cached int
+		want        time.Duration
+	}{
+		{1000, 0, 1250 * perToken},
+		{1000, 800, 250 * perToken},
+	} {
+		p, _ := m.Predict(2*time.Second, tc.est, tc.cached, Load{})
+		if !within(p.Parts[Prefill], tc.want, 0.02) {
+			t.Errorf("an estimate of %d tokens, %d expected cached: prefill %v, want %v", tc.est, tc.cached, p.Parts[Prefill], tc.want)
+		}
+	}
+	unreported := New(Config{})
+	unreported.Observe(Observation{FirstToken: true, PromptTokens: 1000, Parts: Parts{Prefill: 1000 * perToken}})
+	if p, _ := unreported.Predict(0, 1000, 0, Load{}); !within(p.Parts[Prefill], 1000*perToken, 0.02) {
+		t.Errorf("no count reported: prefill %v, want the estimate's", p.Parts[Prefill])
+	}
+}

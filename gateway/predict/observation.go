@@ -79,8 +79,11 @@ type Observation struct {
 	// the proxy inferred.
 	Unsplit bool
 	// PromptTokens is the prompt's size: the engine's usage count, else the
-	// gateway's estimate.
-	PromptTokens int
+	// gateway's estimate. EstimatedTokens is the gateway's estimate when
+	// PromptTokens is the engine's count (0 otherwise): the model learns
+	// how the two differ on the upstream, and predicts from estimates.
+	PromptTokens    int
+	EstimatedTokens int
 	// CachedTokens is the prompt tokens the engine served from its prefix
 	// cache, when CachedReported (usage.prompt_tokens_details.cached_tokens,
 	// llama.cpp's cache_n, ...).
