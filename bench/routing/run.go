@@ -95,12 +95,16 @@ type policyResult struct {
 	// TTFT, a share of the whole.
 	stageErr [stages.NumStages]float64
 	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
-	// and per engine those served later than the SLO and the latest, by
-	// how much over the SLO (a share of it).
-	slo       time.Duration
-	refused   int
-	sloMissed []int
-	worstMiss []float64
+	// and per engine, of those routed with a prediction, the ones served
+	// later than the SLO and the latest, by how much over the SLO (a share
+	// of it); of those routed without one (a cold model: nothing to
+	// refuse on), how many, and how many came later than the SLO.
+	slo               time.Duration
+	refused           int
+	sloMissed         []int
+	worstMiss         []float64
+	unpredicted       []int
+	unpredictedMissed []int
 }
 
 // hitShare is the cached share of the prompt tokens (0 when none).
@@ -164,7 +168,7 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) policyResult {
 	n := len(st.engines)
 	res := policyResult{policy: policy, slo: slo, perEngine: make([]int, n), engineP50: make([]time.Duration, n),
-		sloMissed: make([]int, n), worstMiss: make([]float64, n)}
+		sloMissed: make([]int, n), worstMiss: make([]float64, n), unpredicted: make([]int, n), unpredictedMissed: make([]int, n)}
 	var ttft []time.Duration
 	var byStage [stages.NumStages][]time.Duration
 	byEngine := make([][]time.Duration, n)
@@ -213,7 +217,14 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 			continue
 		}
 		byEngine[e] = append(byEngine[e], f.ttft)
-		if slo > 0 && f.ttft > slo {
+		switch late := slo > 0 && f.ttft > slo; {
+		case slo <= 0:
+		case !f.predicted:
+			res.unpredicted[e]++
+			if late {
+				res.unpredictedMissed[e]++
+			}
+		case late:
 			res.sloMissed[e]++
 			res.worstMiss[e] = max(res.worstMiss[e], float64(f.ttft-slo)/float64(slo))
 		}
