@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,30 +233,38 @@ func TestLogSinkWritesEveryLineAndCloseFlushes(t *testing.T) {
 	}
 }
 
-// writeCounter counts its writes.
+// writeCounter counts its writes and signals each on wrote.
 type writeCounter struct {
 	mu     sync.Mutex
 	writes int
+	wrote  chan struct{}
 }
 
 func (w *writeCounter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.writes++
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
 	return len(p), nil
 }
 
-// TestLogSinkSpacesItsWrites: lines arriving one by one go out in one
-// write per spacing, not one each (a write wakes the runtime's monitor
-// thread); Close writes what waits without waiting out the spacing.
+// TestLogSinkSpacesItsWrites: a line that arrives when nothing was written
+// for a spacing goes out at once; the lines after it wait for the spacing
+// and go out in one write (a write wakes the runtime's monitor thread),
+// however they arrive; Close writes what waits without waiting it out.
 func TestLogSinkSpacesItsWrites(t *testing.T) {
-	var w writeCounter
+	w := writeCounter{wrote: make(chan struct{}, 1)}
 	s := NewLogSink(&w, LogOptions{writeSpacing: time.Hour})
 	const lines = 20
 	r := fixtures[0].record()
-	for range lines {
+	s.Emit(r)
+	<-w.wrote // the first line, at once
+	for range lines - 1 {
 		s.Emit(r)
-		time.Sleep(time.Millisecond) // each line on its own: the writer could take them one by one
+		runtime.Gosched() // let the writer take each line on its own, if it would
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
