@@ -56,6 +56,11 @@ const (
 	// estimate, and the cached tokens the index expects in the estimate's
 	// terms, are scaled by it to the tokens the fits were learned in.
 	fitTokens
+	// The same for the part of a prompt past what the index expected
+	// cached, on requests the engine reported it had cached (a hit): the
+	// question, the last partial block, the chat framing, which the
+	// estimate counts otherwise than it counts a whole prompt.
+	fitRemainder
 	numFits
 )
 
@@ -67,6 +72,7 @@ const (
 	flagHitExpected               // fitHitExpected has been observed
 	flagHitUnexpected             // fitHitUnexpected has been observed
 	flagTokens                    // fitTokens has been observed
+	flagRemainder                 // fitRemainder has been observed
 )
 
 // Model is one upstream's TTFT model. Observe teaches it; Predict asks it.
@@ -159,6 +165,9 @@ func (m *Model) Observe(o Observation) {
 	}
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
 		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
+		if rest := o.EstimatedTokens - o.ExpectedCached; o.ExpectedCached > 0 && rest > 0 && o.CachedReported && cached*2 >= o.PromptTokens {
+			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)/float64(rest))
+		}
 	}
 	tokens := uncached(o.PromptTokens, cached)
 	if o.Unsplit {
@@ -194,6 +203,9 @@ func (m *Model) publish() {
 	}
 	if m.fits[fitTokens].n > 0 {
 		flags |= flagTokens
+	}
+	if m.fits[fitRemainder].n > 0 {
+		flags |= flagRemainder
 	}
 	m.seq.Add(1)
 	for i := range m.fits {
@@ -261,11 +273,19 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 	} else {
 		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
 	}
-	if flags&flagTokens != 0 { // the estimate in the engine's tokens
-		r := max(lines[fitTokens][0], 0)
-		promptTokens, cachedTokens = int(float64(promptTokens)*r+0.5), int(float64(cachedTokens)*r+0.5)
+	// The tokens to compute, in the engine's: the prompt past what is
+	// predicted cached, scaled by the prompts' ratio; where the index
+	// expects a prefix cached and the engine's hits have shown how their
+	// remainder is counted, that remainder by its own ratio.
+	ratio := 1.0
+	if flags&flagTokens != 0 {
+		ratio = max(lines[fitTokens][0], 0)
 	}
-	tokens := uncached(promptTokens, cachedExpected(flags, &lines, promptTokens, cachedTokens))
+	cached := cachedExpected(flags, &lines, promptTokens, cachedTokens)
+	tokens := uncached(promptTokens, cached) * ratio
+	if cachedTokens > 0 && flags&flagRemainder != 0 {
+		tokens = uncached(promptTokens, cachedTokens)*max(lines[fitRemainder][0], 0) + max(float64(cachedTokens)-cached, 0)*ratio
+	}
 	if flags&flagUnsplit != 0 {
 		p.Unsplit = true
 		p.Parts[Unattributed] = line(fitWhole, tokens)

@@ -336,3 +336,45 @@ func TestEstimatedTokens(t *testing.T) {
 		t.Errorf("no count reported: prefill %v, want the estimate's", p.Parts[Prefill])
 	}
 }
+
+// TestRemainderTokens: the part of a prompt past what the index expected
+// cached is counted by the estimate otherwise than a whole prompt (the
+// question, the last partial block, the framing): an engine whose hits
+// compute twice the remainder the estimate gives, while its whole prompts
+// count a quarter more, is predicted by each ratio where it applies.
+func TestRemainderTokens(t *testing.T) {
+	const (
+		perToken = 500 * time.Microsecond
+		fixed    = 20 * time.Millisecond
+	)
+	m := New(Config{})
+	observe := func(i, est, expected, engine, cached int) {
+		m.Observe(Observation{
+			End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
+			PromptTokens: engine, EstimatedTokens: est, CachedTokens: cached, CachedReported: true, ExpectedCached: expected,
+			Parts: Parts{Prefill: fixed + time.Duration(engine-cached)*perToken},
+		})
+	}
+	for i := range 30 {
+		est := 1000 + 40*(i%5)
+		if i%6 == 0 { // a miss: the whole prompt, a quarter more in the engine's count
+			observe(i, est, 0, est*5/4, 0)
+			continue
+		}
+		// a hit: the index expected est-20 cached; the engine computed 40
+		observe(i, est, est-20, est*5/4, est*5/4-40)
+	}
+	for _, tc := range []struct {
+		name          string
+		est, expected int
+		want          time.Duration
+	}{
+		{"a hit", 1100, 1080, fixed + 40*perToken},
+		{"a miss", 1100, 0, fixed + 1375*perToken},
+	} {
+		p, _ := m.Predict(3*time.Second, tc.est, tc.expected, Load{})
+		if !within(p.Parts[Prefill], tc.want, 0.05) {
+			t.Errorf("%s: prefill %v, want %v", tc.name, p.Parts[Prefill], tc.want)
+		}
+	}
+}
