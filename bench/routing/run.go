@@ -217,9 +217,9 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 			continue
 		}
 		byEngine[e] = append(byEngine[e], f.ttft)
-		switch late := slo > 0 && f.ttft > slo; {
-		case slo <= 0:
-		case !f.predicted:
+		late := slo > 0 && f.ttft > slo
+		switch {
+		case slo > 0 && !f.predicted:
 			res.unpredicted[e]++
 			if late {
 				res.unpredictedMissed[e]++

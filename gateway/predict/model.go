@@ -66,14 +66,14 @@ const (
 
 // The flags a Model publishes with its lines.
 const (
-	flagEngineQueue   = 1 << iota // the engine's load was known for most recent observations, and its line fits them no worse than the in-flight one: fitQueueEngine applies
-	flagUnsplit                   // most recent observations were unsplit: fitWhole applies
-	flagCached                    // the engine reported its cached tokens for most recent observations
-	flagHitExpected               // fitHitExpected has been observed
-	flagHitUnexpected             // fitHitUnexpected has been observed
-	flagTokens                    // fitTokens has been observed
-	flagRemainder                 // fitRemainder has been observed
+	flagEngineQueue = 1 << iota // the engine's load was known for most recent observations, and its line fits them no worse than the in-flight one: fitQueueEngine applies
+	flagUnsplit                 // most recent observations were unsplit: fitWhole applies
+	flagCached                  // the engine reported its cached tokens for most recent observations
+	flagObserved                // the first of numFits flags, one a fit: observed (observed(f))
 )
+
+// observed is the flag saying fit f has taken an observation.
+func observed(f int) uint32 { return flagObserved << f }
 
 // Model is one upstream's TTFT model. Observe teaches it; Predict asks it.
 // Both may be called from any goroutine: observations are taken one at a
@@ -195,17 +195,10 @@ func (m *Model) publish() {
 	if m.wCached*2 > m.wAll {
 		flags |= flagCached
 	}
-	if m.fits[fitHitExpected].n > 0 {
-		flags |= flagHitExpected
-	}
-	if m.fits[fitHitUnexpected].n > 0 {
-		flags |= flagHitUnexpected
-	}
-	if m.fits[fitTokens].n > 0 {
-		flags |= flagTokens
-	}
-	if m.fits[fitRemainder].n > 0 {
-		flags |= flagRemainder
+	for f := range m.fits {
+		if m.fits[f].n > 0 {
+			flags |= observed(f)
+		}
 	}
 	m.seq.Add(1)
 	for i := range m.fits {
@@ -237,8 +230,9 @@ type Prediction struct {
 // a request of promptTokens (the gateway's estimate) of which
 // cachedTokens (in the estimate's terms) are expected to be in the
 // engine's prefix cache, on an upstream with load. Both are taken in the
-// engine's tokens, as far as its reports have shown how they differ. ok is false while m has taken no observation: there
-// is no prediction, and the caller decides without one (another policy).
+// engine's tokens, as far as its reports have shown how they differ. ok
+// is false while m has taken no observation: there is no prediction, and
+// the caller decides without one (another policy).
 // The expected cached tokens count only when the engine has been reporting
 // what it cached: otherwise its prefill was learned against whole prompts.
 func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load Load) (p Prediction, ok bool) {
@@ -278,13 +272,15 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 	// expects a prefix cached and the engine's hits have shown how their
 	// remainder is counted, that remainder by its own ratio.
 	ratio := 1.0
-	if flags&flagTokens != 0 {
+	if flags&observed(fitTokens) != 0 {
 		ratio = max(lines[fitTokens][0], 0)
 	}
 	cached := cachedExpected(flags, &lines, promptTokens, cachedTokens)
-	tokens := uncached(promptTokens, cached) * ratio
-	if cachedTokens > 0 && flags&flagRemainder != 0 {
+	var tokens float64
+	if cachedTokens > 0 && flags&observed(fitRemainder) != 0 {
 		tokens = uncached(promptTokens, cachedTokens)*max(lines[fitRemainder][0], 0) + max(float64(cachedTokens)-cached, 0)*ratio
+	} else {
+		tokens = uncached(promptTokens, cached) * ratio
 	}
 	if flags&flagUnsplit != 0 {
 		p.Unsplit = true
@@ -311,11 +307,11 @@ func cachedExpected(flags uint32, lines *[numFits][2]float64, promptTokens, expe
 	switch {
 	case flags&flagCached == 0:
 		return 0
-	case expected > 0 && flags&flagHitExpected != 0:
+	case expected > 0 && flags&observed(fitHitExpected) != 0:
 		return float64(expected) * min(max(lines[fitHitExpected][0], 0), 1)
 	case expected > 0:
 		return float64(expected)
-	case flags&flagHitUnexpected != 0:
+	case flags&observed(fitHitUnexpected) != 0:
 		return float64(promptTokens) * min(max(lines[fitHitUnexpected][0], 0), 1)
 	}
 	return 0
