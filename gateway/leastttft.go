@@ -26,10 +26,11 @@ type Choice struct {
 	// request's longest recorded prefix was last served, else rendezvous
 	// hashing on its first message.
 	Affinity bool
-	// CachedTokens is the prompt tokens expected in the chosen upstream's
-	// prefix cache: the blocks the prefix index matched there, 16 tokens
-	// each; 0 when the index named another upstream, or none.
-	CachedTokens int
+	// Expected is what the prefix index expected of the chosen upstream's
+	// prefix cache: the blocks it matched there, 16 tokens each (none when
+	// it has not seen the upstream serve them), and the distance the
+	// prediction judged their residency by.
+	Expected predict.Expected
 	// Load is the chosen upstream's load when it was chosen (as the
 	// prediction took it, in a least_ttft pool): the request's
 	// Observation.Load. It is filled in every pool.
@@ -86,14 +87,14 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
 			continue
 		}
-		load, cached := u.PredictLoad(), cachedOn(m, u)
-		pred, ok := u.model.Predict(time.Duration(now), tokens, cached, load)
+		load, x := u.PredictLoad(), expectedOn(&m, u)
+		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
-			c = p.affinity(start, except, now, pr, m, bound, tokens)
+			c = p.affinity(start, except, now, pr, &m, bound, tokens)
 			break
 		}
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
-			c = Choice{Upstream: u, Prediction: pred, Predicted: true, CachedTokens: cached, Load: load}
+			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
@@ -103,8 +104,13 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 		}
 		c.Load = c.Upstream.PredictLoad()
 	}
+	computed := tokens
+	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
+		computed = max(tokens-c.Expected.Cached, 0)
+	}
+	mark := c.Upstream.computed.Add(uint64(computed))
 	if pr != nil && len(pr.chain) > 0 {
-		p.index.Record(pr.chain, c.Upstream.id)
+		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
 	return c, nil
 }
@@ -120,12 +126,14 @@ func (p *Pool) bound(total int64, avail int) int64 {
 	return prefix.Bound(total, avail, prefix.DefaultEpsilon) + p.slack
 }
 
-// cachedOn is the prompt tokens the index's match m expects cached on u.
-func cachedOn(m prefix.Match, u *Upstream) int {
-	if m.Blocks > 0 && m.Upstream == u.id {
-		return m.Blocks * blockTokens
+// expectedOn is what the index's match m expects cached on u: its blocks,
+// if the index saw u serve them, at the distance of the tokens u was sent
+// to compute since.
+func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
+	if pl, ok := m.On(u.id); ok {
+		return predict.Expected{Cached: m.Blocks * blockTokens, Distance: u.computed.Load() - pl.Mark}
 	}
-	return 0
+	return predict.Expected{}
 }
 
 // affinity is least_ttft's choice while a model is cold: the upstream the
@@ -133,12 +141,12 @@ func cachedOn(m prefix.Match, u *Upstream) int {
 // rendezvous hashing prefers for the key of pr's first message among those
 // under bound, else (no prompt known) the fewest outstanding requests.
 // Its prediction is in the Choice when its model has one.
-func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m prefix.Match, bound int64, tokens int) Choice {
+func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m *prefix.Match, bound int64, tokens int) Choice {
 	var best *Upstream
 	ok := func(u *Upstream) bool { return u != except && u.available(now) && u.outstanding.Load() < bound }
 	if m.Blocks > 0 {
 		for _, u := range p.Upstreams {
-			if u.id == m.Upstream && ok(u) {
+			if u.id == m.Latest() && ok(u) {
 				best = u
 				break
 			}
@@ -159,8 +167,8 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 			return Choice{}
 		}
 	}
-	c := Choice{Upstream: best, Affinity: affine, CachedTokens: cachedOn(m, best), Load: best.PredictLoad()}
-	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.CachedTokens, c.Load)
+	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.PredictLoad()}
+	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.Expected, c.Load)
 	return c
 }
 
@@ -179,7 +187,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     EstimatedTokens: Request.PromptTokens when PromptTokens is the
 //     engine's count;
 //     CachedTokens and CachedReported: the cached tokens the engine
-//     reported, if it did; ExpectedCached: Choice.CachedTokens.
+//     reported, if it did; Expected: Choice.Expected.
 //   - Load: Choice.Load, the load the request was routed with.
 //
 // It takes the model's mutex and allocates nothing.

@@ -295,22 +295,89 @@ func TestLeastTTFTAffinity(t *testing.T) {
 	var p fastjson.Parser
 	system := systemPrompt(1, 1500)
 	first := chatRequest(t, s, &p, system, "What is a token?")
-	g.index.Record(first.prompt.chain, ups[1].id)
+	g.index.Record(first.prompt.chain, ups[1].id, ups[1].computed.Load())
 	first.Release()
 	for i := range 10 {
 		req := chatRequest(t, s, &p, system, fmt.Sprintf("Question %d?", i))
 		c := choose(t, s, &req)
 		req.Release()
-		if c.Upstream != ups[1] || c.CachedTokens < 1400 || !c.Predicted || c.Affinity {
+		if c.Upstream != ups[1] || c.Expected.Cached < 1400 || !c.Predicted || c.Affinity {
 			t.Fatalf("request %d: %s, %d tokens expected cached, predicted %v, affinity %v; want b:1 by its cached prefix",
-				i, c.Upstream.Name, c.CachedTokens, c.Predicted, c.Affinity)
+				i, c.Upstream.Name, c.Expected.Cached, c.Predicted, c.Affinity)
 		}
 	}
 	other := chatRequest(t, s, &p, systemPrompt(2, 1500), "What is a token?")
-	if c := choose(t, s, &other); c.CachedTokens != 0 {
-		t.Fatalf("a new prompt expected %d tokens cached on %s", c.CachedTokens, c.Upstream.Name)
+	if c := choose(t, s, &other); c.Expected.Cached != 0 {
+		t.Fatalf("a new prompt expected %d tokens cached on %s", c.Expected.Cached, c.Upstream.Name)
 	}
 	other.Release()
+}
+
+// TestLeastTTFTEarlierPlace: an upstream keeps its copy of a prefix after
+// another upstream served it too. The prefix was computed on c and then
+// on a, which is now busy: the request goes back to c, where its prefix
+// is cached, rather than to b, which would compute it (and is faster per
+// token, so a miss anywhere would go there).
+func TestLeastTTFTEarlierPlace(t *testing.T) {
+	g, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for i, u := range ups {
+		per := 100 * time.Microsecond
+		if i == 1 {
+			per = 90 * time.Microsecond
+		}
+		engine{perToken: per, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+	}
+	var p fastjson.Parser
+	system := systemPrompt(4, 1500)
+	req := chatRequest(t, s, &p, system, "First?")
+	g.index.Record(req.prompt.chain, ups[2].id, ups[2].computed.Load())
+	g.index.Record(req.prompt.chain, ups[0].id, ups[0].computed.Load())
+	req.Release()
+	for range 5 {
+		if _, rej := ups[0].Acquire(nil); rej != nil {
+			t.Fatal(rej)
+		}
+	}
+	req = chatRequest(t, s, &p, system, "Second?")
+	c := choose(t, s, &req)
+	req.Release()
+	if c.Upstream != ups[2] || c.Expected.Cached < 1400 || c.Expected.Distance != 0 {
+		t.Fatalf("%s, expected %+v; want %s, where the prefix is still cached", c.Upstream.Name, c.Expected, ups[2].Name)
+	}
+}
+
+// TestLeastTTFTDistance: the distance a prefix's residency is judged by is
+// the prompt tokens its upstream was sent to compute since it last served
+// the prefix: other prompts whole, and of a request expected to hit only
+// the part past its cached blocks, counted before the prefix is marked
+// served again.
+func TestLeastTTFTDistance(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	var p fastjson.Parser
+	system := systemPrompt(5, 1500)
+	route := func(system, question string) (Choice, int) {
+		req := chatRequest(t, s, &p, system, question)
+		defer req.Release()
+		return choose(t, s, &req), req.PromptTokens
+	}
+	if c, _ := route(system, "First?"); c.Expected != (predict.Expected{}) {
+		t.Fatalf("a new prompt: expected %+v", c.Expected)
+	}
+	_, other := route(systemPrompt(6, 800), "Elsewhere?")
+	before := u.computed.Load()
+	c, tokens := route(system, "Second?")
+	if c.Expected.Cached == 0 || c.Expected.Distance != uint64(other) || c.Prediction.Evicted {
+		t.Fatalf("after another prompt of %d tokens: expected %+v, evicted %v", other, c.Expected, c.Prediction.Evicted)
+	}
+	if got, want := u.computed.Load()-before, uint64(tokens-c.Expected.Cached); got != want {
+		t.Fatalf("a hit of %d tokens, %d expected cached, counted %d computed; want %d", tokens, c.Expected.Cached, got, want)
+	}
+	if c, _ := route(system, "Third?"); c.Expected.Distance != 0 {
+		t.Fatalf("right after the prefix was served: distance %d, want 0", c.Expected.Distance)
+	}
 }
 
 // TestLeastTTFTColdStart: while an upstream has no model, requests go by
@@ -334,14 +401,14 @@ func TestLeastTTFTColdStart(t *testing.T) {
 	}
 	c := choose(t, s, &req)
 	req.Release()
-	if c.Upstream != want || !c.Affinity || c.CachedTokens != 0 {
+	if c.Upstream != want || !c.Affinity || c.Expected.Cached != 0 {
 		t.Fatalf("first request: %+v; want %s by rendezvous", c, want.Name)
 	}
 	// The same system prompt, another question: the index's match.
 	req = chatRequest(t, s, &p, system, "Second?")
 	c = choose(t, s, &req)
 	req.Release()
-	if c.Upstream != want || !c.Affinity || c.CachedTokens == 0 {
+	if c.Upstream != want || !c.Affinity || c.Expected.Cached == 0 {
 		t.Fatalf("second request: %+v; want %s by its recorded prefix", c, want.Name)
 	}
 	// Recorded elsewhere: there.
@@ -350,7 +417,7 @@ func TestLeastTTFTColdStart(t *testing.T) {
 		other = ups[1]
 	}
 	req = chatRequest(t, s, &p, system, "Third?")
-	g.index.Record(req.prompt.chain, other.id)
+	g.index.Record(req.prompt.chain, other.id, other.computed.Load())
 	if c = choose(t, s, &req); c.Upstream != other || !c.Affinity {
 		t.Fatalf("third request: %+v; want %s, where it was recorded", c, other.Name)
 	}

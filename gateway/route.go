@@ -121,10 +121,13 @@ type Upstream struct {
 
 	// For least_ttft: id names u in the prefix index (from a counter, never
 	// reused), hash in rendezvous hashing (of URL: the same in every
-	// replica), model predicts its TTFT (Observe teaches it).
-	id    uint32
-	hash  uint64
-	model *predict.Model
+	// replica), model predicts its TTFT (Observe teaches it); computed
+	// counts the prompt tokens routed to u that the index did not expect
+	// cached there (the prefix index's marks: predict.Expected.Distance).
+	id       uint32
+	hash     uint64
+	model    *predict.Model
+	computed atomic.Uint64
 }
 
 // newUpstream makes the Upstream of u. g.mu is held.

@@ -19,7 +19,10 @@ func recordChoice(rec *record.Record, c *gateway.Choice, policy string) {
 	if c.Predicted {
 		copy(rec.Prediction[stages.Queue:], c.Prediction.Parts[:])
 	}
-	rec.PrefixAffinity, rec.CachedExpected = c.Affinity, c.CachedTokens
+	rec.PrefixAffinity, rec.CachedExpected = c.Affinity, c.Expected.Cached
+	if c.Prediction.Evicted {
+		rec.CachedExpected = 0 // the model expects the engine to have evicted it
+	}
 }
 
 // learn teaches the request's upstream's TTFT model what the request
@@ -41,7 +44,7 @@ func (x *exchange) learn() {
 	}
 	o := predict.Observation{
 		End: x.p.gw.Now(), FirstToken: true, Unsplit: bd.Unsplit, PromptTokens: x.lease.promptEst,
-		CachedTokens: rec.CachedTokens, CachedReported: rec.CachedReported, ExpectedCached: x.lease.choice.CachedTokens,
+		CachedTokens: rec.CachedTokens, CachedReported: rec.CachedReported, Expected: x.lease.choice.Expected,
 		Load: x.lease.choice.Load,
 	}
 	copy(o.Parts[:], bd.Stages[stages.Queue:])

@@ -19,7 +19,7 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Observe: %v allocs, want 0", n)
 	}
 	if n := testing.AllocsPerRun(1000, func() {
-		if _, ok := m.Predict(2*time.Second, 1000, 300, o.Load); !ok {
+		if _, ok := m.Predict(2*time.Second, 1000, Expected{Cached: 300}, o.Load); !ok {
 			t.Fatal("no prediction")
 		}
 	}); n != 0 {

@@ -45,10 +45,11 @@ const (
 	fitWhole               // Unattributed of an engine that reports no split, against uncached prompt tokens
 	fitTransport           // a mean
 	// The share of what the prefix index expected cached that the engine
-	// reported cached (at most 1), over requests it expected some on; and
-	// the share of the prompt the engine reported cached where the index
-	// expected none (an engine that kept a prefix the index has since
-	// named elsewhere). Means; Predict's cached tokens are scaled by them.
+	// reported cached (at most 1), over the hits among requests it
+	// expected some on (whether it will hit is residency's); and the share
+	// of the prompt the engine reported cached where the index expected
+	// none (an engine that kept a prefix the index has not seen it serve).
+	// Means; Predict's cached tokens are scaled by them.
 	fitHitExpected
 	fitHitUnexpected
 	// The engine's count of a prompt's tokens over the gateway's estimate
@@ -85,6 +86,7 @@ type Model struct {
 
 	mu       sync.Mutex
 	fits     [numFits]fit
+	resident residency
 	last     time.Duration // the newest observation's End
 	n        int           // observations taken
 	wEngine  float64       // decayed weight of observations with the engine's load known
@@ -97,6 +99,7 @@ type Model struct {
 	seq   atomic.Uint64
 	lines [numFits][2]atomic.Uint64 // a and b, float64 bits
 	flags atomic.Uint32
+	evict atomic.Int32 // resident.evictedFrom()
 	at    atomic.Int64 // last
 }
 
@@ -137,6 +140,7 @@ func (m *Model) Observe(o Observation) {
 		for i := range m.fits {
 			m.fits[i].decay(d)
 		}
+		m.resident.decay(d)
 		m.wEngine, m.wCached, m.wUnsplit, m.wAll = m.wEngine*d, m.wCached*d, m.wUnsplit*d, m.wAll*d
 		m.last = o.End
 	default:
@@ -156,16 +160,23 @@ func (m *Model) Observe(o Observation) {
 	if o.CachedReported {
 		m.wCached += w
 		cached = o.CachedTokens
-		switch {
-		case o.ExpectedCached > 0:
-			m.fits[fitHitExpected].add(w, 0, min(float64(cached)/float64(o.ExpectedCached), 1))
+		switch x := o.Expected; {
+		case x.Cached > 0:
+			// A hit: the engine served at least half of what was expected
+			// (the rest may be the partial block the engine recomputes, or
+			// the estimate's count against the engine's).
+			hit := cached*2 >= x.Cached
+			m.resident.add(w, x.Distance, hit)
+			if hit {
+				m.fits[fitHitExpected].add(w, 0, min(float64(cached)/float64(x.Cached), 1))
+			}
 		case o.PromptTokens > 0:
 			m.fits[fitHitUnexpected].add(w, 0, min(float64(cached)/float64(o.PromptTokens), 1))
 		}
 	}
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
 		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
-		if rest := o.EstimatedTokens - o.ExpectedCached; o.ExpectedCached > 0 && rest > 0 && o.CachedReported && cached*2 >= o.PromptTokens {
+		if rest := o.EstimatedTokens - o.Expected.Cached; o.Expected.Cached > 0 && rest > 0 && o.CachedReported && cached*2 >= o.PromptTokens {
 			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)/float64(rest))
 		}
 	}
@@ -206,6 +217,7 @@ func (m *Model) publish() {
 		m.lines[i][1].Store(math.Float64bits(m.fits[i].b))
 	}
 	m.flags.Store(flags)
+	m.evict.Store(int32(m.resident.evictedFrom()))
 	m.at.Store(int64(m.last))
 	m.seq.Add(1)
 }
@@ -224,21 +236,25 @@ type Prediction struct {
 	// been observed for long (an upstream nobody sends to) predicts from
 	// what it was then.
 	Age time.Duration
+	// Evicted says the prefix the index expected cached was predicted
+	// evicted by now (its Distance past what the engine's reports showed
+	// its cache keeps), and computed: none of it was predicted cached.
+	Evicted bool
 }
 
 // Predict predicts, at now (the request clock's source, as Observation.End),
-// a request of promptTokens (the gateway's estimate) of which
-// cachedTokens (in the estimate's terms) are expected to be in the
-// engine's prefix cache, on an upstream with load. Both are taken in the
+// a request of promptTokens (the gateway's estimate) of which the prefix
+// index expects x on the engine's prefix cache, on an upstream with load. Both are taken in the
 // engine's tokens, as far as its reports have shown how they differ. ok
 // is false while m has taken no observation: there is no prediction, and
 // the caller decides without one (another policy).
 // The expected cached tokens count only when the engine has been reporting
 // what it cached: otherwise its prefill was learned against whole prompts.
-func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load Load) (p Prediction, ok bool) {
+func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Load) (p Prediction, ok bool) {
 	var lines [numFits][2]float64
 	var flags uint32
 	var at int64
+	var evict int32
 	for try := 0; ; try++ {
 		if try > 2 {
 			runtime.Gosched() // an observation publishing was preempted
@@ -254,7 +270,7 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 			lines[i][0] = math.Float64frombits(m.lines[i][0].Load())
 			lines[i][1] = math.Float64frombits(m.lines[i][1].Load())
 		}
-		flags, at = m.flags.Load(), m.at.Load()
+		flags, at, evict = m.flags.Load(), m.at.Load(), m.evict.Load()
 		if m.seq.Load() == s {
 			break
 		}
@@ -274,6 +290,10 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 	ratio := 1.0
 	if flags&observed(fitTokens) != 0 {
 		ratio = max(lines[fitTokens][0], 0)
+	}
+	cachedTokens := x.Cached
+	if cachedTokens > 0 && flags&flagCached != 0 && distClass(x.Distance) >= int(evict) {
+		p.Evicted, cachedTokens = true, 0
 	}
 	cached := cachedExpected(flags, &lines, promptTokens, cachedTokens)
 	var tokens float64
@@ -301,8 +321,9 @@ func (m *Model) Predict(now time.Duration, promptTokens, cachedTokens int, load 
 // promptTokens of which the prefix index expects expected cached: none for
 // an engine that does not report its cache; else the expectation scaled by
 // the share of such expectations the engine's reports bore out (all, until
-// it reported on one), or, where the index expects none, the share of the
-// prompt the engine reported cached all the same (none, until it did).
+// it reported a hit), or, where the index expects none (or predicted it
+// evicted), the share of the prompt the engine reported cached all the same
+// (none, until it did).
 func cachedExpected(flags uint32, lines *[numFits][2]float64, promptTokens, expected int) float64 {
 	switch {
 	case flags&flagCached == 0:

@@ -29,7 +29,7 @@ func TestFollowsPrefill(t *testing.T) {
 		default:
 			return
 		}
-		p, _ := m.Predict(o.End, 1000, 0, Load{})
+		p, _ := m.Predict(o.End, 1000, Expected{}, Load{})
 		if !within(p.Parts[Prefill], truth, 0.2) {
 			t.Fatalf("at %v: prefill of 1,000 tokens predicted %v, truth %v", o.End, p.Parts[Prefill], truth)
 		}
@@ -55,7 +55,7 @@ func TestOutlier(t *testing.T) {
 	load := Load{Waiting: 2, EngineKnown: true, InFlight: 5}
 	var before time.Duration
 	replay(m, series, func(o *Observation) {
-		p, _ := m.Predict(o.End, 1000, 250, load)
+		p, _ := m.Predict(o.End, 1000, Expected{Cached: 250}, load)
 		switch {
 		case o == slowest:
 			t.Logf("the outlier moved the prediction from %v to %v", before, p.Total)
@@ -77,7 +77,7 @@ func TestQueueLoad(t *testing.T) {
 	m := New(Config{})
 	replay(m, readSeries(t, "queue_builds.jsonl"), nil)
 	for _, ahead := range []int64{5, 10, 20, 30} {
-		p, _ := m.Predict(30*time.Second, 1000, 0, Load{Waiting: ahead, EngineKnown: true, InFlight: ahead + 4})
+		p, _ := m.Predict(30*time.Second, 1000, Expected{}, Load{Waiting: ahead, EngineKnown: true, InFlight: ahead + 4})
 		if truth := time.Millisecond + time.Duration(ahead)*40*time.Millisecond; !within(p.Parts[Queue], truth, 0.2) {
 			t.Errorf("%d ahead: queue predicted %v, truth %v", ahead, p.Parts[Queue], truth)
 		}
@@ -85,7 +85,7 @@ func TestQueueLoad(t *testing.T) {
 	m = New(Config{})
 	replay(m, readSeries(t, "queue_unscraped.jsonl"), nil)
 	for _, inFlight := range []int64{10, 15, 20} {
-		p, _ := m.Predict(30*time.Second, 1000, 0, Load{InFlight: inFlight})
+		p, _ := m.Predict(30*time.Second, 1000, Expected{}, Load{InFlight: inFlight})
 		if truth := time.Millisecond + time.Duration(inFlight-3)*40*time.Millisecond; !within(p.Parts[Queue], truth, 0.25) {
 			t.Errorf("%d in flight: queue predicted %v, truth %v", inFlight, p.Parts[Queue], truth)
 		}
@@ -97,8 +97,8 @@ func TestQueueLoad(t *testing.T) {
 func TestUnsplit(t *testing.T) {
 	m := New(Config{})
 	replay(m, readSeries(t, "unsplit.jsonl"), nil)
-	small, _ := m.Predict(30*time.Second, 200, 0, Load{})
-	p, _ := m.Predict(30*time.Second, 2000, 0, Load{})
+	small, _ := m.Predict(30*time.Second, 200, Expected{}, Load{})
+	p, _ := m.Predict(30*time.Second, 2000, Expected{}, Load{})
 	if !p.Unsplit || p.Parts[Preparation]+p.Parts[Prefill]+p.Parts[FirstDecode] != 0 || p.Parts[Unattributed] <= small.Parts[Unattributed] {
 		t.Fatalf("unsplit prediction %+v (200 tokens: %+v)", p, small)
 	}
@@ -128,7 +128,7 @@ func TestColdStart(t *testing.T) {
 			for _, o := range tc.seen {
 				m.Observe(o)
 			}
-			p, ok := m.Predict(11*time.Second, 500, 0, Load{InFlight: 1})
+			p, ok := m.Predict(11*time.Second, 500, Expected{}, Load{InFlight: 1})
 			if ok != tc.ok {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
@@ -152,8 +152,8 @@ func TestCachedTokens(t *testing.T) {
 				Parts: Parts{Prefill: time.Duration(prompt) * 50 * time.Microsecond},
 			})
 		}
-		whole, _ := m.Predict(2*time.Second, 1000, 0, Load{})
-		half, _ := m.Predict(2*time.Second, 1000, 500, Load{})
+		whole, _ := m.Predict(2*time.Second, 1000, Expected{}, Load{})
+		half, _ := m.Predict(2*time.Second, 1000, Expected{Cached: 500}, Load{})
 		if want := whole.Parts[Prefill] / 2; reported && !within(half.Parts[Prefill], want, 0.01) {
 			t.Errorf("reported: 500 of 1,000 cached: prefill %v, want %v", half.Parts[Prefill], want)
 		}
@@ -185,7 +185,7 @@ func TestForgetting(t *testing.T) {
 			for _, o := range tc.seen {
 				m.Observe(o)
 			}
-			if p, _ := m.Predict(time.Minute, 0, 0, Load{}); !within(p.Parts[Queue], tc.want, 0.001) {
+			if p, _ := m.Predict(time.Minute, 0, Expected{}, Load{}); !within(p.Parts[Queue], tc.want, 0.001) {
 				t.Fatalf("queue %v, want %v", p.Parts[Queue], tc.want)
 			}
 		})
@@ -207,7 +207,7 @@ func TestConcurrent(t *testing.T) {
 					return
 				default:
 				}
-				if p, ok := m.Predict(0, 1000, 0, Load{}); ok && !within(p.Parts[Prefill], 10*time.Millisecond, 1e-6) {
+				if p, ok := m.Predict(0, 1000, Expected{}, Load{}); ok && !within(p.Parts[Prefill], 10*time.Millisecond, 1e-6) {
 					t.Errorf("prediction %v, want 10ms", p.Parts[Prefill])
 					return
 				}
@@ -253,7 +253,7 @@ func TestKinds(t *testing.T) {
 				o.End = time.Duration(i) * time.Second
 				m.Observe(o)
 			}
-			p, _ := m.Predict(time.Minute, 100, 0, tc.load)
+			p, _ := m.Predict(time.Minute, 100, Expected{}, tc.load)
 			if p.Unsplit != tc.unsplit || !within(p.Parts[Queue], tc.queue, 0.01) || !within(p.Total-p.Parts[Queue], tc.rest, 0.01) {
 				t.Fatalf("prediction %+v, want unsplit %v, queue %v, rest %v", p, tc.unsplit, tc.queue, tc.rest)
 			}
@@ -275,13 +275,13 @@ func TestCachedShares(t *testing.T) {
 			c := cached(prompt)
 			m.Observe(Observation{
 				End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true, PromptTokens: prompt,
-				CachedTokens: c, CachedReported: true, ExpectedCached: expected(prompt),
+				CachedTokens: c, CachedReported: true, Expected: Expected{Cached: expected(prompt)},
 				Parts: Parts{Prefill: time.Duration(prompt-c) * perToken},
 			})
 		}
 	}
 	prefill := func(m *Model, expected int) time.Duration {
-		p, _ := m.Predict(2*time.Second, 1000, expected, Load{})
+		p, _ := m.Predict(2*time.Second, 1000, Expected{Cached: expected}, Load{})
 		return p.Parts[Prefill]
 	}
 	none := func(int) int { return 0 }
@@ -325,14 +325,14 @@ func TestEstimatedTokens(t *testing.T) {
 		{1000, 0, 1250 * perToken},
 		{1000, 800, 250 * perToken},
 	} {
-		p, _ := m.Predict(2*time.Second, tc.est, tc.cached, Load{})
+		p, _ := m.Predict(2*time.Second, tc.est, Expected{Cached: tc.cached}, Load{})
 		if !within(p.Parts[Prefill], tc.want, 0.02) {
 			t.Errorf("an estimate of %d tokens, %d expected cached: prefill %v, want %v", tc.est, tc.cached, p.Parts[Prefill], tc.want)
 		}
 	}
 	unreported := New(Config{})
 	unreported.Observe(Observation{FirstToken: true, PromptTokens: 1000, Parts: Parts{Prefill: 1000 * perToken}})
-	if p, _ := unreported.Predict(0, 1000, 0, Load{}); !within(p.Parts[Prefill], 1000*perToken, 0.02) {
+	if p, _ := unreported.Predict(0, 1000, Expected{}, Load{}); !within(p.Parts[Prefill], 1000*perToken, 0.02) {
 		t.Errorf("no count reported: prefill %v, want the estimate's", p.Parts[Prefill])
 	}
 }
@@ -351,7 +351,7 @@ func TestRemainderTokens(t *testing.T) {
 	observe := func(i, est, expected, engine, cached int) {
 		m.Observe(Observation{
 			End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
-			PromptTokens: engine, EstimatedTokens: est, CachedTokens: cached, CachedReported: true, ExpectedCached: expected,
+			PromptTokens: engine, EstimatedTokens: est, CachedTokens: cached, CachedReported: true, Expected: Expected{Cached: expected},
 			Parts: Parts{Prefill: fixed + time.Duration(engine-cached)*perToken},
 		})
 	}
@@ -372,7 +372,7 @@ func TestRemainderTokens(t *testing.T) {
 		{"a hit", 1100, 1080, fixed + 40*perToken},
 		{"a miss", 1100, 0, fixed + 1375*perToken},
 	} {
-		p, _ := m.Predict(3*time.Second, tc.est, tc.expected, Load{})
+		p, _ := m.Predict(3*time.Second, tc.est, Expected{Cached: tc.expected}, Load{})
 		if !within(p.Parts[Prefill], tc.want, 0.05) {
 			t.Errorf("%s: prefill %v, want %v", tc.name, p.Parts[Prefill], tc.want)
 		}

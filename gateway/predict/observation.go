@@ -60,6 +60,21 @@ type Load struct {
 	InFlight int64
 }
 
+// Expected is what the prefix index expects of an upstream's prefix cache
+// for a request.
+type Expected struct {
+	// Cached is the prompt tokens expected cached there, in the gateway's
+	// estimate's terms: the blocks the index matched where it saw the
+	// upstream serve them; 0: none.
+	Cached int
+	// Distance is the prompt tokens this replica has sent the upstream to
+	// compute since it last served those blocks (in the estimate's terms,
+	// less what it expected cached): the new entries the engine's cache has
+	// made room for since, which an LRU cache does by evicting what was
+	// used least recently. Read only with Cached.
+	Distance uint64
+}
+
 // Observation is what one finished request teaches its upstream's model:
 // the record's measured split and what the request was routed with.
 type Observation struct {
@@ -89,11 +104,12 @@ type Observation struct {
 	// llama.cpp's cache_n, ...).
 	CachedTokens   int
 	CachedReported bool
-	// ExpectedCached is the prompt tokens the prefix index expected cached
-	// on the upstream when the request was routed (the gateway's
-	// Choice.CachedTokens; 0 outside a least_ttft pool): the model learns
-	// how far the engine's reports bear such expectations out.
-	ExpectedCached int
+	// Expected is what the prefix index expected cached on the upstream
+	// when the request was routed (the gateway's Choice.Expected; none
+	// outside a least_ttft pool): the model learns how far the engine's
+	// reports bear such expectations out, and at what distance its cache
+	// has evicted what the index expects.
+	Expected Expected
 	// Load is the upstream's load when the request was routed.
 	Load Load
 }

@@ -29,7 +29,7 @@ func BenchmarkPredict(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if p, ok := m.Predict(time.Minute, 1200, 300, benchLoad); !ok || p.Total <= 0 {
+			if p, ok := m.Predict(time.Minute, 1200, Expected{Cached: 300}, benchLoad); !ok || p.Total <= 0 {
 				b.Fatalf("prediction %+v, %v", p, ok)
 			}
 		}
@@ -45,7 +45,7 @@ func BenchmarkPredict100(b *testing.B) {
 		for pb.Next() {
 			best, at := time.Duration(0), -1
 			for i, m := range models {
-				if p, ok := m.Predict(time.Minute, 1200, 300, benchLoad); ok && (at < 0 || p.Total < best) {
+				if p, ok := m.Predict(time.Minute, 1200, Expected{Cached: 300}, benchLoad); ok && (at < 0 || p.Total < best) {
 					best, at = p.Total, i
 				}
 			}
@@ -67,7 +67,7 @@ func BenchmarkPredict100Observing(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			for _, m := range models {
-				m.Predict(time.Minute, 1200, 300, benchLoad)
+				m.Predict(time.Minute, 1200, Expected{Cached: 300}, benchLoad)
 			}
 			i++
 			o.End += time.Microsecond

@@ -41,9 +41,9 @@ func (l line) observation() Observation {
 	return Observation{
 		End: ms(l.EndMs), FirstToken: true, Unsplit: l.Unsplit,
 		PromptTokens: l.Prompt, CachedTokens: l.Cached, CachedReported: l.CachedReported,
-		ExpectedCached: l.Cached, // a prefix index that knows (replay predicts with it)
-		Load:           Load{Waiting: l.Waiting, EngineKnown: l.EngineKnown, InFlight: l.InFlight},
-		Parts:          Parts{ms(l.QueueMs), ms(l.PreparationMs), ms(l.PrefillMs), ms(l.FirstDecodeMs), ms(l.UnattributedMs), ms(l.TransportMs)},
+		Expected: Expected{Cached: l.Cached}, // a prefix index that knows (replay predicts with it)
+		Load:     Load{Waiting: l.Waiting, EngineKnown: l.EngineKnown, InFlight: l.InFlight},
+		Parts:    Parts{ms(l.QueueMs), ms(l.PreparationMs), ms(l.PrefillMs), ms(l.FirstDecodeMs), ms(l.UnattributedMs), ms(l.TransportMs)},
 	}
 }
 
@@ -265,7 +265,7 @@ func replay(m *Model, series []Observation, observed func(o *Observation)) []sco
 		if e.o.CachedReported {
 			cached = e.o.CachedTokens // a prefix index that knows
 		}
-		if p, ok := m.Predict(e.at, e.o.PromptTokens, cached, e.o.Load); ok {
+		if p, ok := m.Predict(e.at, e.o.PromptTokens, Expected{Cached: cached}, e.o.Load); ok {
 			out = append(out, scored{at: e.at, miss: Compare(p.Parts, e.o.Parts)})
 		}
 	}

@@ -30,12 +30,12 @@ func Example() {
 		}
 		chain, lead := prefix.AppendChat(buf[:0], seed, v.Get("messages"))
 		m := index.Lookup(chain)
-		up := int(m.Upstream)
+		up := int(m.Latest())
 		if m.Blocks == 0 && lead > 0 { // a valid chat request has a lead
 			up = prefix.PickBounded(chain[lead-1], upstreams, prefix.DefaultEpsilon)
 		}
 		upstreams[up].Load++ // in flight
-		index.Record(chain, uint32(up))
+		index.Record(chain, uint32(up), 0)
 		fmt.Printf("%d of %d blocks matched; sent to upstream %d\n", m.Blocks, len(chain), up)
 	}
 	route(`{"messages":[{"role":"system","content":"You answer in French."},{"role":"user","content":"Hello!"}]}`)

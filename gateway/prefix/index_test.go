@@ -20,14 +20,21 @@ func chainOf(f uint64, n int) []uint64 {
 	return c
 }
 
-// TestLookup: the longest recorded prefix, who served it and when.
+// TestLookup: the longest recorded prefix, and the last two upstreams to
+// serve it with their marks, the latest first.
 func TestLookup(t *testing.T) {
 	type record struct {
 		chain    []uint64
 		upstream uint32
-		at       time.Duration
+		mark     uint64
 	}
 	long := chainOf(1, 100)
+	one := func(blocks int, up uint32, mark uint64) Match {
+		return Match{Blocks: blocks, Places: [Places]Place{{up, mark}}, Served: 1}
+	}
+	two := func(blocks int, a, b Place) Match {
+		return Match{Blocks: blocks, Places: [Places]Place{a, b}, Served: 2}
+	}
 	for _, tc := range []struct {
 		name    string
 		records []record
@@ -36,21 +43,22 @@ func TestLookup(t *testing.T) {
 	}{
 		{"nothing recorded", nil, long, Match{}},
 		{"empty chain", []record{{long, 1, 0}}, nil, Match{}},
-		{"the whole chain", []record{{long, 3, time.Second}}, long, Match{Blocks: 100, Upstream: 3, At: time.Second}},
-		{"a longer chain than recorded", []record{{long[:40], 2, 0}}, long, Match{Blocks: 40, Upstream: 2}},
-		{"a shorter chain than recorded", []record{{long, 2, 0}}, long[:7], Match{Blocks: 7, Upstream: 2}},
-		{"one block", []record{{long[:1], 5, 0}}, long, Match{Blocks: 1, Upstream: 5}},
-		{"diverging after a shared prefix", []record{{long[:30], 4, 0}}, append(long[:10:10], chainOf(2, 50)...), Match{Blocks: 10, Upstream: 4}},
+		{"the whole chain", []record{{long, 3, 70}}, long, one(100, 3, 70)},
+		{"a longer chain than recorded", []record{{long[:40], 2, 0}}, long, one(40, 2, 0)},
+		{"a shorter chain than recorded", []record{{long, 2, 0}}, long[:7], one(7, 2, 0)},
+		{"one block", []record{{long[:1], 5, 0}}, long, one(1, 5, 0)},
+		{"diverging after a shared prefix", []record{{long[:30], 4, 0}}, append(long[:10:10], chainOf(2, 50)...), one(10, 4, 0)},
 		{"another family", []record{{long, 1, 0}}, chainOf(3, 100), Match{}},
-		{"the last to serve the prefix", []record{{long[:50], 1, time.Second}, {long[:20], 2, 2 * time.Second}}, long[:20], Match{Blocks: 20, Upstream: 2, At: 2 * time.Second}},
-		{"the longest, not the latest", []record{{long[:50], 1, time.Second}, {long[:20], 2, 2 * time.Second}}, long, Match{Blocks: 50, Upstream: 1, At: time.Second}},
+		{"the same upstream again: its new mark", []record{{long, 1, 10}, {long, 1, 20}}, long, one(100, 1, 20)},
+		{"two upstreams, the latest first", []record{{long[:50], 1, 10}, {long[:20], 2, 5}}, long[:20], two(20, Place{2, 5}, Place{1, 10})},
+		{"the longest, not the latest", []record{{long[:50], 1, 10}, {long[:20], 2, 5}}, long, one(50, 1, 10)},
+		{"a third upstream: the oldest goes", []record{{long, 1, 10}, {long, 2, 5}, {long, 3, 7}}, long, two(100, Place{3, 7}, Place{2, 5})},
+		{"the earlier upstream again: to the front", []record{{long, 1, 10}, {long, 2, 5}, {long, 1, 30}}, long, two(100, Place{1, 30}, Place{2, 5})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var clk clock.Fake
-			x := New(Options{Capacity: 4096, Clock: &clk})
+			x := New(Options{Capacity: 4096})
 			for _, r := range tc.records {
-				clk.Advance(r.at - clk.Now())
-				x.Record(r.chain, r.upstream)
+				x.Record(r.chain, r.upstream, r.mark)
 			}
 			if got := x.Lookup(tc.query); got != tc.want {
 				t.Errorf("Lookup = %+v, want %+v", got, tc.want)
@@ -59,11 +67,29 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// TestMatchOn: where a match has an upstream.
+func TestMatchOn(t *testing.T) {
+	m := Match{Blocks: 3, Places: [Places]Place{{7, 100}, {0, 40}}, Served: 2}
+	for _, tc := range []struct {
+		up   uint32
+		want Place
+		ok   bool
+	}{{7, Place{7, 100}, true}, {0, Place{0, 40}, true}, {5, Place{}, false}} {
+		if got, ok := m.On(tc.up); got != tc.want || ok != tc.ok {
+			t.Errorf("On(%d) = %+v, %v; want %+v, %v", tc.up, got, ok, tc.want, tc.ok)
+		}
+	}
+	one := Match{Blocks: 3, Places: [Places]Place{{7, 100}}, Served: 1}
+	if _, ok := one.On(0); ok {
+		t.Error("a match served once has an upstream 0 in its empty place")
+	}
+}
+
 // TestLookupZeroHash: a hash of 0 is kept, not taken for an empty way.
 func TestLookupZeroHash(t *testing.T) {
 	x := New(Options{Capacity: 8})
-	x.Record([]uint64{0}, 9)
-	if m := x.Lookup([]uint64{0}); m.Blocks != 1 || m.Upstream != 9 {
+	x.Record([]uint64{0}, 9, 0)
+	if m := x.Lookup([]uint64{0}); m.Blocks != 1 || m.Latest() != 9 {
 		t.Errorf("Lookup of hash 0 = %+v", m)
 	}
 }
@@ -82,9 +108,9 @@ func TestFlood(t *testing.T) {
 	first := chainOf(1, chainLen)
 	for f := range uint64(unique) {
 		clk.Advance(time.Millisecond)
-		x.Record(chainOf(f+1, chainLen), 1)
+		x.Record(chainOf(f+1, chainLen), 1, 0)
 		if f%10 == 0 { // 160 new entries between two uses of hot
-			x.Record(hot, 2)
+			x.Record(hot, 2, 0)
 		}
 	}
 	if n := x.Len(); n != x.Capacity() {
@@ -93,7 +119,7 @@ func TestFlood(t *testing.T) {
 	if m := x.Lookup(first); m.Blocks != 0 {
 		t.Errorf("the flood's first chain is still there: %+v", m)
 	}
-	if m := x.Lookup(hot); m.Blocks != len(hot) || m.Upstream != 2 {
+	if m := x.Lookup(hot); m.Blocks != len(hot) || m.Latest() != 2 {
 		t.Errorf("the hot chain: %+v, want all %d blocks on upstream 2", m, len(hot))
 	}
 	last := chainOf(unique, chainLen)
@@ -112,13 +138,13 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				own := chainOf(uint64(g)<<20|uint64(i%50+1), 24)
-				x.Record(own, g)
-				x.Record(shared, g)
-				if m := x.Lookup(own); m.Blocks > 0 && m.Upstream != g {
-					t.Errorf("goroutine %d's chain found on upstream %d", g, m.Upstream)
+				x.Record(own, g, 0)
+				x.Record(shared, g, 0)
+				if m := x.Lookup(own); m.Blocks > 0 && m.Latest() != g {
+					t.Errorf("goroutine %d's chain found on upstream %d", g, m.Latest())
 				}
-				if m := x.Lookup(shared); m.Upstream >= 4 {
-					t.Errorf("the shared chain found on upstream %d", m.Upstream)
+				if m := x.Lookup(shared); m.Latest() >= 4 || m.Served == Places && m.Places[1].Upstream >= 4 {
+					t.Errorf("the shared chain found on upstream %d", m.Latest())
 				}
 			}
 		})
@@ -146,15 +172,15 @@ func TestLookupHoles(t *testing.T) {
 	} {
 		var clk clock.Fake
 		x := New(Options{Capacity: ways, Clock: &clk})
-		x.Record(c, 1)
+		x.Record(c, 1, 0)
 		for i := range ways - len(c) {
-			x.Record(chainOf(uint64(200+i), 1), 3)
+			x.Record(chainOf(uint64(200+i), 1), 3, 0)
 		}
 		clk.Advance(time.Second)
 		for i := range tc.evicted {
-			x.Record(chainOf(uint64(100+i), 1), 2)
+			x.Record(chainOf(uint64(100+i), 1), 2, 0)
 		}
-		if m := x.Lookup(c); m.Blocks != tc.want || m.Blocks > 0 && m.Upstream != 1 {
+		if m := x.Lookup(c); m.Blocks != tc.want || m.Blocks > 0 && m.Latest() != 1 {
 			t.Errorf("%d evicted: %+v, want %d blocks on upstream 1", tc.evicted, m, tc.want)
 		}
 	}

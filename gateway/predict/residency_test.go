@@ -1,0 +1,101 @@
+package predict
+
+import (
+	"testing"
+	"time"
+)
+
+// TestDistClass: half octaves from 64 tokens, the last class open.
+func TestDistClass(t *testing.T) {
+	for _, tc := range []struct {
+		d    uint64
+		want int
+	}{
+		{0, 0}, {63, 0}, {64, 1}, {95, 1}, {96, 2}, {127, 2}, {128, 3}, {192, 4},
+		{6144, 14}, {1 << 28, distClasses - 1}, {1<<64 - 1, distClasses - 1},
+	} {
+		if got := distClass(tc.d); got != tc.want {
+			t.Errorf("distClass(%d) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestEvictedFrom: the boundary between the classes of hits and misses
+// that miscounts the least, the farthest on a tie: the first miss's class
+// past the hits.
+func TestEvictedFrom(t *testing.T) {
+	type report struct {
+		d    uint64
+		hit  bool
+		seen float64
+	}
+	for _, tc := range []struct {
+		name    string
+		reports []report
+		want    int
+	}{
+		{"no reports: nothing evicted", nil, distClasses},
+		{"hits only", []report{{100, true, 5}, {50_000, true, 1}}, distClasses},
+		{"misses only", []report{{100, false, 3}}, distClass(100)},
+		{"hits near, misses far", []report{{1000, true, 10}, {3000, true, 10}, {8000, false, 10}}, distClass(8000)},
+		{"a miss among hits near is outweighed", []report{{0, false, 1}, {0, true, 4}, {2000, true, 10}, {9000, false, 6}}, distClass(9000)},
+		{"a hit far beyond misses is outweighed", []report{{2000, true, 10}, {9000, false, 6}, {40_000, true, 1}}, distClass(9000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r residency
+			for _, rep := range tc.reports {
+				r.add(rep.seen, rep.d, rep.hit)
+			}
+			if got := r.evictedFrom(); got != tc.want {
+				t.Errorf("evictedFrom = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestResidency: an engine whose cache keeps about 4,000 tokens of new
+// work: a prefix the index expects cached is predicted cached while the
+// tokens sent there since are few, and computed (Evicted) once they are
+// past what the engine's reports showed it keeps; before any miss, the
+// index is taken at its word at any distance.
+func TestResidency(t *testing.T) {
+	const perToken, prompt, keeps = 50 * time.Microsecond, 1000, 4000
+	m := New(Config{})
+	for i := range 40 {
+		d := uint64(500 + 300*i) // 500 to 12,200
+		cached := 0
+		if d < keeps {
+			cached = prompt - 40
+		}
+		if i == 0 || i == 1 {
+			d = 0 // came while the prefix was being computed: missed
+		}
+		m.Observe(Observation{
+			End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true, PromptTokens: prompt,
+			CachedTokens: cached, CachedReported: true, Expected: Expected{Cached: prompt - 40, Distance: d},
+			Parts: Parts{Prefill: time.Duration(prompt-cached) * perToken},
+		})
+	}
+	for _, tc := range []struct {
+		d       uint64
+		evicted bool
+	}{{0, false}, {1000, false}, {3000, false}, {6000, true}, {1 << 40, true}} {
+		p, _ := m.Predict(2*time.Second, prompt, Expected{Cached: prompt - 40, Distance: tc.d}, Load{})
+		want := 40 * perToken
+		if tc.evicted {
+			want = prompt * perToken
+		}
+		if p.Evicted != tc.evicted || !within(p.Parts[Prefill], want, 0.1) {
+			t.Errorf("at distance %d: Evicted %v, prefill %v; want %v, %v", tc.d, p.Evicted, p.Parts[Prefill], tc.evicted, want)
+		}
+	}
+
+	trusting := New(Config{})
+	trusting.Observe(Observation{
+		FirstToken: true, PromptTokens: prompt, CachedTokens: prompt - 40, CachedReported: true,
+		Expected: Expected{Cached: prompt - 40, Distance: 100}, Parts: Parts{Prefill: 40 * perToken},
+	})
+	if p, _ := trusting.Predict(0, prompt, Expected{Cached: prompt - 40, Distance: 1 << 30}, Load{}); p.Evicted {
+		t.Error("before any miss, a far prefix was predicted evicted")
+	}
+}
