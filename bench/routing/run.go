@@ -94,6 +94,11 @@ type policyResult struct {
 	// error in it over the same records: |predicted − measured| / measured
 	// TTFT, a share of the whole.
 	stageErr [stages.NumStages]float64
+	// cache is, of the same records, those predicted with their prefix
+	// cached or not (cached_tokens_expected > 0) against those whose
+	// engine served most of the prompt from its cache or not: how many,
+	// and their prediction error p50.
+	cache [2][2]cacheCell
 	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
 	// and per engine, of those routed with a prediction, the ones served
 	// later than the SLO and the latest, by how much over the SLO (a share
@@ -174,6 +179,7 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 	byEngine := make([][]time.Duration, n)
 	var errs []float64
 	var stageErrs [stages.NumStages][]float64
+	var cacheErrs [2][2][]float64
 	for i := range run.Results {
 		r := &run.Results[i]
 		if r.Warmup {
@@ -185,7 +191,8 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 		} else {
 			ttft = append(ttft, r.TTFT)
 		}
-		if p, c, ok := st.truth(r.ID); ok {
+		p, c, truth := st.truth(r.ID)
+		if truth {
 			res.promptTokens += p
 			res.cachedTokens += c
 		}
@@ -208,7 +215,12 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 			byStage[s] = append(byStage[s], f.stages[s])
 		}
 		if f.predicted && f.ttft > 0 {
-			errs = append(errs, math.Abs(float64(f.prediction-f.ttft))/float64(f.ttft))
+			err := math.Abs(float64(f.prediction-f.ttft)) / float64(f.ttft)
+			errs = append(errs, err)
+			if truth {
+				hit, expected := b2i(c*2 >= p), b2i(f.cachedExpected > 0)
+				cacheErrs[expected][hit] = append(cacheErrs[expected][hit], err)
+			}
 			for s := stages.Queue; s < stages.NumStages; s++ {
 				stageErrs[s] = append(stageErrs[s], math.Abs(float64(f.predStages[s]-f.stages[s]))/float64(f.ttft))
 			}
@@ -247,5 +259,27 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 			res.stageErr[s] = stageErrs[s][len(stageErrs[s])/2]
 		}
 	}
+	for i := range cacheErrs {
+		for j, e := range cacheErrs[i] {
+			slices.Sort(e)
+			res.cache[i][j] = cacheCell{n: len(e)}
+			if len(e) > 0 {
+				res.cache[i][j].errP50 = e[len(e)/2]
+			}
+		}
+	}
 	return res
+}
+
+// cacheCell is how many predictions, and their error p50.
+type cacheCell struct {
+	n      int
+	errP50 float64
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

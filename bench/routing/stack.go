@@ -177,6 +177,9 @@ type recordFacts struct {
 	predicted  bool
 	prediction time.Duration
 	predStages [stages.NumStages]time.Duration
+	// cachedExpected is the prompt tokens the prediction took as cached
+	// (cached_tokens_expected).
+	cachedExpected int
 	// refused says it was refused for its TTFT SLO.
 	refused bool
 }
@@ -190,7 +193,7 @@ type recordSink struct {
 func (k *recordSink) Emit(r *record.Record) {
 	bd := r.Breakdown()
 	f := recordFacts{upstream: r.Upstream, ok: bd.OK, stages: bd.Stages, ttft: bd.TTFT,
-		predicted: r.Predicted, prediction: r.PredictedTTFT(), predStages: r.Prediction, refused: r.Detail == endreason.DetailSLOUnmeetable}
+		predicted: r.Predicted, prediction: r.PredictedTTFT(), predStages: r.Prediction, cachedExpected: r.CachedExpected, refused: r.Detail == endreason.DetailSLOUnmeetable}
 	k.mu.Lock()
 	k.m[r.RequestID] = f
 	k.mu.Unlock()

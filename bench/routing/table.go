@@ -133,16 +133,34 @@ func (r *report) writeStageErrors(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", 2+int(stages.NumStages-stages.Queue)))
 	for _, res := range runs {
-		name := "`" + res.policy + "`"
-		if res.slo > 0 {
-			name += " held to " + ms(res.slo)
-		}
-		fmt.Fprintf(w, "| %s | %d |", name, res.predicted)
+		fmt.Fprintf(w, "| %s | %d |", runName(res), res.predicted)
 		for s := stages.Queue; s < stages.NumStages; s++ {
 			fmt.Fprintf(w, " %.1f %% |", 100*res.stageErr[s])
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprint(w, "\nWhether the prefix was predicted cached (`cached_tokens_expected` above 0), against whether the engine served most of the prompt from its cache: requests, and their prediction error p50:\n\n"+
+		"| policy | predicted cached, was | predicted cached, was not | predicted computed, was cached | predicted computed, was |\n| --- | --- | --- | --- | --- |\n")
+	for _, res := range runs {
+		fmt.Fprintf(w, "| %s |", runName(res))
+		for _, c := range [...]cacheCell{res.cache[1][1], res.cache[1][0], res.cache[0][1], res.cache[0][0]} {
+			if c.n == 0 {
+				fmt.Fprint(w, " 0 |")
+				continue
+			}
+			fmt.Fprintf(w, " %d, %.0f %% |", c.n, 100*c.errP50)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// runName names a run in a table: its policy, and its SLO if it had one.
+func runName(res *policyResult) string {
+	name := "`" + res.policy + "`"
+	if res.slo > 0 {
+		name += " held to " + ms(res.slo)
+	}
+	return name
 }
 
 // predictionError is a result's prediction error p50 / p90, — without

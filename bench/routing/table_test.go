@@ -52,6 +52,7 @@ func TestReport(t *testing.T) {
 			ttft := result("least_ttft", 210*time.Millisecond, 1450*time.Millisecond, 400*1320, 150*time.Millisecond, 12*time.Millisecond, 170, 160, 68)
 			ttft.predicted, ttft.errP50, ttft.errP90 = 390, 0.12, 0.31
 			ttft.stageErr[stages.Queue], ttft.stageErr[stages.Prefill], ttft.stageErr[stages.Transport] = 0.083, 0.021, 0.0004
+			ttft.cache = [2][2]cacheCell{{{n: 40, errP50: 0.2}, {n: 3, errP50: 0.9}}, {{n: 12, errP50: 0.61}, {n: 335, errP50: 0.1}}}
 			r.results = []policyResult{
 				result("least_load", 655*time.Millisecond, 2980*time.Millisecond, 400*455, 470*time.Millisecond, 175*time.Millisecond, 150, 148, 100),
 				ttft,
