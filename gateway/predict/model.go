@@ -39,7 +39,13 @@ const (
 	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
 	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
 	fitPreparation         // a mean
-	fitPrefill             // against uncached prompt tokens
+	// The prefill against uncached prompt tokens, twice: over the hits
+	// (the engine reported at least half the prompt cached), and over the
+	// rest. A hit computes a few tokens, each attending to a long cached
+	// context, at a cost a token the misses' line does not give, and one
+	// line over both was pulled off each.
+	fitPrefill
+	fitPrefillHit
 	fitFirstDecode         // a mean
 	fitUnattributed        // a mean: the network, for an engine that splits its time
 	fitWhole               // Unattributed of an engine that reports no split, against uncached prompt tokens
@@ -113,7 +119,7 @@ func New(c Config) *Model {
 	// the axis, fitted across a slowdown, the old fast requests at small
 	// prompts and the new slow ones at larger, predicted no prefill at all
 	// for small prompts, and the slowed engine kept getting them.)
-	m.fits[fitPrefill].costed, m.fits[fitWhole].costed = true, true
+	m.fits[fitPrefill].costed, m.fits[fitPrefillHit].costed, m.fits[fitWhole].costed = true, true, true
 	return m
 }
 
@@ -186,7 +192,11 @@ func (m *Model) Observe(o Observation) {
 		m.fits[fitWhole].add(w, tokens, part(Unattributed))
 	} else {
 		m.fits[fitPreparation].add(w, 0, part(Preparation))
-		m.fits[fitPrefill].add(w, tokens, part(Prefill))
+		prefill := fitPrefill
+		if o.CachedReported && cached*2 >= o.PromptTokens && o.PromptTokens > 0 {
+			prefill = fitPrefillHit
+		}
+		m.fits[prefill].add(w, tokens, part(Prefill))
 		m.fits[fitFirstDecode].add(w, 0, part(FirstDecode))
 		m.fits[fitUnattributed].add(w, 0, part(Unattributed))
 	}
@@ -307,7 +317,16 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 		p.Parts[Unattributed] = line(fitWhole, tokens)
 	} else {
 		p.Parts[Preparation] = line(fitPreparation, 0)
-		p.Parts[Prefill] = line(fitPrefill, tokens)
+		// A hit predicted: the hits' line; else the misses', either
+		// until the other has been observed.
+		prefill, other := fitPrefill, fitPrefillHit
+		if cachedTokens > 0 && cached > 0 {
+			prefill, other = other, prefill
+		}
+		if flags&observed(prefill) == 0 {
+			prefill = other
+		}
+		p.Parts[Prefill] = line(prefill, tokens)
 		p.Parts[FirstDecode] = line(fitFirstDecode, 0)
 		p.Parts[Unattributed] = line(fitUnattributed, 0)
 	}

@@ -99,3 +99,33 @@ func TestResidency(t *testing.T) {
 		t.Error("before any miss, a far prefix was predicted evicted")
 	}
 }
+
+// TestHitPrefill: a hit's prefill is predicted from the hits' own line, not
+// the misses'. Here misses cost 50 µs a token and hits, whose few tokens
+// attend to the long cached context, 200 µs: a line over all would give a
+// hit of 40 tokens about 2 ms, where it takes 8.
+func TestHitPrefill(t *testing.T) {
+	const prompt = 1000
+	m := New(Config{})
+	for i := range 40 {
+		o := Observation{
+			End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true, PromptTokens: prompt + 10*i,
+			CachedReported: true, Expected: Expected{Cached: prompt - 40},
+		}
+		if i%4 == 0 { // a miss
+			o.Parts[Prefill] = time.Duration(o.PromptTokens) * 50 * time.Microsecond
+		} else {
+			o.CachedTokens = prompt - 40
+			o.Parts[Prefill] = time.Duration(o.PromptTokens-o.CachedTokens) * 200 * time.Microsecond
+		}
+		m.Observe(o)
+	}
+	hit, _ := m.Predict(2*time.Second, prompt, Expected{Cached: prompt - 40}, Load{})
+	if want := 40 * 200 * time.Microsecond; !within(hit.Parts[Prefill], want, 0.1) {
+		t.Errorf("a hit: prefill %v, want %v", hit.Parts[Prefill], want)
+	}
+	miss, _ := m.Predict(2*time.Second, prompt, Expected{}, Load{})
+	if want := prompt * 50 * time.Microsecond; !within(miss.Parts[Prefill], want, 0.1) {
+		t.Errorf("a miss: prefill %v, want %v", miss.Parts[Prefill], want)
+	}
+}
