@@ -36,9 +36,9 @@ type Config struct {
 
 // The fits a Model keeps: each part's, the queue's twice over.
 const (
-	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
-	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
-	fitPreparation         // a mean
+	fitQueueEngine = iota // queue against the engine's waiting requests (Load.Waiting)
+	fitQueueFlight        // queue against this replica's in flight, when the engine's load is unknown
+	fitPreparation        // a mean
 	// The prefill against uncached prompt tokens, twice: over the hits
 	// (the engine reported at least half the prompt cached), and over the
 	// rest. A hit computes a few tokens, each attending to a long cached
@@ -46,10 +46,10 @@ const (
 	// line over both was pulled off each.
 	fitPrefill
 	fitPrefillHit
-	fitFirstDecode         // a mean
-	fitUnattributed        // a mean: the network, for an engine that splits its time
-	fitWhole               // Unattributed of an engine that reports no split, against uncached prompt tokens
-	fitTransport           // a mean
+	fitFirstDecode  // a mean
+	fitUnattributed // a mean: the network, for an engine that splits its time
+	fitWhole        // Unattributed of an engine that reports no split, against uncached prompt tokens
+	fitTransport    // a mean
 	// The share of what the prefix index expected cached that the engine
 	// reported cached (at most 1), over the hits among requests it
 	// expected some on (whether it will hit is residency's); and the share
