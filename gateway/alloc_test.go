@@ -71,7 +71,7 @@ func TestChooseAllocs(t *testing.T) {
 				if cold && c.Upstream == r.Pool.Upstreams[0] {
 					return // stays cold
 				}
-				c.Upstream.Observe(engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), req.PromptTokens, c.Expected.Cached, c.Load.InFlight))
+				c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), req.PromptTokens, c.Expected.Cached, c.Load.InFlight))
 			}
 			step()
 			if n := testing.AllocsPerRun(1000, step); n != 0 {

@@ -23,7 +23,7 @@
 //	    c2, rej := s.Choose(&req, up); release2, rej := c2.Upstream.Acquire(...)
 //	req.Release()                              // after the last Choose
 //	g.Done(up, ok); release(); res.Settle(actualTokens)
-//	up.Observe(...)                            // the record's split, for least_ttft
+//	up.Observe(&c, ...)                        // the record's split, for least_ttft
 //
 // After Admit succeeded, a later gateway Rejection (Pick, Acquire) should
 // res.Cancel() so the key does not pay for a request it never got.

@@ -173,9 +173,10 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 }
 
 // Observe teaches u's TTFT model (gateway/predict) one finished request,
-// for least_ttft's predictions. The proxy calls it once per record that
-// ended on u, in any pool (a model learns the same whatever chose its
-// upstream), with the Observation filled as gateway/predict says:
+// for least_ttft's predictions, routed by c (its last Choice). The proxy
+// calls it once per record that ended on u, in any pool (a model learns the
+// same whatever chose its upstream), with the Observation filled as
+// gateway/predict says:
 //
 //   - End: the gateway's clock (Gateway.Now) read when the request ended:
 //     Choose predicts on it. (The request clock's stages.Monotonic runs on the same
@@ -190,5 +191,15 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     reported, if it did; Expected: Choice.Expected.
 //   - Load: Choice.Load, the load the request was routed with.
 //
+// A prefix the choice counted as cached on u, which the engine reported it
+// computed, is counted into u's computed tokens now: the distances of the
+// prefixes behind it must see what the engine's cache really took, or a
+// thrashing engine's would stay short, and its prefixes predicted cached.
+//
 // It takes the model's mutex and allocates nothing.
-func (u *Upstream) Observe(o predict.Observation) { u.model.Observe(o) }
+func (u *Upstream) Observe(c *Choice, o predict.Observation) {
+	u.model.Observe(o)
+	if x := c.Expected; x.Cached > 0 && !c.Prediction.Evicted && o.CachedReported && o.CachedTokens*2 < x.Cached {
+		u.computed.Add(uint64(x.Cached))
+	}
+}

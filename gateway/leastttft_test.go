@@ -69,7 +69,7 @@ func (e engine) observation(end time.Duration, tokens, cached int, inFlight int6
 // to 2,000 tokens, 0 to 7 requests in flight.
 func (e engine) teach(u *Upstream, end time.Duration) {
 	for i := range 40 {
-		u.Observe(e.observation(end, 200+200*(i%10), 0, int64(i%8)))
+		u.Observe(&Choice{}, e.observation(end, 200+200*(i%10), 0, int64(i%8)))
 	}
 }
 
@@ -228,7 +228,7 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 			}
 		}
 		clk.Advance(50 * time.Millisecond)
-		c.Upstream.Observe(e.observation(clk.Now(), 1000, 0, 0))
+		c.Upstream.Observe(&c, e.observation(clk.Now(), 1000, 0, 0))
 	}
 	t.Logf("%d requests before, %d after, the last %v after", before, after, last-change)
 	if before < 100 || after < 2 || last-change > 3*time.Second {
@@ -254,7 +254,7 @@ func TestLeastTTFTBound(t *testing.T) {
 		cfg.Pools[0].LoadSlack = tc.slack
 		_, s, r, clk := ttftPoolOf(t, cfg)
 		ups := r.Pool.Upstreams
-		ups[0].Observe(predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
+		ups[0].Observe(&Choice{}, predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
 		for _, u := range ups[1:] {
 			engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
 		}
@@ -351,7 +351,8 @@ func TestLeastTTFTEarlierPlace(t *testing.T) {
 // the prompt tokens its upstream was sent to compute since it last served
 // the prefix: other prompts whole, and of a request expected to hit only
 // the part past its cached blocks, counted before the prefix is marked
-// served again.
+// served again; and an expected hit the engine reported computed, once it
+// has.
 func TestLeastTTFTDistance(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 1, 0)
 	u := r.Pool.Upstreams[0]
@@ -375,8 +376,21 @@ func TestLeastTTFTDistance(t *testing.T) {
 	if got, want := u.computed.Load()-before, uint64(tokens-c.Expected.Cached); got != want {
 		t.Fatalf("a hit of %d tokens, %d expected cached, counted %d computed; want %d", tokens, c.Expected.Cached, got, want)
 	}
-	if c, _ := route(system, "Third?"); c.Expected.Distance != 0 {
-		t.Fatalf("right after the prefix was served: distance %d, want 0", c.Expected.Distance)
+	third, _ := route(system, "Third?")
+	if third.Expected.Distance != 0 {
+		t.Fatalf("right after the prefix was served: distance %d, want 0", third.Expected.Distance)
+	}
+	// The engine reports the third computed whole: its prefix is counted
+	// as computed after all, and the next request sees it in its distance.
+	e := engine{perToken: 100 * time.Microsecond}
+	u.Observe(&third, e.observation(clk.Now(), tokens, 0, 0))
+	if c, _ := route(system, "Fourth?"); c.Expected.Distance != uint64(third.Expected.Cached) {
+		t.Fatalf("after the engine computed an expected hit of %d tokens: distance %d, want them", third.Expected.Cached, c.Expected.Distance)
+	}
+	before = u.computed.Load()
+	u.Observe(&c, e.observation(clk.Now(), tokens, tokens-40, 0)) // a hit: nothing to count
+	if u.computed.Load() != before {
+		t.Fatal("a hit was counted as computed")
 	}
 }
 

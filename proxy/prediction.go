@@ -51,7 +51,7 @@ func (x *exchange) learn() {
 	if rec.UsageReported && rec.TokensIn > 0 {
 		o.PromptTokens, o.EstimatedTokens = rec.TokensIn, x.lease.promptEst
 	}
-	up.Observe(o)
+	up.Observe(&x.lease.choice, o)
 	if c := &x.lease.choice; c.Predicted {
 		m := predict.Compare(c.Prediction.Parts, o.Parts)
 		rec.PredictionOff, rec.PredictionOffBy = stages.Queue+stages.Stage(m.Part), m.By
