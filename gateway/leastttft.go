@@ -43,7 +43,7 @@ type Choice struct {
 // Pick's. Call req.Release after the last Choose for the request.
 func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 	if p := req.Route.Pool; p.kind == policyLeastTTFT {
-		return p.leastTTFT(req.prompt, req.PromptTokens, except)
+		return p.leastTTFT(req.prompt, req.PromptTokens, req.SLO, except)
 	}
 	u, rej := s.Pick(req.Route, except)
 	if rej != nil {
@@ -55,12 +55,13 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // leastTTFT is least_ttft (docs/routing.md, "The policy"): of the available
 // upstreams under the load bound (bound), the one of the lowest
 // predicted TTFT for a request of tokens whose prompt is pr (nil: none
-// known), its expected cached tokens counted where the prefix index last
-// saw its longest recorded prefix; the first in rotation order on a tie.
-// While an upstream under the bound has no model yet, prefix affinity
-// chooses instead (affinity). The chosen upstream is recorded in the index
-// as the one that served pr's chain.
-func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rejection) {
+// known), its expected cached tokens counted where the prefix index saw
+// its longest recorded prefix served; the first in rotation order on a
+// tie. A prompt no upstream is predicted to hold is placed instead
+// (place). While an upstream under the bound has no model yet, prefix
+// affinity chooses (affinity). The chosen upstream is recorded in the
+// index as the latest to serve pr's chain.
+func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
 	var m prefix.Match
@@ -82,6 +83,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 	}
 	bound := p.bound(total, avail)
 	var c Choice
+	held := false // some upstream is predicted to hold pr's prefix
 	for i := range n {
 		u := ups[(start+i)%n]
 		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
@@ -93,9 +95,13 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 			c = p.affinity(start, except, now, pr, &m, bound, tokens)
 			break
 		}
+		held = held || x.Cached > 0 && !pred.Evicted
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
+	}
+	if c.Predicted && !held && pr != nil && pr.lead > 0 {
+		p.place(&c, except, now, pr.chain[pr.lead-1], bound, tokens, slo)
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -124,6 +130,46 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, except *Upstream) (Choice, *Rej
 // a prefix over every engine, and with them the engines' prefix caches.
 func (p *Pool) bound(total int64, avail int) int64 {
 	return prefix.Bound(total, avail, prefix.DefaultEpsilon) + p.slack
+}
+
+// placeWithin bounds what placing a prompt may cost the request that
+// brings it: twice the soonest prediction.
+const placeWithin = 2
+
+// place is least_ttft's choice for a prompt no upstream is predicted to
+// hold (a new one, or one evicted everywhere), c the soonest prediction:
+// where rendezvous hashing on key (its first message) prefers, among the
+// upstreams under bound predicted within placeWithin times c's total, and
+// within slo when it is set. Every request of the prompt that follows
+// finds it there. Left to the soonest prediction, every new prompt went
+// to the engines of the fastest prefill until their caches thrashed, and
+// an engine of a slower prefill but room in its cache held nothing: one
+// request placed a little later saves the prompt's prefill on every one
+// after it. It marks c as affinity's choice when it moves it.
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, bound int64, tokens int, slo time.Duration) {
+	limit := placeWithin * c.Prediction.Total
+	if slo > 0 {
+		limit = min(limit, slo)
+	}
+	var best *Upstream
+	var bestW uint64
+	for _, u := range p.Upstreams {
+		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
+			continue
+		}
+		if w := prefix.Weight(key, u.hash); best == nil || w > bestW {
+			load := u.PredictLoad()
+			if pred, ok := u.model.Predict(time.Duration(now), tokens, predict.Expected{}, load); ok && pred.Total <= limit {
+				best, bestW = u, w
+			}
+		}
+	}
+	if best == nil || best == c.Upstream {
+		return
+	}
+	load := best.PredictLoad()
+	pred, _ := best.model.Predict(time.Duration(now), tokens, predict.Expected{}, load)
+	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Load: load}
 }
 
 // expectedOn is what the index's match m expects cached on u: its blocks,

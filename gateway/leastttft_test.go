@@ -394,6 +394,78 @@ func TestLeastTTFTDistance(t *testing.T) {
 	}
 }
 
+// TestLeastTTFTPlace: a prompt no upstream holds goes where rendezvous
+// hashing on its first message prefers, when that upstream is predicted
+// within twice the soonest and within the request's SLO; otherwise to the
+// soonest. Here c computes a token in twice a's and b's time, so a new
+// prompt whose home is c costs it about twice as much there.
+func TestLeastTTFTPlace(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for i, u := range ups {
+		per := 100 * time.Microsecond
+		if i == 2 {
+			per = 190 * time.Microsecond
+		}
+		engine{perToken: per}.teach(u, clk.Now())
+	}
+	var p fastjson.Parser
+	next := 100
+	homed := func(u *Upstream) string { // a new system prompt whose home is u
+		for i := next; ; i++ {
+			req := chatRequest(t, s, &p, systemPrompt(i, 1500), "?")
+			key := req.prompt.chain[req.prompt.lead-1]
+			req.Release()
+			home := ups[0]
+			for _, v := range ups {
+				if prefix.Weight(key, v.hash) > prefix.Weight(key, home.hash) {
+					home = v
+				}
+			}
+			if home == u {
+				next = i + 1
+				return systemPrompt(i, 1500)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		slo      time.Duration
+		want     *Upstream
+		affinity bool
+	}{
+		{"its home, within twice the soonest", 0, ups[2], true},
+		{"the soonest, when the home would miss the SLO", 200 * time.Millisecond, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			system := homed(ups[2])
+			req := chatRequest(t, s, &p, system, tc.name)
+			req.SLO = tc.slo
+			c := choose(t, s, &req)
+			req.Release()
+			if tc.want == nil && (c.Upstream == ups[2] || c.Affinity) || tc.want != nil && (c.Upstream != tc.want || !c.Affinity) {
+				t.Fatalf("%s (affinity %v, predicted %v); want %v", c.Upstream.Name, c.Affinity, c.Prediction.Total, tc.want)
+			}
+			// The next request of the prompt finds it where it went.
+			req = chatRequest(t, s, &p, system, tc.name+" again")
+			again := choose(t, s, &req)
+			req.Release()
+			if again.Upstream != c.Upstream || again.Expected.Cached == 0 {
+				t.Fatalf("the next request: %s, expected %+v; want %s, cached", again.Upstream.Name, again.Expected, c.Upstream.Name)
+			}
+		})
+	}
+
+	// Twice as slow is too slow: a home at 2.5 times the soonest.
+	engine{perToken: 250 * time.Microsecond}.teach(ups[2], clk.Now())
+	req := chatRequest(t, s, &p, homed(ups[2]), "?")
+	c := choose(t, s, &req)
+	req.Release()
+	if c.Upstream == ups[2] || c.Affinity {
+		t.Fatalf("a home at 2.5 times the soonest: %s, affinity %v", c.Upstream.Name, c.Affinity)
+	}
+}
+
 // TestLeastTTFTColdStart: while an upstream has no model, requests go by
 // prefix affinity: where their prefix was recorded, else where rendezvous
 // hashing on the first message points, under the load bound.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/valyala/fastjson"
 
@@ -39,6 +40,10 @@ type Request struct {
 	// PromptTokens estimates the prompt: ~4 bytes of text per token plus a
 	// few per message. An estimate for quota admission, not a tokenizer.
 	PromptTokens int
+	// SLO is the request's TTFT SLO (Route.SLO; 0: none), when the caller
+	// sets it before Choose: a least_ttft pool places a new prompt only
+	// where it is predicted within it.
+	SLO time.Duration
 	// prompt is the prompt's chain, for a least_ttft pool's Choose (nil in
 	// any other pool); Release gives it back.
 	prompt *prompt

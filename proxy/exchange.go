@@ -236,7 +236,7 @@ func (x *exchange) serve(ctx *fasthttp.RequestCtx, refused *gateway.Rejection) {
 			x.rejectGateway(ctx, rej)
 			return
 		}
-		rec.TTFTSLO = x.lease.slo
+		rec.TTFTSLO, req.SLO = x.lease.slo, x.lease.slo
 	} else if !p.ownGW && ctx.IsGet() && bytes.Equal(path, pathModels) {
 		// With a config file, the routes are the models.
 		rec.Timeline.Mark(stages.GatewayDone)
