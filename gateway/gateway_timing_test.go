@@ -9,7 +9,6 @@ import (
 
 	"github.com/valyala/fastjson"
 
-	"github.com/ttftlens/ttftlens/gateway/prefix"
 	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
@@ -110,7 +109,7 @@ func newTTFTBench(b testing.TB) *gatewayBench {
 		for j := range chain {
 			chain[j] = uint64(i)<<32 | uint64(j) + 1
 		}
-		g.index.Record(chain[:], prefix.Place{Upstream: uint32(i%100 + 1)})
+		g.index.Record(chain[:], uint32(i%100+1), 0)
 	}
 	for i := range 64 {
 		body := fmt.Appendf(nil, `{"model":"model-0","stream":true,"max_tokens":256,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question %d: what changes when the prompt grows?"}]}`,

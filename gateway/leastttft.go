@@ -89,8 +89,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
 			continue
 		}
-		load := u.PredictLoad()
-		x, _ := expectedOn(&m, u, now)
+		load, x := u.PredictLoad(), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
 			c = p.affinity(start, except, now, pr, &m, bound, tokens)
@@ -102,7 +101,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		}
 	}
 	if c.Predicted && !held && pr != nil && pr.lead > 0 {
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
+		p.place(&c, except, now, pr.chain[pr.lead-1], bound, tokens, slo)
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -111,15 +110,13 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		}
 		c.Load = c.Upstream.PredictLoad()
 	}
-	computed, ready := tokens, now
+	computed := tokens
 	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
 		computed = max(tokens-c.Expected.Cached, 0)
-	} else if c.Predicted {
-		ready += int64(c.Prediction.Total) // computed by its first token
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
 	if pr != nil && len(pr.chain) > 0 {
-		p.index.Record(pr.chain, prefix.Place{Upstream: c.Upstream.id, Mark: mark, Ready: ready})
+		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
 	return c, nil
 }
@@ -142,16 +139,14 @@ const placeWithin = 2
 // place is least_ttft's choice for a prompt no upstream is predicted to
 // hold (a new one, or one evicted everywhere), c the soonest prediction:
 // where rendezvous hashing on key (its first message) prefers, among the
-// upstreams under bound predicted within placeWithin times c's total,
-// within slo when it is set, and not computing the prompt already (m is
-// the index's match: a request sent there would compute it again beside
-// the one that is). Every request of the prompt that follows
+// upstreams under bound predicted within placeWithin times c's total, and
+// within slo when it is set. Every request of the prompt that follows
 // finds it there. Left to the soonest prediction, every new prompt went
 // to the engines of the fastest prefill until their caches thrashed, and
 // an engine of a slower prefill but room in its cache held nothing: one
 // request placed a little later saves the prompt's prefill on every one
 // after it. It marks c as affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, slo time.Duration) {
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, bound int64, tokens int, slo time.Duration) {
 	limit := placeWithin * c.Prediction.Total
 	if slo > 0 {
 		limit = min(limit, slo)
@@ -160,9 +155,6 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	var bestW uint64
 	for _, u := range p.Upstreams {
 		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
-			continue
-		}
-		if _, computing := expectedOn(m, u, now); computing {
 			continue
 		}
 		if w := prefix.Weight(key, u.hash); best == nil || w > bestW {
@@ -180,20 +172,14 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Load: load}
 }
 
-// expectedOn is what the index's match m expects cached on u at now: its
-// blocks, if the index saw u serve them, at the distance of the tokens u
-// was sent to compute since; none while they are still being computed
-// there (computing: the request that brings them is predicted to reach its
-// first token after now).
-func expectedOn(m *prefix.Match, u *Upstream, now int64) (x predict.Expected, computing bool) {
-	pl, ok := m.On(u.id)
-	switch {
-	case !ok:
-		return predict.Expected{}, false
-	case pl.Ready > now:
-		return predict.Expected{}, true
+// expectedOn is what the index's match m expects cached on u: its blocks,
+// if the index saw u serve them, at the distance of the tokens u was sent
+// to compute since.
+func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
+	if pl, ok := m.On(u.id); ok {
+		return predict.Expected{Cached: m.Blocks * blockTokens, Distance: u.computed.Load() - pl.Mark}
 	}
-	return predict.Expected{Cached: m.Blocks * blockTokens, Distance: u.computed.Load() - pl.Mark}, false
+	return predict.Expected{}
 }
 
 // affinity is least_ttft's choice while a model is cold: the upstream the
@@ -227,8 +213,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 			return Choice{}
 		}
 	}
-	x, _ := expectedOn(m, best, now)
-	c := Choice{Upstream: best, Affinity: affine, Expected: x, Load: best.PredictLoad()}
+	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.PredictLoad()}
 	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.Expected, c.Load)
 	return c
 }

@@ -295,7 +295,7 @@ func TestLeastTTFTAffinity(t *testing.T) {
 	var p fastjson.Parser
 	system := systemPrompt(1, 1500)
 	first := chatRequest(t, s, &p, system, "What is a token?")
-	g.index.Record(first.prompt.chain, prefix.Place{Upstream: ups[1].id, Mark: ups[1].computed.Load()})
+	g.index.Record(first.prompt.chain, ups[1].id, ups[1].computed.Load())
 	first.Release()
 	for i := range 10 {
 		req := chatRequest(t, s, &p, system, fmt.Sprintf("Question %d?", i))
@@ -331,8 +331,8 @@ func TestLeastTTFTEarlierPlace(t *testing.T) {
 	var p fastjson.Parser
 	system := systemPrompt(4, 1500)
 	req := chatRequest(t, s, &p, system, "First?")
-	g.index.Record(req.prompt.chain, prefix.Place{Upstream: ups[2].id, Mark: ups[2].computed.Load()})
-	g.index.Record(req.prompt.chain, prefix.Place{Upstream: ups[0].id, Mark: ups[0].computed.Load()})
+	g.index.Record(req.prompt.chain, ups[2].id, ups[2].computed.Load())
+	g.index.Record(req.prompt.chain, ups[0].id, ups[0].computed.Load())
 	req.Release()
 	for range 5 {
 		if _, rej := ups[0].Acquire(nil); rej != nil {
@@ -360,7 +360,6 @@ func TestLeastTTFTDistance(t *testing.T) {
 	var p fastjson.Parser
 	system := systemPrompt(5, 1500)
 	route := func(system, question string) (Choice, int) {
-		clk.Advance(time.Second) // the prefix computed, if it was sent to be
 		req := chatRequest(t, s, &p, system, question)
 		defer req.Release()
 		return choose(t, s, &req), req.PromptTokens
@@ -447,9 +446,7 @@ func TestLeastTTFTPlace(t *testing.T) {
 			if tc.want == nil && (c.Upstream == ups[2] || c.Affinity) || tc.want != nil && (c.Upstream != tc.want || !c.Affinity) {
 				t.Fatalf("%s (affinity %v, predicted %v); want %v", c.Upstream.Name, c.Affinity, c.Prediction.Total, tc.want)
 			}
-			// The next request of the prompt, once it is computed, finds it
-			// where it went.
-			clk.Advance(time.Second)
+			// The next request of the prompt finds it where it went.
 			req = chatRequest(t, s, &p, system, tc.name+" again")
 			again := choose(t, s, &req)
 			req.Release()
@@ -466,34 +463,6 @@ func TestLeastTTFTPlace(t *testing.T) {
 	req.Release()
 	if c.Upstream == ups[2] || c.Affinity {
 		t.Fatalf("a home at 2.5 times the soonest: %s, affinity %v", c.Upstream.Name, c.Affinity)
-	}
-}
-
-// TestLeastTTFTComputing: a request whose prefix is still being computed
-// where it went (the request that brought it is predicted to reach its
-// first token later) is not predicted to find it cached there, and is
-// placed elsewhere; once it is computed, the next one finds it.
-func TestLeastTTFTComputing(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 2, 0)
-	ups := r.Pool.Upstreams
-	for _, u := range ups {
-		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
-	}
-	var p fastjson.Parser
-	system := systemPrompt(7, 1500)
-	route := func(question string) Choice {
-		req := chatRequest(t, s, &p, system, question)
-		defer req.Release()
-		return choose(t, s, &req)
-	}
-	first := route("First?")
-	second := route("Second?") // at once
-	if second.Expected.Cached != 0 || second.Upstream == first.Upstream {
-		t.Fatalf("while %s computes the prefix: %s, expected %+v; want the other, nothing cached", first.Upstream.Name, second.Upstream.Name, second.Expected)
-	}
-	clk.Advance(first.Prediction.Total + time.Millisecond)
-	if third := route("Third?"); third.Expected.Cached == 0 {
-		t.Fatalf("once computed: %s, expected %+v; want it cached", third.Upstream.Name, third.Expected)
 	}
 }
 
@@ -521,9 +490,7 @@ func TestLeastTTFTColdStart(t *testing.T) {
 	if c.Upstream != want || !c.Affinity || c.Expected.Cached != 0 {
 		t.Fatalf("first request: %+v; want %s by rendezvous", c, want.Name)
 	}
-	// The same system prompt, another question, once the first is
-	// computed: the index's match.
-	clk.Advance(time.Second)
+	// The same system prompt, another question: the index's match.
 	req = chatRequest(t, s, &p, system, "Second?")
 	c = choose(t, s, &req)
 	req.Release()
@@ -536,7 +503,7 @@ func TestLeastTTFTColdStart(t *testing.T) {
 		other = ups[1]
 	}
 	req = chatRequest(t, s, &p, system, "Third?")
-	g.index.Record(req.prompt.chain, prefix.Place{Upstream: other.id, Mark: other.computed.Load()})
+	g.index.Record(req.prompt.chain, other.id, other.computed.Load())
 	if c = choose(t, s, &req); c.Upstream != other || !c.Affinity {
 		t.Fatalf("third request: %+v; want %s, where it was recorded", c, other.Name)
 	}

@@ -27,7 +27,7 @@ func TestAllocs(t *testing.T) {
 		{"AppendChat", func() { AppendChat(buf[:0], 1, v) }},
 		{"AppendPrompt", func() { AppendPrompt(buf[:0], 1, v.GetArray()[0].Get("content")) }},
 		{"Lookup", func() { x.Lookup(c) }},
-		{"Record", func() { x.Record(c, Place{Upstream: 3}) }},
+		{"Record", func() { x.Record(c, 3, 0) }},
 		{"PickBounded", func() { PickBounded(c[0], cands, DefaultEpsilon) }},
 	} {
 		if n := testing.AllocsPerRun(100, tc.f); n != 0 {

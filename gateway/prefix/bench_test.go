@@ -72,11 +72,11 @@ func benchIndex(tb testing.TB) (*Index, []uint64) {
 	for i := range 2 * DefaultCapacity {
 		if i%100 == 0 {
 			for s := range systems {
-				x.Record(systems[s], Place{Upstream: uint32(s)})
+				x.Record(systems[s], uint32(s), 0)
 			}
 		}
 		c := request(i%8, uint64(i))
-		x.Record(c[len(c)-2:], Place{Upstream: uint32(i % 100)})
+		x.Record(c[len(c)-2:], uint32(i%100), 0)
 	}
 	if x.Len() != x.Capacity() {
 		tb.Fatalf("benchIndex: %d entries of %d", x.Len(), x.Capacity())
@@ -141,7 +141,7 @@ func BenchmarkRecord(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			x.Record(chains[i%len(chains)], Place{Upstream: uint32(i % 100), Mark: uint64(i)})
+			x.Record(chains[i%len(chains)], uint32(i%100), uint64(i))
 			i++
 		}
 	})
@@ -153,7 +153,7 @@ func BenchmarkRecord(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			x.Record(chains[i%len(chains)], Place{Upstream: uint32(i % 100), Mark: uint64(i)})
+			x.Record(chains[i%len(chains)], uint32(i%100), uint64(i))
 			i++
 		}
 	})
@@ -186,7 +186,7 @@ func BenchmarkIndexParallel(b *testing.B) {
 				for pb.Next() {
 					c := chains[i%len(chains)]
 					m := x.Lookup(c)
-					x.Record(c, Place{Upstream: m.Latest(), Mark: uint64(i)})
+					x.Record(c, m.Latest(), uint64(i))
 					i++
 				}
 			})

@@ -35,7 +35,7 @@ func Example() {
 			up = prefix.PickBounded(chain[lead-1], upstreams, prefix.DefaultEpsilon)
 		}
 		upstreams[up].Load++ // in flight
-		index.Record(chain, prefix.Place{Upstream: uint32(up)})
+		index.Record(chain, uint32(up), 0)
 		fmt.Printf("%d of %d blocks matched; sent to upstream %d\n", m.Blocks, len(chain), up)
 	}
 	route(`{"messages":[{"role":"system","content":"You answer in French."},{"role":"user","content":"Hello!"}]}`)

@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultCapacity is an Index's capacity when Options leave it 0: 100,000
-// chain entries, ~6.5 MB (65 bytes each); at least 390 chains of
+// chain entries, ~5 MB (49 bytes each); at least 390 chains of
 // MaxBlocks, and thousands of the usual shape, a long system prompt shared
 // by many (its entries taken once) and a short question each.
 const DefaultCapacity = 100_000
@@ -59,16 +59,13 @@ type Options struct {
 // be sent nothing to find out otherwise. (put moves places as two.)
 const Places = 2
 
-// Place is an upstream that served a prefix, with the caller's mark then
+// Place is an upstream that served a prefix, and the caller's mark then
 // (the gateway's: how many tokens it had sent the upstream to compute, so
 // that the tokens sent since say whether the engine's cache has had to
-// evict the prefix), and when, on the caller's clock, the prefix is
-// expected computed there (until then a request for it finds it still
-// being computed: engines cache a prefix once computed, not before).
+// evict the prefix).
 type Place struct {
 	Upstream uint32
 	Mark     uint64
-	Ready    int64
 }
 
 // Match is what Lookup found: the longest recorded prefix of a chain.
@@ -111,16 +108,16 @@ func New(o Options) *Index {
 // Capacity is the most entries x holds.
 func (x *Index) Capacity() int { return len(x.sets) * ways }
 
-// Record notes that p.Upstream (an id of the caller's: one per upstream,
-// not reused for another) served the prompt chain names, as chain's
-// entries: each of its prefixes, dated now, p its latest place (the place
-// the upstream had, if any, moved there as p; the other kept behind it).
-// Record whole chains, so that every prefix of a recorded chain is
-// recorded too: Lookup relies on it.
-func (x *Index) Record(chain []uint64, p Place) {
+// Record notes that upstream (an id of the caller's: one per upstream, not
+// reused for another) served the prompt chain names, with mark, as chain's
+// entries: each of its prefixes, dated now, upstream its latest place (the
+// place it had, if any, moved there with the new mark; the other kept
+// behind it). Record whole chains, so that every prefix of a recorded chain
+// is recorded too: Lookup relies on it.
+func (x *Index) Record(chain []uint64, upstream uint32, mark uint64) {
 	now := x.clock.Now()
 	for _, h := range chain {
-		x.put(key(h), p, now)
+		x.put(key(h), Place{upstream, mark}, now)
 	}
 }
 

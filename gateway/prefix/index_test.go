@@ -30,7 +30,7 @@ func TestLookup(t *testing.T) {
 	}
 	long := chainOf(1, 100)
 	one := func(blocks int, up uint32, mark uint64) Match {
-		return Match{Blocks: blocks, Places: [Places]Place{{Upstream: up, Mark: mark}}, Served: 1}
+		return Match{Blocks: blocks, Places: [Places]Place{{up, mark}}, Served: 1}
 	}
 	two := func(blocks int, a, b Place) Match {
 		return Match{Blocks: blocks, Places: [Places]Place{a, b}, Served: 2}
@@ -50,15 +50,15 @@ func TestLookup(t *testing.T) {
 		{"diverging after a shared prefix", []record{{long[:30], 4, 0}}, append(long[:10:10], chainOf(2, 50)...), one(10, 4, 0)},
 		{"another family", []record{{long, 1, 0}}, chainOf(3, 100), Match{}},
 		{"the same upstream again: its new mark", []record{{long, 1, 10}, {long, 1, 20}}, long, one(100, 1, 20)},
-		{"two upstreams, the latest first", []record{{long[:50], 1, 10}, {long[:20], 2, 5}}, long[:20], two(20, Place{Upstream: 2, Mark: 5}, Place{Upstream: 1, Mark: 10})},
+		{"two upstreams, the latest first", []record{{long[:50], 1, 10}, {long[:20], 2, 5}}, long[:20], two(20, Place{2, 5}, Place{1, 10})},
 		{"the longest, not the latest", []record{{long[:50], 1, 10}, {long[:20], 2, 5}}, long, one(50, 1, 10)},
-		{"a third upstream: the oldest goes", []record{{long, 1, 10}, {long, 2, 5}, {long, 3, 7}}, long, two(100, Place{Upstream: 3, Mark: 7}, Place{Upstream: 2, Mark: 5})},
-		{"the earlier upstream again: to the front", []record{{long, 1, 10}, {long, 2, 5}, {long, 1, 30}}, long, two(100, Place{Upstream: 1, Mark: 30}, Place{Upstream: 2, Mark: 5})},
+		{"a third upstream: the oldest goes", []record{{long, 1, 10}, {long, 2, 5}, {long, 3, 7}}, long, two(100, Place{3, 7}, Place{2, 5})},
+		{"the earlier upstream again: to the front", []record{{long, 1, 10}, {long, 2, 5}, {long, 1, 30}}, long, two(100, Place{1, 30}, Place{2, 5})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := New(Options{Capacity: 4096})
 			for _, r := range tc.records {
-				x.Record(r.chain, Place{Upstream: r.upstream, Mark: r.mark})
+				x.Record(r.chain, r.upstream, r.mark)
 			}
 			if got := x.Lookup(tc.query); got != tc.want {
 				t.Errorf("Lookup = %+v, want %+v", got, tc.want)
@@ -67,33 +67,19 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// TestRecordReady: a place keeps the whole Place it was recorded with,
-// its ready time too, and moves behind a newer upstream whole.
-func TestRecordReady(t *testing.T) {
-	x := New(Options{Capacity: 64})
-	c := chainOf(1, 4)
-	x.Record(c, Place{Upstream: 1, Mark: 10, Ready: 500})
-	x.Record(c, Place{Upstream: 1, Mark: 20, Ready: 900})
-	x.Record(c, Place{Upstream: 2, Mark: 5, Ready: 700})
-	want := Match{Blocks: 4, Places: [Places]Place{{Upstream: 2, Mark: 5, Ready: 700}, {Upstream: 1, Mark: 20, Ready: 900}}, Served: 2}
-	if got := x.Lookup(c); got != want {
-		t.Errorf("Lookup = %+v, want %+v", got, want)
-	}
-}
-
 // TestMatchOn: where a match has an upstream.
 func TestMatchOn(t *testing.T) {
-	m := Match{Blocks: 3, Places: [Places]Place{{Upstream: 7, Mark: 100}, {Upstream: 0, Mark: 40}}, Served: 2}
+	m := Match{Blocks: 3, Places: [Places]Place{{7, 100}, {0, 40}}, Served: 2}
 	for _, tc := range []struct {
 		up   uint32
 		want Place
 		ok   bool
-	}{{7, Place{Upstream: 7, Mark: 100}, true}, {0, Place{Upstream: 0, Mark: 40}, true}, {5, Place{}, false}} {
+	}{{7, Place{7, 100}, true}, {0, Place{0, 40}, true}, {5, Place{}, false}} {
 		if got, ok := m.On(tc.up); got != tc.want || ok != tc.ok {
 			t.Errorf("On(%d) = %+v, %v; want %+v, %v", tc.up, got, ok, tc.want, tc.ok)
 		}
 	}
-	one := Match{Blocks: 3, Places: [Places]Place{{Upstream: 7, Mark: 100}}, Served: 1}
+	one := Match{Blocks: 3, Places: [Places]Place{{7, 100}}, Served: 1}
 	if _, ok := one.On(0); ok {
 		t.Error("a match served once has an upstream 0 in its empty place")
 	}
@@ -102,7 +88,7 @@ func TestMatchOn(t *testing.T) {
 // TestLookupZeroHash: a hash of 0 is kept, not taken for an empty way.
 func TestLookupZeroHash(t *testing.T) {
 	x := New(Options{Capacity: 8})
-	x.Record([]uint64{0}, Place{Upstream: 9})
+	x.Record([]uint64{0}, 9, 0)
 	if m := x.Lookup([]uint64{0}); m.Blocks != 1 || m.Latest() != 9 {
 		t.Errorf("Lookup of hash 0 = %+v", m)
 	}
@@ -122,9 +108,9 @@ func TestFlood(t *testing.T) {
 	first := chainOf(1, chainLen)
 	for f := range uint64(unique) {
 		clk.Advance(time.Millisecond)
-		x.Record(chainOf(f+1, chainLen), Place{Upstream: 1})
+		x.Record(chainOf(f+1, chainLen), 1, 0)
 		if f%10 == 0 { // 160 new entries between two uses of hot
-			x.Record(hot, Place{Upstream: 2})
+			x.Record(hot, 2, 0)
 		}
 	}
 	if n := x.Len(); n != x.Capacity() {
@@ -152,8 +138,8 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				own := chainOf(uint64(g)<<20|uint64(i%50+1), 24)
-				x.Record(own, Place{Upstream: g})
-				x.Record(shared, Place{Upstream: g})
+				x.Record(own, g, 0)
+				x.Record(shared, g, 0)
 				if m := x.Lookup(own); m.Blocks > 0 && m.Latest() != g {
 					t.Errorf("goroutine %d's chain found on upstream %d", g, m.Latest())
 				}
@@ -186,13 +172,13 @@ func TestLookupHoles(t *testing.T) {
 	} {
 		var clk clock.Fake
 		x := New(Options{Capacity: ways, Clock: &clk})
-		x.Record(c, Place{Upstream: 1})
+		x.Record(c, 1, 0)
 		for i := range ways - len(c) {
-			x.Record(chainOf(uint64(200+i), 1), Place{Upstream: 3})
+			x.Record(chainOf(uint64(200+i), 1), 3, 0)
 		}
 		clk.Advance(time.Second)
 		for i := range tc.evicted {
-			x.Record(chainOf(uint64(100+i), 1), Place{Upstream: 2})
+			x.Record(chainOf(uint64(100+i), 1), 2, 0)
 		}
 		if m := x.Lookup(c); m.Blocks != tc.want || m.Blocks > 0 && m.Latest() != 1 {
 			t.Errorf("%d evicted: %+v, want %d blocks on upstream 1", tc.evicted, m, tc.want)
