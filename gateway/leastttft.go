@@ -101,7 +101,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		}
 	}
 	if c.Predicted && !held && pr != nil && pr.lead > 0 {
-		p.place(&c, except, now, pr.chain[pr.lead-1], bound, tokens, slo)
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -137,7 +137,8 @@ func (p *Pool) bound(total int64, avail int) int64 {
 const placeWithin = 2
 
 // place is least_ttft's choice for a prompt no upstream is predicted to
-// hold (a new one, or one evicted everywhere), c the soonest prediction:
+// hold (a new one, or one evicted everywhere: m, the index's match, names
+// none but as evicted), c the soonest prediction:
 // where rendezvous hashing on key (its first message) prefers, among the
 // upstreams under bound predicted within placeWithin times c's total, and
 // within slo when it is set. Every request of the prompt that follows
@@ -146,7 +147,7 @@ const placeWithin = 2
 // an engine of a slower prefill but room in its cache held nothing: one
 // request placed a little later saves the prompt's prefill on every one
 // after it. It marks c as affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, bound int64, tokens int, slo time.Duration) {
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, slo time.Duration) {
 	limit := placeWithin * c.Prediction.Total
 	if slo > 0 {
 		limit = min(limit, slo)
@@ -158,8 +159,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, bound i
 			continue
 		}
 		if w := prefix.Weight(key, u.hash); best == nil || w > bestW {
-			load := u.PredictLoad()
-			if pred, ok := u.model.Predict(time.Duration(now), tokens, predict.Expected{}, load); ok && pred.Total <= limit {
+			if pred, ok := u.model.Predict(time.Duration(now), tokens, expectedOn(m, u), u.PredictLoad()); ok && pred.Total <= limit {
 				best, bestW = u, w
 			}
 		}
@@ -167,9 +167,9 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, bound i
 	if best == nil || best == c.Upstream {
 		return
 	}
-	load := best.PredictLoad()
-	pred, _ := best.model.Predict(time.Duration(now), tokens, predict.Expected{}, load)
-	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Load: load}
+	load, x := best.PredictLoad(), expectedOn(m, best)
+	pred, _ := best.model.Predict(time.Duration(now), tokens, x, load)
+	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 }
 
 // expectedOn is what the index's match m expects cached on u: its blocks,

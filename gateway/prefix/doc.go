@@ -1,6 +1,6 @@
 // Package prefix is prefix affinity for routing: a request's prompt named
 // by a chain of hashes of its leading blocks (chain.go), a bounded index of
-// which upstream last served each chain (index.go), and, for a prompt with
+// which upstreams last served each chain (index.go), and, for a prompt with
 // no history, rendezvous hashing with bounded load (rendezvous.go).
 //
 // Engines keep the key-value cache of the prompts they prefilled and serve
