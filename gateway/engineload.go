@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/ttftlens/ttftlens/gateway/predict"
+import (
+	"time"
+
+	"github.com/ttftlens/ttftlens/gateway/predict"
+)
 
 // EngineLoad is an upstream's load as its engine reports it on its own
 // /metrics (the proxy scrapes it and hands it to SetEngineLoad).
@@ -94,11 +98,12 @@ func (u *Upstream) loadKey() (k loadKey, known bool) {
 // ahead at its engine, as least_load blends them (loadKey's waiting: the
 // last scrape's waiting count, this replica's requests since counted as
 // waiting), when the engine's load is known; and this replica's
-// outstanding requests on u (queued here or in flight). Choose reads it
+// outstanding requests on u (queued here or in flight); and the engine
+// time routed to u predicted not done yet (its backlog). Choose reads it
 // into Choice.Load; read at routing, it is the request's
 // Observation.Load.
 func (u *Upstream) PredictLoad() predict.Load {
-	l := predict.Load{InFlight: u.outstanding.Load()}
+	l := predict.Load{InFlight: u.outstanding.Load(), Backlog: max(time.Duration(u.busyUntil.Load()-u.g.now()), 0)}
 	if k, known := u.loadKey(); known {
 		l.Waiting, l.EngineKnown = k.waiting, true
 	}

@@ -115,10 +115,25 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		computed = max(tokens-c.Expected.Cached, 0)
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
+	if c.Predicted {
+		c.Upstream.addBacklog(now, c.Prediction.Parts[predict.Preparation]+c.Prediction.Parts[predict.Prefill]+c.Prediction.Parts[predict.Unattributed])
+	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
 	return c, nil
+}
+
+// addBacklog adds work, engine time predicted for a request routed at now,
+// to u's backlog: it runs from when the work before it is predicted done,
+// or from now if that is past.
+func (u *Upstream) addBacklog(now int64, work time.Duration) {
+	for {
+		old := u.busyUntil.Load()
+		if u.busyUntil.CompareAndSwap(old, max(old, now)+int64(work)) {
+			return
+		}
+	}
 }
 
 // bound is least_ttft's load bound for avail upstreams holding total

@@ -673,3 +673,29 @@ func TestPickLeastTTFT(t *testing.T) {
 		}
 	}
 }
+
+// TestBacklog: the engine time routed to an upstream runs one request
+// after another from when each was routed, and drains as the gateway's
+// clock moves.
+func TestBacklog(t *testing.T) {
+	_, _, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	if b := u.PredictLoad().Backlog; b != 0 {
+		t.Fatalf("a new upstream's backlog: %v", b)
+	}
+	now := int64(clk.Now())
+	u.addBacklog(now, 300*time.Millisecond)
+	u.addBacklog(now, 200*time.Millisecond) // behind the first
+	if b := u.PredictLoad().Backlog; b != 500*time.Millisecond {
+		t.Fatalf("two requests' work: backlog %v, want 500ms", b)
+	}
+	clk.Advance(400 * time.Millisecond)
+	if b := u.PredictLoad().Backlog; b != 100*time.Millisecond {
+		t.Fatalf("400 ms on: backlog %v, want 100ms", b)
+	}
+	clk.Advance(time.Second)
+	u.addBacklog(int64(clk.Now()), 50*time.Millisecond) // from now: the engine was idle
+	if b := u.PredictLoad().Backlog; b != 50*time.Millisecond {
+		t.Fatalf("after an idle spell: backlog %v, want 50ms", b)
+	}
+}

@@ -123,11 +123,14 @@ type Upstream struct {
 	// reused), hash in rendezvous hashing (of URL: the same in every
 	// replica), model predicts its TTFT (Observe teaches it); computed
 	// counts the prompt tokens routed to u that the index did not expect
-	// cached there (the prefix index's marks: predict.Expected.Distance).
-	id       uint32
-	hash     uint64
-	model    *predict.Model
-	computed atomic.Uint64
+	// cached there (the prefix index's marks: predict.Expected.Distance);
+	// busyUntil is when, on the gateway's clock, the engine time routed to
+	// u is predicted done (predict.Load.Backlog).
+	id        uint32
+	hash      uint64
+	model     *predict.Model
+	computed  atomic.Uint64
+	busyUntil atomic.Int64
 }
 
 // newUpstream makes the Upstream of u. g.mu is held.

@@ -99,8 +99,9 @@ func warm(t *testing.T, addr string, sink *captureSink, ups []*gateway.Upstream,
 // TestLeastTTFTAvoidsSlowPrefill: of three engines, one with a prefill
 // four times slower: once each has served a request (cold start: prefix
 // affinity spreads them), least_ttft predicts the slow one's TTFT highest
-// and sends it nothing; every record carries the prediction, the policy
-// and the engine's cached tokens, and its predicted stages are those of
+// (past twice the soonest, where no new prompt is placed) and sends it
+// nothing; every record carries the prediction, the policy and the
+// engine's cached tokens, and its predicted stages are those of
 // an engine that reports its split (prefill predicted, nothing
 // unattributed beyond the network).
 func TestLeastTTFTAvoidsSlowPrefill(t *testing.T) {
@@ -116,9 +117,12 @@ func TestLeastTTFTAvoidsSlowPrefill(t *testing.T) {
 			t.Fatalf("request %d went to the slow engine: predicted %v (%v), measured %v",
 				i, r.Prediction, r.PredictionOff, r.bd.Stages)
 		}
-		if !r.Predicted || r.Policy != gateway.PolicyLeastTTFT || r.PrefixAffinity || !r.CachedReported {
-			t.Fatalf("request %d: predicted %v, policy %q, affinity %v, cached reported %v",
-				i, r.Predicted, r.Policy, r.PrefixAffinity, r.CachedReported)
+		// A new prompt may be placed by rendezvous hashing (the record
+		// says prefix_affinity), among the upstreams predicted within twice
+		// the soonest: never the slow one.
+		if !r.Predicted || r.Policy != gateway.PolicyLeastTTFT || !r.CachedReported {
+			t.Fatalf("request %d: predicted %v, policy %q, cached reported %v",
+				i, r.Predicted, r.Policy, r.CachedReported)
 		}
 		if r.Prediction[stages.Prefill] <= 0 || r.Prediction[stages.Gateway] != 0 || r.Prediction[stages.Route] != 0 {
 			t.Fatalf("request %d: predicted stages %v: want a prefill, nothing before the queue", i, r.Prediction)

@@ -34,11 +34,12 @@ type Config struct {
 	HalfLife time.Duration
 }
 
-// The fits a Model keeps: each part's, the queue's twice over.
+// The fits a Model keeps: each part's, the queue's three times over.
 const (
-	fitQueueEngine = iota // queue against the engine's waiting requests (Load.Waiting)
-	fitQueueFlight        // queue against this replica's in flight, when the engine's load is unknown
-	fitPreparation        // a mean
+	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
+	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
+	fitQueueBacklog        // queue against the backlog (Load.Backlog, in milliseconds), where it fits best
+	fitPreparation         // a mean
 	// The prefill against uncached prompt tokens, twice: over the hits
 	// (the engine reported at least half the prompt cached), and over the
 	// rest. A hit computes a few tokens, each attending to a long cached
@@ -73,10 +74,11 @@ const (
 
 // The flags a Model publishes with its lines.
 const (
-	flagEngineQueue = 1 << iota // the engine's load was known for most recent observations, and its line fits them no worse than the in-flight one: fitQueueEngine applies
-	flagUnsplit                 // most recent observations were unsplit: fitWhole applies
-	flagCached                  // the engine reported its cached tokens for most recent observations
-	flagObserved                // the first of numFits flags, one a fit: observed (observed(f))
+	flagEngineQueue  = 1 << iota // the engine's load was known for most recent observations, and its line fits them no worse than the in-flight one: fitQueueEngine applies
+	flagBacklogQueue             // the backlog's line fits the recent observations better than the other queue line: fitQueueBacklog applies
+	flagUnsplit                  // most recent observations were unsplit: fitWhole applies
+	flagCached                   // the engine reported its cached tokens for most recent observations
+	flagObserved                 // the first of numFits flags, one a fit: observed (observed(f))
 )
 
 // observed is the flag saying fit f has taken an observation.
@@ -158,6 +160,7 @@ func (m *Model) Observe(o Observation) {
 	part := func(p Part) float64 { return float64(o.Parts[p]) }
 	queue := part(Queue)
 	m.fits[fitQueueFlight].add(w, float64(max(o.Load.InFlight, 0)), queue)
+	m.fits[fitQueueBacklog].add(w, msOf(o.Load.Backlog), queue)
 	if o.Load.EngineKnown {
 		m.wEngine += w
 		m.fits[fitQueueEngine].add(w, float64(max(o.Load.Waiting, 0)), queue)
@@ -207,8 +210,13 @@ func (m *Model) Observe(o Observation) {
 // publish makes m's lines and flags Predict's. Called with m.mu held.
 func (m *Model) publish() {
 	var flags uint32
+	queue := fitQueueFlight
 	if m.wEngine*2 > m.wAll && m.fits[fitQueueEngine].residual() <= m.fits[fitQueueFlight].residual() {
 		flags |= flagEngineQueue
+		queue = fitQueueEngine
+	}
+	if m.fits[fitQueueBacklog].n >= warm && m.fits[fitQueueBacklog].residual() < m.fits[queue].residual() {
+		flags |= flagBacklogQueue
 	}
 	if m.wUnsplit*2 > m.wAll {
 		flags |= flagUnsplit
@@ -288,9 +296,12 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	line := func(f int, x float64) time.Duration {
 		return time.Duration(max(lines[f][0]+lines[f][1]*x, 0))
 	}
-	if load.EngineKnown && flags&flagEngineQueue != 0 {
+	switch {
+	case flags&flagBacklogQueue != 0:
+		p.Parts[Queue] = line(fitQueueBacklog, msOf(load.Backlog))
+	case load.EngineKnown && flags&flagEngineQueue != 0:
 		p.Parts[Queue] = line(fitQueueEngine, float64(max(load.Waiting, 0)))
-	} else {
+	default:
 		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
 	}
 	// The tokens to compute, in the engine's: the prompt past what is
@@ -335,6 +346,10 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	p.Age = now - time.Duration(at)
 	return p, true
 }
+
+// msOf is d in milliseconds: the backlog line's unit, in which its spread
+// test reads whole units.
+func msOf(d time.Duration) float64 { return float64(max(d, 0)) / float64(time.Millisecond) }
 
 // cachedExpected is the prompt tokens to predict as cached for a prompt of
 // promptTokens of which the prefix index expects expected cached: none for

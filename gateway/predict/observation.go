@@ -58,6 +58,13 @@ type Load struct {
 	// or admitted and not ended (the gateway's Upstream.PredictLoad: its
 	// outstanding requests), the new one not counted.
 	InFlight int64
+	// Backlog is the engine time this replica has sent the upstream that
+	// is predicted not done yet: the predicted preparation and prefill of
+	// the requests it routed there, run one after another from when each
+	// was routed (or the last was predicted done). The requests ahead in
+	// time, not in number: a miss ahead holds a request longer than a
+	// hit does.
+	Backlog time.Duration
 }
 
 // Expected is what the prefix index expects of an upstream's prefix cache

@@ -129,3 +129,25 @@ func TestHitPrefill(t *testing.T) {
 		t.Errorf("a miss: prefill %v, want %v", miss.Parts[Prefill], want)
 	}
 }
+
+// TestBacklogQueue: where the queue follows the work ahead rather than the
+// number of requests ahead (a miss ahead holds a request as long as ten
+// hits), the backlog's line is taken, and predicts it.
+func TestBacklogQueue(t *testing.T) {
+	m := New(Config{})
+	for i := range 60 {
+		ahead := int64(i % 4)                                       // requests ahead
+		backlog := time.Duration((i*7)%10) * 100 * time.Millisecond // their work: not their number
+		m.Observe(Observation{
+			End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true, PromptTokens: 100,
+			Load:  Load{InFlight: ahead, Waiting: ahead, EngineKnown: true, Backlog: backlog},
+			Parts: Parts{Queue: backlog, Prefill: 10 * time.Millisecond},
+		})
+	}
+	for _, backlog := range []time.Duration{0, 300 * time.Millisecond, 900 * time.Millisecond} {
+		p, _ := m.Predict(3*time.Second, 100, Expected{}, Load{InFlight: 1, Waiting: 1, EngineKnown: true, Backlog: backlog})
+		if d := p.Parts[Queue] - backlog; d < -5*time.Millisecond || d > 5*time.Millisecond {
+			t.Errorf("backlog %v: queue %v, want it", backlog, p.Parts[Queue])
+		}
+	}
+}
