@@ -102,8 +102,12 @@ func (u *Upstream) loadKey() (k loadKey, known bool) {
 // time routed to u predicted not done yet (its backlog). Choose reads it
 // into Choice.Load; read at routing, it is the request's
 // Observation.Load.
-func (u *Upstream) PredictLoad() predict.Load {
-	l := predict.Load{InFlight: u.outstanding.Load(), Backlog: max(time.Duration(u.busyUntil.Load()-u.g.now()), 0)}
+func (u *Upstream) PredictLoad() predict.Load { return u.loadAt(u.g.now()) }
+
+// loadAt is PredictLoad at now, the gateway's clock as read once for a
+// choice among many upstreams.
+func (u *Upstream) loadAt(now int64) predict.Load {
+	l := predict.Load{InFlight: u.outstanding.Load(), Backlog: max(time.Duration(u.busyUntil.Load()-now), 0)}
 	if k, known := u.loadKey(); known {
 		l.Waiting, l.EngineKnown = k.waiting, true
 	}

@@ -89,7 +89,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
 			continue
 		}
-		load, x := u.PredictLoad(), expectedOn(&m, u)
+		load, x := u.loadAt(now), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
 			c = p.affinity(start, except, now, pr, &m, bound, tokens)
@@ -108,7 +108,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		if c.Upstream == nil {
 			return Choice{}, noHealthy(p, except, now)
 		}
-		c.Load = c.Upstream.PredictLoad()
+		c.Load = c.Upstream.loadAt(now)
 	}
 	computed := tokens
 	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
@@ -174,7 +174,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 			continue
 		}
 		if w := prefix.Weight(key, u.hash); best == nil || w > bestW {
-			if pred, ok := u.model.Predict(time.Duration(now), tokens, expectedOn(m, u), u.PredictLoad()); ok && pred.Total <= limit {
+			if pred, ok := u.model.Predict(time.Duration(now), tokens, expectedOn(m, u), u.loadAt(now)); ok && pred.Total <= limit {
 				best, bestW = u, w
 			}
 		}
@@ -182,7 +182,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	if best == nil || best == c.Upstream {
 		return
 	}
-	load, x := best.PredictLoad(), expectedOn(m, best)
+	load, x := best.loadAt(now), expectedOn(m, best)
 	pred, _ := best.model.Predict(time.Duration(now), tokens, x, load)
 	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 }
@@ -228,7 +228,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 			return Choice{}
 		}
 	}
-	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.PredictLoad()}
+	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.loadAt(now)}
 	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.Expected, c.Load)
 	return c
 }
