@@ -59,10 +59,11 @@ func TestChooseAllocs(t *testing.T) {
 					t.Fatal(rej)
 				}
 				c, rej := s.Choose(&req, nil)
-				req.Release()
 				if rej != nil {
 					t.Fatal(rej)
 				}
+				s.Commit(&req, &c)
+				req.Release()
 				release, rej := c.Upstream.Acquire(nil)
 				if rej != nil {
 					t.Fatal(rej)

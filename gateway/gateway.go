@@ -13,15 +13,16 @@
 //	req, rej := s.CheckRequest(parser, gateway.Chat, body)
 //	res, rej := s.Admit(key, req.Reserve())
 //	dl, rej := req.Route.Deadlines(flagDefaults, totalHdr, ttftHdr)
-//	slo, rej := req.Route.SLO(sloHdr)          // mark gateway_done
-//	c, rej := s.Choose(&req, nil)              // mark routed; up := c.Upstream
+//	slo, rej := req.Route.SLO(sloHdr)          // mark gateway_done; req.SLO = slo
+//	c, rej := s.Choose(&req, nil)              // up := c.Upstream
 //	                                           // (or s.Pick(req.Route, nil): the upstream alone)
 //	rej := RefuseSLO(&c, slo, elapsed)         // or Choose on req.Route.Fallback
+//	s.Commit(&req, &c)                         // mark routed
 //	release, rej := up.Acquire(clientGone)     // mark admitted
 //	... the upstream exchange; after a failed connect (nothing reached the
 //	    engine), once: g.Done(up, false); release();
-//	    c2, rej := s.Choose(&req, up); release2, rej := c2.Upstream.Acquire(...)
-//	req.Release()                              // after the last Choose
+//	    c2, rej := s.Choose(&req, up); s.Commit(&req, &c2); release2, rej := c2.Upstream.Acquire(...)
+//	req.Release()                              // after the last Choose and Commit
 //	g.Done(up, ok); release(); res.Settle(actualTokens)
 //	up.Observe(&c, ...)                        // the record's split, for least_ttft
 //

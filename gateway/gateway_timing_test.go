@@ -65,10 +65,12 @@ func (gb *gatewayBench) step(p *fastjson.Parser, i int) error {
 		return rej
 	}
 	c, rej := s.Choose(&req, nil)
-	req.Release()
 	if rej != nil {
+		req.Release()
 		return rej
 	}
+	s.Commit(&req, &c)
+	req.Release()
 	u := c.Upstream
 	release, rej := u.Acquire(nil)
 	if rej != nil {
@@ -171,9 +173,12 @@ func BenchmarkChooseLeastTTFT(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, rej := s.Choose(&reqs[i%len(reqs)], nil); rej != nil {
+		req := &reqs[i%len(reqs)]
+		c, rej := s.Choose(req, nil)
+		if rej != nil {
 			b.Fatal(rej)
 		}
+		s.Commit(req, &c)
 	}
 }
 

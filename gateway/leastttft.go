@@ -40,7 +40,9 @@ type Choice struct {
 // Choose chooses the upstream for req (a valid Request of this Snapshot) as
 // Pick does for its route, except in a least_ttft pool, where it routes by
 // the request's prompt and size too and says how in the Choice. except is
-// Pick's. Call req.Release after the last Choose for the request.
+// Pick's. It changes nothing: call Commit once the request is to be sent
+// (RefuseSLO did not refuse it), and req.Release after the last Choose and
+// Commit for the request.
 func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 	if p := req.Route.Pool; p.kind == policyLeastTTFT {
 		return p.leastTTFT(req.prompt, req.PromptTokens, req.SLO, except)
@@ -59,8 +61,7 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // its longest recorded prefix served; the first in rotation order on a
 // tie. A prompt no upstream is predicted to hold is placed instead
 // (place). While an upstream under the bound has no model yet, prefix
-// affinity chooses (affinity). The chosen upstream is recorded in the
-// index as the latest to serve pr's chain.
+// affinity chooses (affinity). Commit records the choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -100,7 +101,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
-	if c.Predicted && !held && pr != nil && pr.lead > 0 {
+	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
@@ -110,18 +111,34 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		}
 		c.Load = c.Upstream.loadAt(now)
 	}
+	return c, nil
+}
+
+// Commit notes that req, routed as c by Choose, is being sent. In a
+// least_ttft pool, c's upstream takes the request's tokens into its count
+// of tokens computed (all of them, or those past what was expected
+// cached) and its predicted engine time into its backlog, and is recorded
+// in the prefix index as the latest to serve req's chain, with that count
+// as its mark. Elsewhere it does nothing. A request refused after Choose
+// is not committed, and leaves no trace.
+func (s *Snapshot) Commit(req *Request, c *Choice) {
+	if p := req.Route.Pool; p.kind == policyLeastTTFT && c.Upstream != nil {
+		p.commit(req.prompt, req.PromptTokens, c)
+	}
+}
+
+func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 	computed := tokens
 	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
 		computed = max(tokens-c.Expected.Cached, 0)
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
 	if c.Predicted {
-		c.Upstream.addBacklog(now, c.Prediction.Parts[predict.Preparation]+c.Prediction.Parts[predict.Prefill]+c.Prediction.Parts[predict.Unattributed])
+		c.Upstream.addBacklog(p.g.now(), c.Prediction.Parts[predict.Preparation]+c.Prediction.Parts[predict.Prefill]+c.Prediction.Parts[predict.Unattributed])
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
-	return c, nil
 }
 
 // addBacklog adds work, engine time predicted for a request routed at now,
@@ -153,7 +170,10 @@ const placeWithin = 2
 
 // place is least_ttft's choice for a prompt no upstream is predicted to
 // hold (a new one, or one evicted everywhere: m, the index's match, names
-// none but as evicted), c the soonest prediction:
+// none but as evicted) that is likely to come again (its first message is
+// followed by others, as a system prompt is by a question, or the index
+// has seen some of it before: a lone new message is left to the soonest,
+// as nothing would find it where it was placed), c the soonest prediction:
 // where rendezvous hashing on key (its first message) prefers, among the
 // upstreams under bound predicted within placeWithin times c's total, and
 // within slo when it is set. Every request of the prompt that follows

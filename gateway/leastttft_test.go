@@ -102,6 +102,7 @@ func choose(t testing.TB, s *Snapshot, req *Request) Choice {
 	if rej != nil {
 		t.Fatal(rej)
 	}
+	s.Commit(req, &c)
 	return c
 }
 
@@ -456,13 +457,45 @@ func TestLeastTTFTPlace(t *testing.T) {
 		})
 	}
 
-	// Twice as slow is too slow: a home at 2.5 times the soonest.
+	// A lone message, new: nothing would find it where it was placed, so
+	// the soonest.
+	lone := func() string {
+		for i := 0; ; i++ {
+			body := fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":%q}]}`, homed(ups[2])+fmt.Sprint(i))
+			req, rej := s.CheckRequest(&p, Chat, body)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			key := req.prompt.chain[req.prompt.lead-1]
+			home := ups[0]
+			for _, v := range ups {
+				if prefix.Weight(key, v.hash) > prefix.Weight(key, home.hash) {
+					home = v
+				}
+			}
+			req.Release()
+			if home == ups[2] {
+				return string(body)
+			}
+		}
+	}()
+	req, rej := s.CheckRequest(&p, Chat, []byte(lone))
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	if c := choose(t, s, &req); c.Upstream == ups[2] || c.Affinity {
+		t.Fatalf("a lone new message whose home is %s: %s, affinity %v; want the soonest", ups[2].Name, c.Upstream.Name, c.Affinity)
+	}
+	req.Release()
+
+	// Twice as slow is too slow: a home at 2.5 times the soonest is passed
+	// over (for the next the hashing prefers within twice).
 	engine{perToken: 250 * time.Microsecond}.teach(ups[2], clk.Now())
-	req := chatRequest(t, s, &p, homed(ups[2]), "?")
+	req = chatRequest(t, s, &p, homed(ups[2]), "?")
 	c := choose(t, s, &req)
 	req.Release()
-	if c.Upstream == ups[2] || c.Affinity {
-		t.Fatalf("a home at 2.5 times the soonest: %s, affinity %v", c.Upstream.Name, c.Affinity)
+	if c.Upstream == ups[2] {
+		t.Fatalf("a home at 2.5 times the soonest: %s, affinity %v; want another", c.Upstream.Name, c.Affinity)
 	}
 }
 
@@ -697,5 +730,34 @@ func TestBacklog(t *testing.T) {
 	u.addBacklog(int64(clk.Now()), 50*time.Millisecond) // from now: the engine was idle
 	if b := u.PredictLoad().Backlog; b != 50*time.Millisecond {
 		t.Fatalf("after an idle spell: backlog %v, want 50ms", b)
+	}
+}
+
+// TestLeastTTFTCommit: Choose changes nothing (a request the SLO refuses
+// after it leaves no trace); Commit records the prompt where it went and
+// adds its tokens and predicted engine time to the upstream's counts.
+func TestLeastTTFTCommit(t *testing.T) {
+	g, s, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	var p fastjson.Parser
+	req := chatRequest(t, s, &p, systemPrompt(8, 1500), "?")
+	defer req.Release()
+	c, rej := s.Choose(&req, nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	if m := g.index.Lookup(req.prompt.chain); m.Blocks != 0 || u.computed.Load() != 0 || u.PredictLoad().Backlog != 0 {
+		t.Fatalf("after Choose alone: index %+v, computed %d, backlog %v; want nothing", m, u.computed.Load(), u.PredictLoad().Backlog)
+	}
+	s.Commit(&req, &c)
+	if m := g.index.Lookup(req.prompt.chain); m.Blocks != len(req.prompt.chain) || m.Latest() != u.id {
+		t.Fatalf("after Commit: index %+v; want the whole chain on %s", m, u.Name)
+	}
+	if got := u.computed.Load(); got != uint64(req.PromptTokens) {
+		t.Fatalf("after Commit: computed %d, want the prompt's %d", got, req.PromptTokens)
+	}
+	if got := u.PredictLoad().Backlog; got <= 0 || got > c.Prediction.Total {
+		t.Fatalf("after Commit: backlog %v, want the predicted engine time, within %v", got, c.Prediction.Total)
 	}
 }

@@ -306,6 +306,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 		}
 		return nil, false
 	}
+	snap.Commit(req, &c)
 	up := c.Upstream
 	x.lease.choice = c
 	recordChoice(rec, &c, req.Route.Pool.Policy)
