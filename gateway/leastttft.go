@@ -21,10 +21,10 @@ type Choice struct {
 	// Predicted (its model has been observed).
 	Prediction predict.Prediction
 	Predicted  bool
-	// Affinity says prefix affinity chose the upstream, not the
-	// predictions (some upstream in rotation had no model yet): where the
+	// Affinity says prefix affinity chose the upstream, not the lowest
+	// prediction: some upstream in rotation had no model yet (where the
 	// request's longest recorded prefix was last served, else rendezvous
-	// hashing on its first message.
+	// hashing on its first message), or a new prompt was placed (place).
 	Affinity bool
 	// Expected is what the prefix index expected of the chosen upstream's
 	// prefix cache: the blocks it matched there, 16 tokens each (none when
@@ -87,7 +87,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	held := false // some upstream is predicted to hold pr's prefix
 	for i := range n {
 		u := ups[(start+i)%n]
-		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
+		if !eligible(u, except, now, bound) {
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(&m, u)
@@ -187,24 +187,28 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	if slo > 0 {
 		limit = min(limit, slo)
 	}
-	var best *Upstream
+	var best Choice
 	var bestW uint64
 	for _, u := range p.Upstreams {
-		if u == except || !u.available(now) || u.outstanding.Load() >= bound {
+		if !eligible(u, except, now, bound) {
 			continue
 		}
-		if w := prefix.Weight(key, u.hash); best == nil || w > bestW {
-			if pred, ok := u.model.Predict(time.Duration(now), tokens, expectedOn(m, u), u.loadAt(now)); ok && pred.Total <= limit {
-				best, bestW = u, w
+		if w := prefix.Weight(key, u.hash); best.Upstream == nil || w > bestW {
+			load, x := u.loadAt(now), expectedOn(m, u)
+			if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit {
+				best, bestW = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}, w
 			}
 		}
 	}
-	if best == nil || best == c.Upstream {
-		return
+	if best.Upstream != nil && best.Upstream != c.Upstream {
+		*c = best
 	}
-	load, x := best.loadAt(now), expectedOn(m, best)
-	pred, _ := best.model.Predict(time.Duration(now), tokens, x, load)
-	*c = Choice{Upstream: best, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
+}
+
+// eligible says u may be chosen: not excepted, available at now, and
+// holding fewer outstanding requests than bound.
+func eligible(u, except *Upstream, now, bound int64) bool {
+	return u != except && u.available(now) && u.outstanding.Load() < bound
 }
 
 // expectedOn is what the index's match m expects cached on u: its blocks,
@@ -224,10 +228,9 @@ func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
 // Its prediction is in the Choice when its model has one.
 func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m *prefix.Match, bound int64, tokens int) Choice {
 	var best *Upstream
-	ok := func(u *Upstream) bool { return u != except && u.available(now) && u.outstanding.Load() < bound }
 	if m.Blocks > 0 {
 		for _, u := range p.Upstreams {
-			if u.id == m.Latest() && ok(u) {
+			if u.id == m.Latest() && eligible(u, except, now, bound) {
 				best = u
 				break
 			}
@@ -237,7 +240,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 		key := pr.chain[pr.lead-1]
 		var bestW uint64
 		for _, u := range p.Upstreams {
-			if w := prefix.Weight(key, u.hash); ok(u) && (best == nil || w > bestW) {
+			if w := prefix.Weight(key, u.hash); eligible(u, except, now, bound) && (best == nil || w > bestW) {
 				best, bestW = u, w
 			}
 		}

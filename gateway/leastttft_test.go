@@ -73,6 +73,18 @@ func (e engine) teach(u *Upstream, end time.Duration) {
 	}
 }
 
+// teachBut teaches every upstream of ups e as teach does, but ups[odd],
+// whose prefill costs perToken a token.
+func (e engine) teachBut(ups []*Upstream, end time.Duration, odd int, perToken time.Duration) {
+	for i, u := range ups {
+		if i == odd {
+			engine{perToken: perToken, perAhead: e.perAhead}.teach(u, end)
+		} else {
+			e.teach(u, end)
+		}
+	}
+}
+
 // ttftRequest is a valid request on r of tokens, with no prompt known.
 func ttftRequest(r *Route, tokens int) *Request { return &Request{Route: r, PromptTokens: tokens} }
 
@@ -322,13 +334,7 @@ func TestLeastTTFTAffinity(t *testing.T) {
 func TestLeastTTFTEarlierPlace(t *testing.T) {
 	g, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
-	for i, u := range ups {
-		per := 100 * time.Microsecond
-		if i == 1 {
-			per = 90 * time.Microsecond
-		}
-		engine{perToken: per, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
-	}
+	engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teachBut(ups, clk.Now(), 1, 90*time.Microsecond)
 	var p fastjson.Parser
 	system := systemPrompt(4, 1500)
 	req := chatRequest(t, s, &p, system, "First?")
@@ -403,13 +409,7 @@ func TestLeastTTFTDistance(t *testing.T) {
 func TestLeastTTFTPlace(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
-	for i, u := range ups {
-		per := 100 * time.Microsecond
-		if i == 2 {
-			per = 190 * time.Microsecond
-		}
-		engine{perToken: per}.teach(u, clk.Now())
-	}
+	engine{perToken: 100 * time.Microsecond}.teachBut(ups, clk.Now(), 2, 190*time.Microsecond)
 	var p fastjson.Parser
 	next := 100
 	homed := func(u *Upstream) string { // a new system prompt whose home is u

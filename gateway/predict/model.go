@@ -166,17 +166,19 @@ func (m *Model) Observe(o Observation) {
 		m.fits[fitQueueEngine].add(w, float64(max(o.Load.Waiting, 0)), queue)
 	}
 	cached := 0
+	// hit: the engine served at least half the prompt from its cache.
+	hit := o.CachedReported && o.PromptTokens > 0 && o.CachedTokens*2 >= o.PromptTokens
 	if o.CachedReported {
 		m.wCached += w
 		cached = o.CachedTokens
 		switch x := o.Expected; {
 		case x.Cached > 0:
-			// A hit: the engine served at least half of what was expected
-			// (the rest may be the partial block the engine recomputes, or
-			// the estimate's count against the engine's).
-			hit := cached*2 >= x.Cached
-			m.resident.add(w, x.Distance, hit)
-			if hit {
+			// Borne out: the engine served at least half of what was
+			// expected (the rest may be the partial block the engine
+			// recomputes, or the estimate's count against the engine's).
+			bornOut := cached*2 >= x.Cached
+			m.resident.add(w, x.Distance, bornOut)
+			if bornOut {
 				m.fits[fitHitExpected].add(w, 0, min(float64(cached)/float64(x.Cached), 1))
 			}
 		case o.PromptTokens > 0:
@@ -185,7 +187,7 @@ func (m *Model) Observe(o Observation) {
 	}
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
 		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
-		if rest := o.EstimatedTokens - o.Expected.Cached; o.Expected.Cached > 0 && rest > 0 && o.CachedReported && cached*2 >= o.PromptTokens {
+		if rest := o.EstimatedTokens - o.Expected.Cached; o.Expected.Cached > 0 && rest > 0 && hit {
 			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)/float64(rest))
 		}
 	}
@@ -196,7 +198,7 @@ func (m *Model) Observe(o Observation) {
 	} else {
 		m.fits[fitPreparation].add(w, 0, part(Preparation))
 		prefill := fitPrefill
-		if o.CachedReported && cached*2 >= o.PromptTokens && o.PromptTokens > 0 {
+		if hit {
 			prefill = fitPrefillHit
 		}
 		m.fits[prefill].add(w, tokens, part(Prefill))
@@ -262,10 +264,11 @@ type Prediction struct {
 
 // Predict predicts, at now (the request clock's source, as Observation.End),
 // a request of promptTokens (the gateway's estimate) of which the prefix
-// index expects x on the engine's prefix cache, on an upstream with load. Both are taken in the
-// engine's tokens, as far as its reports have shown how they differ. ok
-// is false while m has taken no observation: there is no prediction, and
-// the caller decides without one (another policy).
+// index expects x in the engine's prefix cache, on an upstream with load.
+// The estimate's tokens are taken in the engine's, as far as its reports
+// have shown how the two differ. ok is false while m has taken no
+// observation: there is no prediction, and the caller decides without one
+// (another policy).
 // The expected cached tokens count only when the engine has been reporting
 // what it cached: otherwise its prefill was learned against whole prompts.
 func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Load) (p Prediction, ok bool) {
