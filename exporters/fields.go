@@ -68,6 +68,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldPredictionOff:            detailed,
 	record.FieldPrefixAffinity:           detailed,
 	record.FieldCachedExpected:           detailed,
+	record.FieldProbe:                    detailed,
 
 	record.FieldTokensOut:         listed,
 	record.FieldTokensIn:          detailed,
@@ -279,6 +280,10 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 		case record.FieldCachedExpected:
 			if r.CachedExpected != 0 {
 				e.Int(name, r.CachedExpected)
+			}
+		case record.FieldProbe:
+			if r.Probe {
+				e.Bool(name, true)
 			}
 
 		case record.FieldTokensOut:

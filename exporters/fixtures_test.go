@@ -252,11 +252,23 @@ var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
 	r.CachedTokens, r.CachedReported = 384, true
 }}
 
+// probeFixture is a request a least_ttft pool sent as a probe: to an
+// upstream nothing had been measured on for a while, past its prediction
+// (2 s, where it took 45 ms). Kept out as routedFixture is.
+var probeFixture = fixture{"stop_least_ttft_probe", func(r *record.Record) {
+	engineReportStream(r, 8)
+	r.Policy, r.Probe, r.Predicted = "least_ttft", true, true
+	r.Prediction[stages.Queue] = 2 * time.Second
+	r.PredictionOff, r.PredictionOffBy = stages.Queue, 2*time.Second-5*ms
+}}
+
 // allFixtures is fixtures plus the ones kept apart.
 func allFixtures() []fixture { return append(fixtures[:len(fixtures):len(fixtures)], bufferedFixture) }
 
 // loggedFixtures are the fixtures with a log golden.
-func loggedFixtures() []fixture { return append(allFixtures(), reasoningFixture, routedFixture) }
+func loggedFixtures() []fixture {
+	return append(allFixtures(), reasoningFixture, routedFixture, probeFixture)
+}
 
 // build returns a fresh record for f.
 func (f fixture) record() *record.Record {

@@ -26,6 +26,11 @@ type Choice struct {
 	// request's longest recorded prefix was last served, else rendezvous
 	// hashing on its first message), or a new prompt was placed (place).
 	Affinity bool
+	// Probe says the upstream was chosen to learn how it is now, not for
+	// its prediction (probeAge); Passed is then the prediction of the
+	// upstream it passed over.
+	Probe  bool
+	Passed time.Duration
 	// Expected is what the prefix index expected of the chosen upstream's
 	// prefix cache: the blocks it matched there, 16 tokens each (none when
 	// it has not seen the upstream serve them), and the distance the
@@ -83,7 +88,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		return Choice{}, noHealthy(p, except, now)
 	}
 	bound := p.bound(total, avail)
-	var c Choice
+	var c, probe Choice
 	held := false // some upstream is predicted to hold pr's prefix
 	for i := range n {
 		u := ups[(start+i)%n]
@@ -97,12 +102,19 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			break
 		}
 		held = held || x.Cached > 0 && !pred.Evicted
+		if probe.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
+			probe = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
+		}
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
 	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
+	}
+	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream {
+		probe.Passed = c.Prediction.Total
+		c = probe
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -134,11 +146,17 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
 	if c.Predicted {
-		c.Upstream.addBacklog(p.g.now(), c.Prediction.Parts[predict.Preparation]+c.Prediction.Parts[predict.Prefill]+c.Prediction.Parts[predict.Unattributed])
+		c.Upstream.addBacklog(p.g.now(), work(&c.Prediction))
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
+}
+
+// work is the engine time of a request predicted as p: the time it holds
+// the engine before the requests behind it start.
+func work(p *predict.Prediction) time.Duration {
+	return p.Parts[predict.Preparation] + p.Parts[predict.Prefill] + p.Parts[predict.Unattributed]
 }
 
 // addBacklog adds work, engine time predicted for a request routed at now,
@@ -163,6 +181,17 @@ func (u *Upstream) addBacklog(now int64, work time.Duration) {
 func (p *Pool) bound(total int64, avail int) int64 {
 	return prefix.Bound(total, avail, prefix.DefaultEpsilon) + p.slack
 }
+
+// probeAge is how long an upstream goes unobserved before a request
+// without an SLO is sent to it whatever its prediction (a probe), when it
+// has nothing in flight. An upstream whose prediction was set by a moment
+// now past (a queue at a cold start, a burst) is sent nothing, and so
+// never predicted otherwise, until then. A probe that came sooner than
+// the prediction it passed over is followed by another once it has
+// ended, until one does not or the upstream is chosen by its prediction
+// again: the model forgets what it learned before the quiet spell over a
+// few half-lives of new observations, not at the first.
+const probeAge = 5 * predict.DefaultHalfLife
 
 // placeWithin bounds what placing a prompt may cost the request that
 // brings it: twice the soonest prediction.
@@ -275,7 +304,8 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     reported, if it did; Expected: Choice.Expected.
 //   - Load: Choice.Load, the load the request was routed with.
 //
-// A prefix the choice counted as cached on u, which the engine reported it
+// A probe (c.Probe) that came sooner than the prediction it passed over
+// has u probed again (probeAge). A prefix the choice counted as cached on u, which the engine reported it
 // computed, is counted into u's computed tokens now: the distances of the
 // prefixes behind it must see what the engine's cache really took, or a
 // thrashing engine's would stay short, and its prefixes predicted cached.
@@ -283,6 +313,11 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 // It takes the model's mutex and allocates nothing.
 func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	u.model.Observe(o)
+	if c.Probe {
+		u.reprobe.Store(o.FirstToken && o.Parts.Sum() < c.Passed)
+	} else if c.Predicted {
+		u.reprobe.Store(false)
+	}
 	if x := c.Expected; x.Cached > 0 && !c.Prediction.Evicted && o.CachedReported && o.CachedTokens*2 < x.Cached {
 		u.computed.Add(uint64(x.Cached))
 	}

@@ -227,26 +227,91 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 		others.teach(u, clk.Now())
 	}
 	const change = 10 * time.Second
-	var before, after int
+	var before, after, probes int
 	var last time.Duration
 	for clk.Now() < change+20*time.Second { // one request every 50 ms, observed as it ends
 		c := choose(t, s, ttftRequest(r, 1000))
 		e := others
 		if c.Upstream == ups[0] {
 			e = fast
-			if clk.Now() < change {
+			switch {
+			case clk.Now() < change:
 				before++
-			} else {
+			case c.Probe:
+				e, probes = slow, probes+1
+			default:
 				e, after, last = slow, after+1, clk.Now()
 			}
 		}
 		clk.Advance(50 * time.Millisecond)
 		c.Upstream.Observe(&c, e.observation(clk.Now(), 1000, 0, 0))
 	}
-	t.Logf("%d requests before, %d after, the last %v after", before, after, last-change)
+	t.Logf("%d requests before, %d after, the last %v after; %d probes", before, after, last-change, probes)
 	if before < 100 || after < 2 || last-change > 3*time.Second {
 		t.Fatalf("the fastest upstream took %d requests before it slowed and %d after, the last %v after; want all before, none past 3 s",
 			before, after, last-change)
+	}
+	if probes != 1 { // 10 s past its last observation, and 10 s after the probe's, past the run
+		t.Fatalf("%d probes of the slowed upstream, want one, %v past its last observation", probes, probeAge)
+	}
+}
+
+// TestLeastTTFTProbe: an upstream predicted slow by observations long
+// past (a queue at a cold start) is sent a request, a probe, once nothing
+// has been observed there for probeAge, while it has nothing in flight,
+// and never a request that states an SLO. It is now the fastest: probes
+// follow one another until its prediction has it chosen.
+func TestLeastTTFTProbe(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	e := engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	for _, u := range ups {
+		e.teach(u, clk.Now())
+	}
+	for range 3 { // a queue of 5 s with nothing in flight from here
+		o := e.observation(clk.Now(), 1000, 0, 0)
+		o.Parts[predict.Queue] = 5 * time.Second
+		ups[2].Observe(&Choice{}, o)
+	}
+	faster := engine{perToken: 50 * time.Microsecond}
+	start := clk.Now()
+	var probes, shares int
+	for shares < 3 { // one request each 100 ms, observed as it ends
+		if clk.Now()-start > time.Minute {
+			t.Fatalf("c:2 took %d requests in a minute, after %d probes; want its share", shares, probes)
+		}
+		c := choose(t, s, ttftRequest(r, 1000))
+		switch {
+		case c.Probe && c.Upstream != ups[2]: // not chosen for probeAge, its prediction as good
+		case c.Probe:
+			if probes++; clk.Now()-start < probeAge || !c.Predicted {
+				t.Fatalf("probe %d of c:2 %v in, predicted %v; want none sooner than %v", probes, clk.Now()-start, c.Predicted, probeAge)
+			}
+			release, rej := c.Upstream.Acquire(nil)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			withSLO := ttftRequest(r, 1000)
+			withSLO.SLO = time.Hour
+			for _, req := range []*Request{ttftRequest(r, 1000), withSLO} {
+				if again := choose(t, s, req); again.Probe || again.Upstream == ups[2] {
+					t.Fatalf("c:2 probed again (%s) while a probe is in flight", again.Upstream.Name)
+				}
+			}
+			release()
+		case c.Upstream == ups[2]:
+			shares++
+		}
+		clk.Advance(100 * time.Millisecond)
+		if c.Upstream == ups[2] {
+			c.Upstream.Observe(&c, faster.observation(clk.Now(), 1000, 0, 0))
+		} else {
+			c.Upstream.Observe(&c, e.observation(clk.Now(), 1000, 0, 0))
+		}
+	}
+	t.Logf("c:2 took its share %v in, after %d probes", clk.Now()-start, probes)
+	if probes == 0 {
+		t.Fatal("c:2 took its share unprobed")
 	}
 }
 

@@ -125,12 +125,15 @@ type Upstream struct {
 	// counts the prompt tokens routed to u that the index did not expect
 	// cached there (the prefix index's marks: predict.Expected.Distance);
 	// busyUntil is when, on the gateway's clock, the engine time routed to
-	// u is predicted done (predict.Load.Backlog).
+	// u is predicted done (predict.Load.Backlog); reprobe says u's last
+	// probe came sooner than the prediction it passed over (least_ttft's
+	// probeAge).
 	id        uint32
 	hash      uint64
 	model     *predict.Model
 	computed  atomic.Uint64
 	busyUntil atomic.Int64
+	reprobe   atomic.Bool
 }
 
 // newUpstream makes the Upstream of u. g.mu is held.

@@ -19,7 +19,7 @@ func recordChoice(rec *record.Record, c *gateway.Choice, policy string) {
 	if c.Predicted {
 		copy(rec.Prediction[stages.Queue:], c.Prediction.Parts[:])
 	}
-	rec.PrefixAffinity, rec.CachedExpected = c.Affinity, c.Expected.Cached
+	rec.PrefixAffinity, rec.CachedExpected, rec.Probe = c.Affinity, c.Expected.Cached, c.Probe
 	if c.Prediction.Evicted {
 		rec.CachedExpected = 0 // the model expects the engine to have evicted it
 	}

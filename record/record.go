@@ -131,6 +131,10 @@ type Record struct {
 	// prefix index expected in the upstream's cache.
 	PrefixAffinity bool
 	CachedExpected int
+	// Probe says the upstream was chosen, past its prediction, to measure
+	// it again: nothing had been measured there for a while (a least_ttft
+	// probe).
+	Probe bool
 
 	// Buffering is what made this response arrive held back, if anything.
 	Buffering Buffering

@@ -53,6 +53,7 @@ const (
 	FieldPredictionOff
 	FieldPrefixAffinity
 	FieldCachedExpected
+	FieldProbe
 	FieldTokensOut
 	FieldTokensIn
 	FieldCachedTokens
@@ -114,6 +115,7 @@ var fieldNames = [NumFields]string{
 	FieldPredictionOff:            "prediction_off",
 	FieldPrefixAffinity:           "prefix_affinity",
 	FieldCachedExpected:           "cached_tokens_expected",
+	FieldProbe:                    "probe",
 	FieldTokensOut:                "tokens_out",
 	FieldTokensIn:                 "tokens_in",
 	FieldCachedTokens:             "cached_tokens",

@@ -267,8 +267,12 @@ type Prediction struct {
 // index expects x in the engine's prefix cache, on an upstream with load.
 // The estimate's tokens are taken in the engine's, as far as its reports
 // have shown how the two differ. ok is false while m has taken no
-// observation: there is no prediction, and the caller decides without one
-// (another policy).
+// observation, and for a request predicted to compute most of its prompt
+// while m has taken only hits: there is no prediction, and the caller
+// decides without one (another policy). The hits' line, fitted over the
+// few tokens past a cached prefix, says nothing of a whole prompt's
+// prefill: an engine whose first requests were hits had its misses
+// predicted at a tenth of what they took.
 // The expected cached tokens count only when the engine has been reporting
 // what it cached: otherwise its prefill was learned against whole prompts.
 func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Load) (p Prediction, ok bool) {
@@ -332,12 +336,16 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	} else {
 		p.Parts[Preparation] = line(fitPreparation, 0)
 		// A hit predicted: the hits' line; else the misses', either
-		// until the other has been observed.
+		// until the other has been observed, but for a prompt predicted
+		// mostly computed, which the hits' line cannot tell.
 		prefill, other := fitPrefill, fitPrefillHit
 		if cachedTokens > 0 && cached > 0 {
 			prefill, other = other, prefill
 		}
 		if flags&observed(prefill) == 0 {
+			if other == fitPrefillHit && cached*2 < float64(promptTokens) {
+				return Prediction{}, false
+			}
 			prefill = other
 		}
 		p.Parts[Prefill] = line(prefill, tokens)

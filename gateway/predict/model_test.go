@@ -139,6 +139,36 @@ func TestColdStart(t *testing.T) {
 	}
 }
 
+// TestMissAfterHits: a model that has taken only hits (1,500-token
+// prompts, all but 40 tokens cached) predicts another hit, and nothing
+// for a prompt it would compute: the hits' line says nothing of a whole
+// prompt's prefill. Once it has taken a miss, it predicts misses from it.
+func TestMissAfterHits(t *testing.T) {
+	const perToken = 600 * time.Microsecond
+	m := New(Config{})
+	observe := func(end time.Duration, cached int) {
+		m.Observe(Observation{
+			End: end, FirstToken: true, PromptTokens: 1500, CachedTokens: cached, CachedReported: true,
+			Expected: Expected{Cached: 1460},
+			Parts:    Parts{Prefill: 40*time.Millisecond + time.Duration(1500-cached)*perToken/10},
+		})
+	}
+	for i := range 4 {
+		observe(time.Duration(i)*time.Second, 1460+i)
+	}
+	if _, ok := m.Predict(4*time.Second, 1500, Expected{Cached: 1460}, Load{}); !ok {
+		t.Fatal("no prediction of a hit after four hits")
+	}
+	if p, ok := m.Predict(4*time.Second, 1500, Expected{}, Load{}); ok {
+		t.Fatalf("a miss predicted from the hits' line: %+v", p)
+	}
+	m.Observe(Observation{End: 4 * time.Second, FirstToken: true, PromptTokens: 1500, CachedReported: true,
+		Parts: Parts{Prefill: 1500 * perToken}})
+	if p, ok := m.Predict(5*time.Second, 1500, Expected{}, Load{}); !ok || !within(p.Parts[Prefill], 1500*perToken, 0.01) {
+		t.Fatalf("after a miss: %+v (ok %v), want a prefill of %v", p, ok, 1500*perToken)
+	}
+}
+
 // TestCachedTokens: the expected cached tokens shorten the predicted
 // prefill when the engine reports what it cached, and count for nothing
 // when it does not (its prefill was learned against whole prompts).

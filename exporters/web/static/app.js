@@ -294,6 +294,7 @@ function drawWaterfall(req) {
     req.engine_report_inconsistent ? el("b", { class: "error", text: "engine report inconsistent (clamped)" }) : null,
     req.policy ? item("policy", req.policy, { "data-meta": "policy" }) : null,
     req.prefix_affinity ? item("routed by", "prefix affinity", { "data-meta": "prefix_affinity" }) : null,
+    req.probe ? item("routed by", "probe (measured again)", { "data-meta": "probe" }) : null,
     req.cached_tokens !== undefined || req.cached_tokens_expected !== undefined ? item("cached tokens", cachedText(req), { "data-meta": "cached_tokens" }) : null,
     req.ttft_slo_ms !== undefined ? item("TTFT SLO", fmtMs(req.ttft_slo_ms) + (req.ttft_slo_fallback ? " (fallback pool)" : ""), { "data-meta": "ttft_slo" }) : null,
     el("span", null, document.createTextNode("trace "), el("code", { text: req.trace_id })),
