@@ -89,7 +89,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	}
 	bound := p.bound(total, avail)
 	var c, probe Choice
-	held := false // some upstream is predicted to hold pr's prefix
+	held := false  // some upstream is predicted to hold pr's prefix
+	fresh := false // some upstream has been measured within probeAge
 	for i := range n {
 		u := ups[(start+i)%n]
 		if !eligible(u, except, now, bound) {
@@ -102,6 +103,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			break
 		}
 		held = held || x.Cached > 0 && !pred.Evicted
+		fresh = fresh || pred.Age < probeAge
 		if probe.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
 			probe = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
 		}
@@ -112,7 +114,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
-	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream {
+	if probe.Upstream != nil && fresh && c.Predicted && probe.Upstream != c.Upstream {
 		probe.Passed = c.Prediction.Total
 		c = probe
 	}
@@ -182,9 +184,12 @@ func (p *Pool) bound(total int64, avail int) int64 {
 	return prefix.Bound(total, avail, prefix.DefaultEpsilon) + p.slack
 }
 
-// probeAge is how long an upstream goes unobserved before a request
-// without an SLO is sent to it whatever its prediction (a probe), when it
-// has nothing in flight. An upstream whose prediction was set by a moment
+// probeAge is how long an upstream goes unobserved, while another in its
+// pool was observed, before a request without an SLO is sent to it
+// whatever its prediction (a probe), when it has nothing in flight. (A
+// pool whose traffic is too light to have measured any upstream that
+// recently is not probed: its requests would leave the engines that hold
+// their prefixes.) An upstream whose prediction was set by a moment
 // now past (a queue at a cold start, a burst) is sent nothing, and so
 // never predicted otherwise, until then. A probe that came sooner than
 // the prediction it passed over is followed by another once it has
@@ -305,10 +310,11 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //   - Load: Choice.Load, the load the request was routed with.
 //
 // A probe (c.Probe) that came sooner than the prediction it passed over
-// has u probed again (probeAge). A prefix the choice counted as cached on u, which the engine reported it
-// computed, is counted into u's computed tokens now: the distances of the
-// prefixes behind it must see what the engine's cache really took, or a
-// thrashing engine's would stay short, and its prefixes predicted cached.
+// has u probed again (probeAge). A prefix the choice counted as cached on
+// u, which the engine reported it computed, is counted into u's computed
+// tokens now: the distances of the prefixes behind it must see what the
+// engine's cache really took, or a thrashing engine's would stay short,
+// and its prefixes predicted cached.
 //
 // It takes the model's mutex and allocates nothing.
 func (u *Upstream) Observe(c *Choice, o predict.Observation) {

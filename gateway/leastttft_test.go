@@ -259,8 +259,9 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 // TestLeastTTFTProbe: an upstream predicted slow by observations long
 // past (a queue at a cold start) is sent a request, a probe, once nothing
 // has been observed there for probeAge, while it has nothing in flight,
-// and never a request that states an SLO. It is now the fastest: probes
-// follow one another until its prediction has it chosen.
+// and never a request that states an SLO, nor while no upstream of the
+// pool has been measured that recently (a light load). It is now the
+// fastest: probes follow one another until its prediction has it chosen.
 func TestLeastTTFTProbe(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
@@ -273,6 +274,16 @@ func TestLeastTTFTProbe(t *testing.T) {
 		o.Parts[predict.Queue] = 5 * time.Second
 		ups[2].Observe(&Choice{}, o)
 	}
+	taught := clk.Now()
+	clk.Advance(probeAge)
+	for range len(ups) { // each upstream first in rotation once
+		if c, _ := s.Choose(ttftRequest(r, 1000), nil); c.Probe {
+			t.Fatalf("a probe of %s, every upstream measured %v ago", c.Upstream.Name, probeAge)
+		}
+	}
+	for _, u := range ups[:2] {
+		e.teach(u, clk.Now())
+	}
 	faster := engine{perToken: 50 * time.Microsecond}
 	start := clk.Now()
 	var probes, shares int
@@ -284,8 +295,8 @@ func TestLeastTTFTProbe(t *testing.T) {
 		switch {
 		case c.Probe && c.Upstream != ups[2]: // not chosen for probeAge, its prediction as good
 		case c.Probe:
-			if probes++; clk.Now()-start < probeAge || !c.Predicted {
-				t.Fatalf("probe %d of c:2 %v in, predicted %v; want none sooner than %v", probes, clk.Now()-start, c.Predicted, probeAge)
+			if probes++; clk.Now()-taught < probeAge || !c.Predicted {
+				t.Fatalf("probe %d of c:2 %v after its last observation, predicted %v; want none sooner than %v", probes, clk.Now()-taught, c.Predicted, probeAge)
 			}
 			release, rej := c.Upstream.Acquire(nil)
 			if rej != nil {
