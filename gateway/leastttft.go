@@ -65,8 +65,14 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // known), its expected cached tokens counted where the prefix index saw
 // its longest recorded prefix served; the first in rotation order on a
 // tie. A prompt no upstream is predicted to hold is placed instead
-// (place). While an upstream under the bound has no model yet, prefix
-// affinity chooses (affinity). Commit records the choice.
+// (place). While an upstream under the bound has no prediction for the
+// request (no model yet; a model that has seen only hits, for a prompt it
+// would compute), prefix affinity chooses (affinity); but a request that
+// states an SLO (slo) passes over an upstream of the second kind when
+// another has a prediction: it cannot vouch for the SLO. (One with no
+// model is not passed over: in a route whose every request states an
+// SLO, it would never take the request that makes its model.) Commit
+// records the choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -91,6 +97,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	var c, probe Choice
 	held := false  // some upstream is predicted to hold pr's prefix
 	fresh := false // some upstream has been measured within probeAge
+	cold := false  // some upstream passed over had no prediction for the request
 	for i := range n {
 		u := ups[(start+i)%n]
 		if !eligible(u, except, now, bound) {
@@ -99,6 +106,10 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		load, x := u.loadAt(now), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
+			if slo > 0 && u.model.Observed() { // nothing vouches for its SLO there
+				cold = true
+				continue
+			}
 			c = p.affinity(start, except, now, pr, &m, bound, tokens)
 			break
 		}
@@ -110,6 +121,9 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
+	}
+	if cold && c.Upstream == nil {
+		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)

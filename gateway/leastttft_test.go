@@ -630,6 +630,43 @@ func TestLeastTTFTColdStart(t *testing.T) {
 	req.Release()
 }
 
+// TestLeastTTFTOnlyHits: an upstream whose model has seen only hits has
+// no prediction for a prompt it would compute. Such a request goes by
+// prefix affinity; with an SLO, by the predictions of the others (placed
+// among them, a new prompt).
+func TestLeastTTFTOnlyHits(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for _, u := range ups[:2] {
+		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	}
+	hits := engine{perToken: 100 * time.Microsecond}
+	for i := range 4 {
+		o := hits.observation(clk.Now(), 1000+i, 990+i, 0)
+		o.Expected = predict.Expected{Cached: 990}
+		ups[2].Observe(&Choice{}, o)
+	}
+	var p fastjson.Parser
+	var system string // a prompt rendezvous hashing sends to c:2
+	for i := 10; system == ""; i++ {
+		req := chatRequest(t, s, &p, systemPrompt(i, 1000), "New?")
+		key := req.prompt.chain[req.prompt.lead-1]
+		if w := prefix.Weight(key, ups[2].hash); w > prefix.Weight(key, ups[0].hash) && w > prefix.Weight(key, ups[1].hash) {
+			system = systemPrompt(i, 1000)
+		}
+		req.Release()
+	}
+	for _, slo := range []time.Duration{0, time.Hour} {
+		req := chatRequest(t, s, &p, system, "New?")
+		req.SLO = slo
+		c, _ := s.Choose(&req, nil)
+		req.Release()
+		if slo == 0 && (c.Upstream != ups[2] || !c.Affinity) || slo > 0 && (c.Upstream == ups[2] || !c.Predicted) {
+			t.Fatalf("SLO %v: %s %+v; want c:2 by affinity without one, with one another by its prediction", slo, c.Upstream.Name, c)
+		}
+	}
+}
+
 // TestLeastTTFTIndexBounded: a flood of unique prompts through Choose
 // fills the prefix index to its capacity and no further, the models cold
 // or taught.

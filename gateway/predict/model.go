@@ -262,6 +262,10 @@ type Prediction struct {
 	Evicted bool
 }
 
+// Observed says m has taken an observation: a Predict that is not ok then
+// asked for a prompt to compute of a model that has seen only hits.
+func (m *Model) Observed() bool { return m.seq.Load() != 0 }
+
 // Predict predicts, at now (the request clock's source, as Observation.End),
 // a request of promptTokens (the gateway's estimate) of which the prefix
 // index expects x in the engine's prefix cache, on an upstream with load.
