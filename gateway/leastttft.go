@@ -22,12 +22,13 @@ type Choice struct {
 	Prediction predict.Prediction
 	Predicted  bool
 	// Affinity says prefix affinity chose the upstream, not the lowest
-	// prediction: some upstream in rotation had no model yet (where the
+	// prediction: no upstream under the bound had a prediction (where the
 	// request's longest recorded prefix was last served, else rendezvous
 	// hashing on its first message), or a new prompt was placed (place).
 	Affinity bool
 	// Probe says the upstream was chosen to learn how it is now, not for
-	// its prediction (probeAge); Passed is then the prediction of the
+	// its prediction: it had none for the request, or its model was
+	// measured long ago (probeAge). Passed is then the prediction of the
 	// upstream it passed over.
 	Probe  bool
 	Passed time.Duration
@@ -65,14 +66,13 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // known), its expected cached tokens counted where the prefix index saw
 // its longest recorded prefix served; the first in rotation order on a
 // tie. A prompt no upstream is predicted to hold is placed instead
-// (place). While an upstream under the bound has no prediction for the
-// request (no model yet; a model that has seen only hits, for a prompt it
-// would compute), prefix affinity chooses (affinity); but a request that
-// states an SLO (slo) passes over an upstream of the second kind when
-// another has a prediction: it cannot vouch for the SLO. (One with no
-// model is not passed over: in a route whose every request states an
-// SLO, it would never take the request that makes its model.) Commit
-// records the choice.
+// (place). An upstream with no prediction for the request (no model yet;
+// a model that has seen only hits, for a prompt it would compute) takes
+// it as a probe when it has nothing in flight, unless the request states
+// an SLO (slo) that its model, had it one, could vouch for; else it is
+// passed over. A model measured long ago has its upstream probed too
+// (probeAge). While no upstream has a prediction, prefix affinity
+// chooses (affinity). Commit records the choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -97,7 +97,6 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	var c, probe Choice
 	held := false  // some upstream is predicted to hold pr's prefix
 	fresh := false // some upstream has been measured within probeAge
-	cold := false  // some upstream passed over had no prediction for the request
 	for i := range n {
 		u := ups[(start+i)%n]
 		if !eligible(u, except, now, bound) {
@@ -106,12 +105,14 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		load, x := u.loadAt(now), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
-			if slo > 0 && u.model.Observed() { // nothing vouches for its SLO there
-				cold = true
-				continue
+			// Unpredicted: the request is its one way to learn. A model
+			// it has (of hits) cannot vouch for an SLO; one it has not
+			// is made by any request (where every request states an SLO,
+			// it would never be).
+			if probe.Upstream == nil && u.outstanding.Load() == 0 && (slo <= 0 || !u.model.Observed()) {
+				probe = Choice{Upstream: u, Probe: true, Expected: x, Load: load}
 			}
-			c = p.affinity(start, except, now, pr, &m, bound, tokens)
-			break
+			continue
 		}
 		held = held || x.Cached > 0 && !pred.Evicted
 		fresh = fresh || pred.Age < probeAge
@@ -122,13 +123,13 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
-	if cold && c.Upstream == nil {
+	if c.Upstream == nil {
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
-	if probe.Upstream != nil && fresh && c.Predicted && probe.Upstream != c.Upstream {
+	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream && (fresh || !probe.Predicted) {
 		probe.Passed = c.Prediction.Total
 		c = probe
 	}
@@ -269,7 +270,7 @@ func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
 	return predict.Expected{}
 }
 
-// affinity is least_ttft's choice while a model is cold: the upstream the
+// affinity is least_ttft's choice while no model predicts: the upstream the
 // index matched (m) when it is available and under bound, else the one
 // rendezvous hashing prefers for the key of pr's first message among those
 // under bound, else (no prompt known) the fewest outstanding requests.

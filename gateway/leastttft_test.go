@@ -575,15 +575,12 @@ func TestLeastTTFTPlace(t *testing.T) {
 	}
 }
 
-// TestLeastTTFTColdStart: while an upstream has no model, requests go by
+// TestLeastTTFTColdStart: while no upstream has a model, requests go by
 // prefix affinity: where their prefix was recorded, else where rendezvous
 // hashing on the first message points, under the load bound.
 func TestLeastTTFTColdStart(t *testing.T) {
-	g, s, r, clk := ttftPool(t, 3, 0)
+	g, s, r, _ := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
-	for _, u := range ups[:2] { // the third stays cold
-		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
-	}
 	var p fastjson.Parser
 	system := systemPrompt(3, 1000)
 	req := chatRequest(t, s, &p, system, "First?")
@@ -630,40 +627,56 @@ func TestLeastTTFTColdStart(t *testing.T) {
 	req.Release()
 }
 
-// TestLeastTTFTOnlyHits: an upstream whose model has seen only hits has
-// no prediction for a prompt it would compute. Such a request goes by
-// prefix affinity; with an SLO, by the predictions of the others (placed
-// among them, a new prompt).
-func TestLeastTTFTOnlyHits(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 3, 0)
-	ups := r.Pool.Upstreams
-	for _, u := range ups[:2] {
-		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
-	}
+// TestLeastTTFTUnpredicted: an upstream with no prediction for a request
+// takes it as a probe while it has nothing in flight, then is passed over:
+// one with no model yet, whatever the request; one whose model has seen
+// only hits, for a prompt it would compute, unless the request states an
+// SLO, which that model cannot vouch for.
+func TestLeastTTFTUnpredicted(t *testing.T) {
 	hits := engine{perToken: 100 * time.Microsecond}
-	for i := range 4 {
-		o := hits.observation(clk.Now(), 1000+i, 990+i, 0)
-		o.Expected = predict.Expected{Cached: 990}
-		ups[2].Observe(&Choice{}, o)
-	}
-	var p fastjson.Parser
-	var system string // a prompt rendezvous hashing sends to c:2
-	for i := 10; system == ""; i++ {
-		req := chatRequest(t, s, &p, systemPrompt(i, 1000), "New?")
-		key := req.prompt.chain[req.prompt.lead-1]
-		if w := prefix.Weight(key, ups[2].hash); w > prefix.Weight(key, ups[0].hash) && w > prefix.Weight(key, ups[1].hash) {
-			system = systemPrompt(i, 1000)
-		}
-		req.Release()
-	}
-	for _, slo := range []time.Duration{0, time.Hour} {
-		req := chatRequest(t, s, &p, system, "New?")
-		req.SLO = slo
-		c, _ := s.Choose(&req, nil)
-		req.Release()
-		if slo == 0 && (c.Upstream != ups[2] || !c.Affinity) || slo > 0 && (c.Upstream == ups[2] || !c.Predicted) {
-			t.Fatalf("SLO %v: %s %+v; want c:2 by affinity without one, with one another by its prediction", slo, c.Upstream.Name, c)
-		}
+	for _, tc := range []struct {
+		name  string
+		teach func(u *Upstream, now time.Duration)
+		slo   bool // an SLO request may probe it
+	}{
+		{"no model", func(*Upstream, time.Duration) {}, true},
+		{"only hits", func(u *Upstream, now time.Duration) {
+			for i := range 4 {
+				o := hits.observation(now, 1000+i, 990+i, 0)
+				o.Expected = predict.Expected{Cached: 990}
+				u.Observe(&Choice{}, o)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, s, r, clk := ttftPool(t, 3, 0)
+			ups := r.Pool.Upstreams
+			for _, u := range ups[:2] {
+				engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+			}
+			tc.teach(ups[2], clk.Now())
+			var p fastjson.Parser
+			for i, slo := range []time.Duration{0, time.Hour} {
+				req := chatRequest(t, s, &p, systemPrompt(10+i, 1000), "New?")
+				req.SLO = slo
+				c, _ := s.Choose(&req, nil)
+				if probe := slo == 0 || tc.slo; c.Probe != probe || probe && (c.Upstream != ups[2] || c.Predicted) || !probe && (c.Upstream == ups[2] || !c.Predicted) {
+					t.Fatalf("SLO %v: %s %+v; want a probe of c:2 %v, else another by its prediction", slo, c.Upstream.Name, c, probe)
+				}
+				if c.Probe {
+					release, rej := c.Upstream.Acquire(nil)
+					if rej != nil {
+						t.Fatal(rej)
+					}
+					again, _ := s.Choose(&req, nil)
+					if again.Upstream == ups[2] || !again.Predicted {
+						t.Fatalf("with the probe in flight: %s %+v; want another by its prediction", again.Upstream.Name, again)
+					}
+					release()
+				}
+				req.Release()
+			}
+		})
 	}
 }
 

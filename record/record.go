@@ -126,8 +126,8 @@ type Record struct {
 	// when Predicted and a first token came.
 	PredictionOff   stages.Stage
 	PredictionOffBy time.Duration
-	// PrefixAffinity says prefix affinity chose the upstream (a model in
-	// the pool was still cold), and CachedExpected is the prompt tokens the
+	// PrefixAffinity says prefix affinity chose the upstream (no model in
+	// the pool had a prediction, or a new prompt was placed), and CachedExpected is the prompt tokens the
 	// prefix index expected in the upstream's cache.
 	PrefixAffinity bool
 	CachedExpected int
