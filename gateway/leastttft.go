@@ -18,7 +18,7 @@ const blockTokens = prefix.BlockBytes / bytesPerToken
 type Choice struct {
 	Upstream *Upstream
 	// Prediction is the chosen upstream's predicted TTFT past routing, when
-	// Predicted (its model has been observed).
+	// Predicted (its model had a prediction for the request).
 	Prediction predict.Prediction
 	Predicted  bool
 	// Affinity says prefix affinity chose the upstream, not the lowest
@@ -28,8 +28,9 @@ type Choice struct {
 	Affinity bool
 	// Probe says the upstream was chosen to learn how it is now, not for
 	// its prediction: it had none for the request, or its model was
-	// measured long ago (probeAge). Passed is then the prediction of the
-	// upstream it passed over.
+	// measured long ago, or its last probe came sooner than the
+	// prediction it passed over (probeAge). Passed is then the soonest
+	// prediction of the others (before a new prompt's placement).
 	Probe  bool
 	Passed time.Duration
 	// Expected is what the prefix index expected of the chosen upstream's
@@ -68,11 +69,11 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // tie. A prompt no upstream is predicted to hold is placed instead
 // (place). An upstream with no prediction for the request (no model yet;
 // a model that has seen only hits, for a prompt it would compute) takes
-// it as a probe when it has nothing in flight, unless the request states
-// an SLO (slo) that its model, had it one, could vouch for; else it is
-// passed over. A model measured long ago has its upstream probed too
-// (probeAge). While no upstream has a prediction, prefix affinity
-// chooses (affinity). Commit records the choice.
+// it as a probe when it has nothing in flight; a request that states an
+// SLO (slo) probes only one with no model at all. Otherwise it is passed
+// over. Failing such a probe, an upstream whose model was measured long
+// ago is probed (probeAge). While no upstream has a prediction, prefix
+// affinity chooses (affinity). Commit records the choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -94,9 +95,9 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		return Choice{}, noHealthy(p, except, now)
 	}
 	bound := p.bound(total, avail)
-	var c, probe Choice
-	held := false  // some upstream is predicted to hold pr's prefix
-	fresh := false // some upstream has been measured within probeAge
+	var c, probe, stale Choice // probe: one with no prediction; stale: one measured long ago
+	held := false              // some upstream is predicted to hold pr's prefix
+	fresh := false             // some upstream has been measured within probeAge
 	for i := range n {
 		u := ups[(start+i)%n]
 		if !eligible(u, except, now, bound) {
@@ -116,8 +117,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		}
 		held = held || x.Cached > 0 && !pred.Evicted
 		fresh = fresh || pred.Age < probeAge
-		if probe.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
-			probe = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
+		if stale.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
+			stale = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
 		}
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
@@ -126,11 +127,15 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	if c.Upstream == nil {
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
+	soonest := c.Prediction.Total
 	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
-	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream && (fresh || !probe.Predicted) {
-		probe.Passed = c.Prediction.Total
+	if probe.Upstream == nil && fresh {
+		probe = stale
+	}
+	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream {
+		probe.Passed = soonest
 		c = probe
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken

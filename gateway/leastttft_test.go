@@ -291,6 +291,13 @@ func TestLeastTTFTProbe(t *testing.T) {
 		if clk.Now()-start > time.Minute {
 			t.Fatalf("c:2 took %d requests in a minute, after %d probes; want its share", shares, probes)
 		}
+		if clk.Now()-taught >= probeAge && probes == 0 { // c:2 stale and idle: not for a request with an SLO
+			withSLO := ttftRequest(r, 1000)
+			withSLO.SLO = time.Hour
+			if c, _ := s.Choose(withSLO, nil); c.Probe || c.Upstream == ups[2] {
+				t.Fatalf("a request with an SLO probed %s", c.Upstream.Name)
+			}
+		}
 		c := choose(t, s, ttftRequest(r, 1000))
 		switch {
 		case c.Probe && c.Upstream != ups[2]: // not chosen for probeAge, its prediction as good
@@ -323,6 +330,9 @@ func TestLeastTTFTProbe(t *testing.T) {
 	t.Logf("c:2 took its share %v in, after %d probes", clk.Now()-start, probes)
 	if probes == 0 {
 		t.Fatal("c:2 took its share unprobed")
+	}
+	if ups[2].reprobe.Load() {
+		t.Fatal("c:2 chosen by its prediction, and still to be probed again")
 	}
 }
 
@@ -675,6 +685,15 @@ func TestLeastTTFTUnpredicted(t *testing.T) {
 					release()
 				}
 				req.Release()
+			}
+			if !tc.slo {
+				return
+			}
+			clk.Advance(probeAge) // the others measured long ago: c:2 is still the one to probe
+			for range len(ups) {  // each upstream first in rotation once
+				if c, _ := s.Choose(ttftRequest(r, 1000), nil); !c.Probe || c.Upstream != ups[2] {
+					t.Fatalf("the others measured %v ago: %s %+v; want a probe of c:2", probeAge, c.Upstream.Name, c)
+				}
 			}
 		})
 	}

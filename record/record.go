@@ -131,9 +131,10 @@ type Record struct {
 	// prefix index expected in the upstream's cache.
 	PrefixAffinity bool
 	CachedExpected int
-	// Probe says the upstream was chosen, past its prediction, to measure
-	// it again: nothing had been measured there for a while (a least_ttft
-	// probe).
+	// Probe says the upstream was chosen past the predictions to measure
+	// it (a least_ttft probe): its model had no prediction for the
+	// request, or nothing had been measured there for a while, or its
+	// last probe came sooner than the prediction it passed over.
 	Probe bool
 
 	// Buffering is what made this response arrive held back, if anything.

@@ -339,11 +339,12 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 		p.Parts[Unattributed] = line(fitWhole, tokens)
 	} else {
 		p.Parts[Preparation] = line(fitPreparation, 0)
-		// A hit predicted: the hits' line; else the misses', either
-		// until the other has been observed, but for a prompt predicted
-		// mostly computed, which the hits' line cannot tell.
+		// A hit predicted (the index's prefix, at least half the prompt,
+		// as Observe counts a hit): the hits' line; else the misses',
+		// either until the other has been observed, but for a prompt
+		// predicted mostly computed, which the hits' line cannot tell.
 		prefill, other := fitPrefill, fitPrefillHit
-		if cachedTokens > 0 && cached > 0 {
+		if cachedTokens > 0 && cached > 0 && cached*2 >= float64(promptTokens) {
 			prefill, other = other, prefill
 		}
 		if flags&observed(prefill) == 0 {
