@@ -95,7 +95,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		return Choice{}, noHealthy(p, except, now)
 	}
 	bound := p.bound(total, avail)
-	var c, probe, stale Choice // probe: one with no prediction; stale: one measured long ago
+	var c, probe, stale Choice // probe: one with no prediction; stale: one measured long ago, or to probe again
 	held := false              // some upstream is predicted to hold pr's prefix
 	fresh := false             // some upstream has been measured within probeAge
 	for i := range n {
