@@ -67,6 +67,26 @@ type Record struct {
 	// Buffering lists buffering signs when the record carries them
 	// ("burst", "late_first_token", ...).
 	Buffering []string
+
+	// What a replay of a least_ttft pool's routing reads (bench/replay).
+	// Time is when the proxy received the request; Upstream the one that
+	// served it, chosen by Policy.
+	Time     time.Time
+	Upstream string
+	Policy   string
+	// TokensIn is the engine's count of the prompt's tokens (0: not
+	// reported); CachedTokens those it served from its prefix cache, when
+	// CachedReported.
+	TokensIn       int
+	CachedTokens   int
+	CachedReported bool
+	// Predicted says Prediction holds the predicted stages, queue to
+	// transport (predicted_stages_ms); Probe and Inputs are the choice's
+	// (probe, prediction_inputs: Inputs.Set when present).
+	Predicted  bool
+	Prediction [stages.NumStages]time.Duration
+	Probe      bool
+	Inputs     record.PredictionInputs
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -102,7 +122,37 @@ func ParseRecord(b []byte) (Record, error) {
 		}
 	}
 	r.Buffering = parseBuffering(j.buffering)
+	if j.predicted != nil {
+		var err error
+		if r.Prediction, err = parseStages(j.predicted); err != nil {
+			return Record{}, fmt.Errorf("%s: %w", record.FieldPredictedStages, err)
+		}
+		r.Predicted = true
+	}
+	if j.cached != nil {
+		r.CachedTokens, r.CachedReported = *j.cached, true
+	}
+	if in := j.inputs; in != nil {
+		if in.PromptTokens < 0 || in.InFlight < 0 || in.BacklogMs < 0 || in.PrefixTokens < 0 {
+			return Record{}, fmt.Errorf("%s: a negative count", record.FieldPredictionInputs)
+		}
+		r.Inputs = record.PredictionInputs{Set: true, PromptTokens: in.PromptTokens, InFlight: in.InFlight,
+			Backlog: ms(in.BacklogMs), PrefixTokens: in.PrefixTokens, PrefixDistance: in.PrefixDistance}
+		if in.Waiting != nil {
+			r.Inputs.Waiting, r.Inputs.WaitingKnown = *in.Waiting, true
+		}
+	}
 	return r, nil
+}
+
+// inputsJSON is prediction_inputs' JSON form.
+type inputsJSON struct {
+	PromptTokens   int     `json:"prompt_tokens"`
+	InFlight       int64   `json:"in_flight"`
+	Waiting        *int64  `json:"waiting"`
+	BacklogMs      float64 `json:"backlog_ms"`
+	PrefixTokens   int     `json:"prefix_tokens"`
+	PrefixDistance uint64  `json:"prefix_distance"`
 }
 
 // recordJSON is what ParseRecord reads of a record's JSON form: the fields
@@ -113,6 +163,9 @@ type recordJSON struct {
 	e2e            float64
 	stages, engine map[string]float64
 	buffering      json.RawMessage
+	predicted      map[string]float64
+	cached         *int
+	inputs         *inputsJSON
 }
 
 // decode reads j's fields from b, a JSON object.
@@ -143,6 +196,14 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldEngineReportInferred, &r.EngineInferred},
 		{record.FieldTokensOut, &r.TokensOut},
 		{record.FieldBuffering, &j.buffering},
+		{record.FieldTime, &r.Time},
+		{record.FieldUpstream, &r.Upstream},
+		{record.FieldPolicy, &r.Policy},
+		{record.FieldTokensIn, &r.TokensIn},
+		{record.FieldCachedTokens, &j.cached},
+		{record.FieldPredictedStages, &j.predicted},
+		{record.FieldProbe, &r.Probe},
+		{record.FieldPredictionInputs, &j.inputs},
 	} {
 		if raw, ok := fields[f.name.String()]; ok {
 			if err := json.Unmarshal(raw, f.into); err != nil {

@@ -79,6 +79,23 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 				{record.FieldTokensOut, float64(r.TokensOut), raw[record.FieldTokensOut]},
 				{record.FieldEngineReportInferred, r.EngineInferred, strs(record.FieldEngineReportInferred)},
 				{record.FieldBuffering, r.Buffering, strs(record.FieldBuffering)},
+				{record.FieldTime, r.Time.Format(time.RFC3339Nano), raw[record.FieldTime]},
+				{record.FieldUpstream, r.Upstream, stringOr(raw[record.FieldUpstream])},
+				{record.FieldPolicy, r.Policy, stringOr(raw[record.FieldPolicy])},
+				{record.FieldTokensIn, r.TokensIn, int(number(raw[record.FieldTokensIn]))},
+				{record.FieldCachedTokens, r.CachedReported, raw[record.FieldCachedTokens] != nil},
+				{record.FieldCachedTokens, r.CachedTokens, int(number(raw[record.FieldCachedTokens]))},
+				{record.FieldPredictedStages, r.Predicted, raw[record.FieldPredictedStages] != nil},
+				{record.FieldPredictedStages, r.Prediction[stages.Prefill], msOf(raw[record.FieldPredictedStages], "prefill")},
+				{record.FieldProbe, r.Probe, raw[record.FieldProbe] == true},
+				{record.FieldPredictionInputs, r.Inputs.Set, raw[record.FieldPredictionInputs] != nil},
+				{record.FieldPredictionInputs, r.Inputs.PromptTokens, int(number(member(raw[record.FieldPredictionInputs], "prompt_tokens")))},
+				{record.FieldPredictionInputs, r.Inputs.InFlight, int64(number(member(raw[record.FieldPredictionInputs], "in_flight")))},
+				{record.FieldPredictionInputs, r.Inputs.WaitingKnown, member(raw[record.FieldPredictionInputs], "waiting") != nil},
+				{record.FieldPredictionInputs, r.Inputs.Waiting, int64(number(member(raw[record.FieldPredictionInputs], "waiting")))},
+				{record.FieldPredictionInputs, r.Inputs.Backlog, msOf(raw[record.FieldPredictionInputs], "backlog_ms")},
+				{record.FieldPredictionInputs, r.Inputs.PrefixTokens, int(number(member(raw[record.FieldPredictionInputs], "prefix_tokens")))},
+				{record.FieldPredictionInputs, r.Inputs.PrefixDistance, uint64(number(member(raw[record.FieldPredictionInputs], "prefix_distance")))},
 			} {
 				if !reflect.DeepEqual(c.got, c.want) {
 					t.Errorf("%s: parsed %v, the line has %v", c.field, c.got, c.want)
@@ -93,6 +110,21 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 		})
 	}
 }
+
+// member is object v's member k (nil when v is not an object).
+func member(v any, k string) any {
+	m, _ := v.(map[string]any)
+	return m[k]
+}
+
+// number is v as a JSON number, 0 when it is not one.
+func number(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+// msOf is object v's member k, in milliseconds.
+func msOf(v any, k string) time.Duration { return ms(number(member(v, k))) }
 
 func stringOr(v any) string {
 	s, _ := v.(string)
@@ -116,6 +148,9 @@ func TestParseRecordRejects(t *testing.T) {
 		{"ttft without stages", `{"request_id":"a","end_reason":"stop","ttft_ms":3}`, "ttft_ms without stages_ms"},
 		{"unknown stage", `{"request_id":"a","end_reason":"stop","ttft_ms":3,"stages_ms":{"bogus":3}}`, `unknown stage "bogus"`},
 		{"negative stage", `{"request_id":"a","end_reason":"stop","ttft_ms":3,"stages_ms":{"queue":-1}}`, "stage queue negative"},
+		{"unknown predicted stage", `{"request_id":"a","end_reason":"stop","predicted_stages_ms":{"bogus":3}}`, `predicted_stages_ms: unknown stage "bogus"`},
+		{"negative inputs", `{"request_id":"a","end_reason":"stop","prediction_inputs":{"prompt_tokens":-1}}`, "prediction_inputs: a negative count"},
+		{"inputs of the wrong type", `{"request_id":"a","end_reason":"stop","prediction_inputs":[1]}`, "prediction_inputs:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

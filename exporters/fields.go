@@ -1,6 +1,7 @@
 package exporters
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -69,6 +70,7 @@ var fieldForms = [record.NumFields]form{
 	record.FieldPrefixAffinity:           detailed,
 	record.FieldCachedExpected:           detailed,
 	record.FieldProbe:                    detailed,
+	record.FieldPredictionInputs:         detailed,
 
 	record.FieldTokensOut:         listed,
 	record.FieldTokensIn:          detailed,
@@ -285,6 +287,11 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			if r.Probe {
 				e.Bool(name, true)
 			}
+		case record.FieldPredictionInputs:
+			if r.Inputs.Set {
+				sc.b = appendInputs(sc.b[:0], &r.Inputs)
+				e.RawJSON(name, sc.b)
+			}
 
 		case record.FieldTokensOut:
 			e.Int(name, r.TokensOut)
@@ -389,6 +396,23 @@ func appendOff(b []byte, st stages.Stage, by time.Duration) []byte {
 	b = append(b, st.String()...)
 	b = append(b, `","ms":`...)
 	b = appendDuration(b, by)
+	return append(b, '}')
+}
+
+// appendInputs appends a least_ttft choice's inputs to the model: the
+// engine's waiting requests only when known, the prefix only when the
+// index matched one.
+func appendInputs(b []byte, in *record.PredictionInputs) []byte {
+	b = strconv.AppendInt(append(b, `{"prompt_tokens":`...), int64(in.PromptTokens), 10)
+	b = strconv.AppendInt(append(b, `,"in_flight":`...), in.InFlight, 10)
+	if in.WaitingKnown {
+		b = strconv.AppendInt(append(b, `,"waiting":`...), in.Waiting, 10)
+	}
+	b = appendDuration(append(b, `,"backlog_ms":`...), in.Backlog)
+	if in.PrefixTokens > 0 {
+		b = strconv.AppendInt(append(b, `,"prefix_tokens":`...), int64(in.PrefixTokens), 10)
+		b = strconv.AppendUint(append(b, `,"prefix_distance":`...), in.PrefixDistance, 10)
+	}
 	return append(b, '}')
 }
 

@@ -250,6 +250,8 @@ var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
 	r.Prediction[stages.Transport] = 100 * us
 	r.PredictionOff, r.PredictionOffBy = stages.Queue, -3*ms-15*us
 	r.CachedTokens, r.CachedReported = 384, true
+	r.Inputs = record.PredictionInputs{Set: true, PromptTokens: 530, InFlight: 1, Waiting: 1, WaitingKnown: true,
+		Backlog: 12500 * us, PrefixTokens: 400, PrefixDistance: 9216}
 }}
 
 // probeFixture is a request a least_ttft pool sent as a probe: to an
@@ -260,6 +262,7 @@ var probeFixture = fixture{"stop_least_ttft_probe", func(r *record.Record) {
 	r.Policy, r.Probe, r.Predicted = "least_ttft", true, true
 	r.Prediction[stages.Queue] = 2 * time.Second
 	r.PredictionOff, r.PredictionOffBy = stages.Queue, 2*time.Second-5*ms
+	r.Inputs = record.PredictionInputs{Set: true, PromptTokens: 530}
 }}
 
 // allFixtures is fixtures plus the ones kept apart.

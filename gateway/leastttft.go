@@ -168,17 +168,11 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
 	if c.Predicted {
-		c.Upstream.addBacklog(p.g.now(), work(&c.Prediction))
+		c.Upstream.addBacklog(p.g.now(), c.Prediction.Work())
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
-}
-
-// work is the engine time of a request predicted as p: the time it holds
-// the engine before the requests behind it start.
-func work(p *predict.Prediction) time.Duration {
-	return p.Parts[predict.Preparation] + p.Parts[predict.Prefill] + p.Parts[predict.Unattributed]
 }
 
 // addBacklog adds work, engine time predicted for a request routed at now,

@@ -309,7 +309,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 	snap.Commit(req, &c)
 	up := c.Upstream
 	x.lease.choice = c
-	recordChoice(rec, &c, req.Route.Pool.Policy)
+	recordChoice(rec, &c, req)
 	client, err := x.p.client(up)
 	if err != nil {
 		x.rejectGateway(ctx, &gateway.Rejection{Status: fasthttp.StatusBadGateway, Type: "upstream_error",

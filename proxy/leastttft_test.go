@@ -130,6 +130,33 @@ func TestLeastTTFTAvoidsSlowPrefill(t *testing.T) {
 	}
 }
 
+// TestPredictionInputsRecorded: a least_ttft record says what the model
+// was asked: the prompt's estimate, the load, and, on an upstream that
+// served the prompt before, the prefix the index expects cached there.
+func TestPredictionInputsRecorded(t *testing.T) {
+	_, addr, sink, ups := ttftEngines(t, "", "", "", "", "")
+	warm(t, addr, sink, ups)
+	body := uniquePrompt(7)
+	served := map[string]bool{}
+	again := 0 // requests that went where the prompt was served before
+	for i := range 4 {
+		_, _, r := routeOne(t, addr, sink, body)
+		if !r.bd.OK || !r.Inputs.Set || r.Inputs.PromptTokens < 100 || r.Inputs.InFlight != 0 {
+			t.Fatalf("request %d: %s/%s, inputs %+v: want set, over 100 prompt tokens estimated, none in flight", i, r.Reason, r.Detail, r.Inputs)
+		}
+		if x := r.Inputs.PrefixTokens; served[r.Upstream] != (x > 0) || x > r.Inputs.PromptTokens {
+			t.Fatalf("request %d to %s (served it before: %v): prefix tokens %d of %d", i, r.Upstream, served[r.Upstream], x, r.Inputs.PromptTokens)
+		}
+		if served[r.Upstream] {
+			again++
+		}
+		served[r.Upstream] = true
+	}
+	if again == 0 {
+		t.Fatalf("no request of the prompt went where it was served before: %v", served)
+	}
+}
+
 // TestLeastTTFTFollowsSlowdown: the engine least_ttft prefers (the others
 // have four times its prefill) slows down mid-run, its prefill sixteen
 // times what it was. The requests that meet the slowdown teach its model
@@ -200,8 +227,8 @@ func TestTTFTSLO(t *testing.T) {
 
 			resp, body, r = routeOne(t, addr, sink, uniquePrompt(2), slo...)
 			if fallback != "" {
-				if resp.StatusCode != 200 || !r.SLOFallback || r.Policy != gateway.PolicyLeastRequest || r.Predicted {
-					t.Fatalf("to the fallback: status %d, fallback %v, policy %q, predicted %v: %s", resp.StatusCode, r.SLOFallback, r.Policy, r.Predicted, body)
+				if resp.StatusCode != 200 || !r.SLOFallback || r.Policy != gateway.PolicyLeastRequest || r.Predicted || r.Inputs.Set {
+					t.Fatalf("to the fallback: status %d, fallback %v, policy %q, predicted %v, inputs %+v: %s", resp.StatusCode, r.SLOFallback, r.Policy, r.Predicted, r.Inputs, body)
 				}
 				for _, u := range ups {
 					if r.Upstream == u.Name {

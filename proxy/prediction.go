@@ -12,9 +12,11 @@ import (
 // The predictor's parts are the stages from Queue on, in order.
 var _ = [1]struct{}{}[predict.NumParts-predict.Part(stages.NumStages-stages.Queue)]
 
-// recordChoice puts into rec how c, a choice of a pool routing by policy,
-// chose its upstream (a retry's choice replaces the first's).
-func recordChoice(rec *record.Record, c *gateway.Choice, policy string) {
+// recordChoice puts into rec how c, the choice of req's pool, chose its
+// upstream (a retry's choice replaces the first's): in a least_ttft pool,
+// with what it predicted from.
+func recordChoice(rec *record.Record, c *gateway.Choice, req *gateway.Request) {
+	policy := req.Route.Pool.Policy
 	rec.Policy, rec.Predicted, rec.Prediction = policy, c.Predicted, [stages.NumStages]time.Duration{}
 	if c.Predicted {
 		copy(rec.Prediction[stages.Queue:], c.Prediction.Parts[:])
@@ -22,6 +24,13 @@ func recordChoice(rec *record.Record, c *gateway.Choice, policy string) {
 	rec.PrefixAffinity, rec.CachedExpected, rec.Probe = c.Affinity, c.Expected.Cached, c.Probe
 	if c.Prediction.Evicted {
 		rec.CachedExpected = 0 // the model expects the engine to have evicted it
+	}
+	rec.Inputs = record.PredictionInputs{}
+	if policy == gateway.PolicyLeastTTFT {
+		l, x := &c.Load, &c.Expected
+		rec.Inputs = record.PredictionInputs{Set: true, PromptTokens: req.PromptTokens,
+			InFlight: l.InFlight, Waiting: l.Waiting, WaitingKnown: l.EngineKnown, Backlog: l.Backlog,
+			PrefixTokens: x.Cached, PrefixDistance: x.Distance}
 	}
 }
 

@@ -136,6 +136,10 @@ type Record struct {
 	// request, or nothing had been measured there for a while, or its
 	// last probe came sooner than the prediction it passed over.
 	Probe bool
+	// Inputs are what a least_ttft pool asked the chosen upstream's model
+	// (gateway/predict) when it routed the request, so that a replay of
+	// the records can ask another model the same (bench/replay).
+	Inputs PredictionInputs
 
 	// Buffering is what made this response arrive held back, if anything.
 	Buffering Buffering
@@ -209,6 +213,28 @@ func (b Buffering) Kinds() []string {
 
 // BufferingKinds returns every sign's name, for pre-creating series.
 func BufferingKinds() []string { return bufferingNames[:] }
+
+// PredictionInputs are a least_ttft choice's inputs to the chosen
+// upstream's TTFT model: gateway/predict's Load and Expected, and the
+// prompt's size, as Predict took them.
+type PredictionInputs struct {
+	// Set says the rest hold the inputs: a least_ttft pool chose.
+	Set bool
+	// PromptTokens is the gateway's estimate of the prompt's tokens.
+	PromptTokens int
+	// InFlight, Waiting (when WaitingKnown) and Backlog are the upstream's
+	// load (predict.Load).
+	InFlight     int64
+	Waiting      int64
+	WaitingKnown bool
+	Backlog      time.Duration
+	// PrefixTokens and PrefixDistance are what the prefix index expected
+	// cached on the upstream and at what distance (predict.Expected), as
+	// the index saw it: before the model judged it evicted (CachedExpected
+	// is then 0).
+	PrefixTokens   int
+	PrefixDistance uint64
+}
 
 // Reset clears r for reuse, keeping buffers.
 func (r *Record) Reset() {

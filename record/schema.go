@@ -54,6 +54,7 @@ const (
 	FieldPrefixAffinity
 	FieldCachedExpected
 	FieldProbe
+	FieldPredictionInputs
 	FieldTokensOut
 	FieldTokensIn
 	FieldCachedTokens
@@ -116,6 +117,7 @@ var fieldNames = [NumFields]string{
 	FieldPrefixAffinity:           "prefix_affinity",
 	FieldCachedExpected:           "cached_tokens_expected",
 	FieldProbe:                    "probe",
+	FieldPredictionInputs:         "prediction_inputs",
 	FieldTokensOut:                "tokens_out",
 	FieldTokensIn:                 "tokens_in",
 	FieldCachedTokens:             "cached_tokens",

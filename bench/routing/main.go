@@ -53,6 +53,7 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
 	flag.DurationVar(&o.slo, "slo", 0, "the TTFT SLO of the extra least_ttft run held to one (0: 0.75 of the slow engine's TTFT p50 under least_ttft; negative, -1s: no such run)")
+	flag.StringVar(&o.records, "records", "", "a directory to write each run's records to, as JSON lines (<policy>.jsonl, least_ttft-slo.jsonl): ttftlens replay reads them")
 	quick := flag.Bool("quick", false, "a check that the benchmark works: 5 s per policy at 0.5 requests/s (unless -rate), no calibration, no warm-up")
 	flag.Parse()
 	if *quick {

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -30,6 +33,19 @@ type options struct {
 	// slo is the TTFT SLO of the least_ttft run held to one (0:
 	// defaultSLO).
 	slo time.Duration
+	// records, when set, is a directory each run writes its proxy's
+	// records to as JSON lines (the log's), one file a run
+	// (recordsFile): what ttftlens replay reads.
+	records string
+}
+
+// recordsFile is the file of policy's run's records in dir (slo: the run
+// held to an SLO).
+func recordsFile(dir, policy string, slo time.Duration) string {
+	if slo > 0 {
+		policy += "-slo"
+	}
+	return filepath.Join(dir, policy+".jsonl")
 }
 
 // sloShare is the share of the slow engine's TTFT p50 that the SLO run
@@ -126,7 +142,7 @@ func (r *policyResult) hitShare() float64 {
 // requests still in flight at its end are cancelled. The capacity is the
 // completions of its last two thirds.
 func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacityPerS float64, clients int, err error) {
-	st, err := startStack(gateway.PolicyLeastRequest, 0, o.engines())
+	st, err := startStack(gateway.PolicyLeastRequest, 0, o.engines(), nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -150,7 +166,16 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 // runPolicy runs the workload at rate through fresh engines and a proxy
 // under the policy, its route held to slo (0: none).
 func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt) (policyResult, error) {
-	st, err := startStack(policy, slo, o.engines())
+	var log io.Writer
+	if o.records != "" {
+		f, err := os.Create(recordsFile(o.records, policy, slo))
+		if err != nil {
+			return policyResult{}, err
+		}
+		defer f.Close()
+		log = f
+	}
+	st, err := startStack(policy, slo, o.engines(), log)
 	if err != nil {
 		return policyResult{}, err
 	}

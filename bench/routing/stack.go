@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ttftlens/ttftlens/endreason"
+	"github.com/ttftlens/ttftlens/exporters"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/proxy"
 	"github.com/ttftlens/ttftlens/record"
@@ -62,12 +64,14 @@ type stack struct {
 	gw    *gateway.Gateway
 	proxy *proxy.Proxy
 	recs  *recordSink
+	log   *exporters.LogSink // nil: the records are not written
 	wg    sync.WaitGroup
 }
 
 // startStack starts an engine of each configuration and the proxy with
-// them as one pool under the policy, its route held to slo (0: none).
-func startStack(policy string, slo time.Duration, engines []refengine.Config) (_ *stack, err error) {
+// them as one pool under the policy, its route held to slo (0: none),
+// writing its records to log as JSON lines when log is not nil.
+func startStack(policy string, slo time.Duration, engines []refengine.Config, log io.Writer) (_ *stack, err error) {
 	s := &stack{recs: &recordSink{m: map[string]recordFacts{}}}
 	defer func() {
 		if err != nil {
@@ -102,7 +106,12 @@ func startStack(policy string, slo time.Duration, engines []refengine.Config) (_
 	// Every policy scrapes the engines alike, as least_load needs; the
 	// engines are identified as serve does by default (the reference
 	// engine's usage chunk, with its cached tokens, is then asked for).
-	if s.proxy, err = proxy.New(proxy.Config{Gateway: s.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape, Engine: proxy.EngineAuto}, s.recs, nop); err != nil {
+	var sink record.Sink = s.recs
+	if log != nil {
+		s.log = exporters.NewLogSink(log, exporters.LogOptions{})
+		sink = exporters.NewFanout(exporters.Named{Name: "facts", Sink: s.recs}, exporters.Named{Name: "log", Sink: s.log})
+	}
+	if s.proxy, err = proxy.New(proxy.Config{Gateway: s.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape, Engine: proxy.EngineAuto}, sink, nop); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,6 +135,10 @@ func (s *stack) shutdownProxy() error {
 	defer cancel()
 	err := s.proxy.Shutdown(ctx)
 	s.proxy = nil
+	if s.log != nil { // every record is in: written out
+		err = errors.Join(err, s.log.Close())
+		s.log = nil
+	}
 	return err
 }
 

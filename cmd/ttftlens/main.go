@@ -5,6 +5,7 @@
 //	ttftlens engine [flags]    run the reference CPU engine alone
 //	ttftlens bench [flags]     drive load, join the proxy's records, show the breakdown
 //	ttftlens report LOGFILE    stage breakdown and end reasons from the JSON log
+//	ttftlens replay LOGFILE    a least_ttft pool's log replayed through the TTFT model
 //	ttftlens demo SCENARIO     inject a cause in-process and print the diagnosis
 //	ttftlens hash-key          print the config file value of an API key read from stdin
 //	ttftlens version           print the version, VCS revision and Go version it was built from
@@ -50,6 +51,7 @@ var commands = map[string]func(args []string, std stdio) error{
 	"engine":   runEngine,
 	"bench":    runBench,
 	"report":   runReport,
+	"replay":   runReplay,
 	"demo":     runDemo,
 	"hash-key": runHashKey,
 	"version":  runVersion,
@@ -98,6 +100,7 @@ commands:
   engine    run the reference CPU engine alone
   bench     drive load; split client-seen TTFT into the proxy's stages
   report    stage p50/p95, end reasons, slowest requests' stage from serve's log
+  replay    replay a least_ttft pool's log through the TTFT model: its error
   demo      inject a cause in-process and print the diagnosis (demo list)
   hash-key  print the config file value of an API key read from stdin
   version   print the version, VCS revision and Go version (also --version)

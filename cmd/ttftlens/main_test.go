@@ -303,7 +303,7 @@ func TestCheckConfigEnv(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	overview := []string{"usage: ttftlens [command] [flags]", "serve ", "engine ", "bench ", "report ", "demo ", "hash-key ", "ttftlens serve -h", "!-admin-listen"}
+	overview := []string{"usage: ttftlens [command] [flags]", "serve ", "engine ", "bench ", "report ", "replay ", "demo ", "hash-key ", "ttftlens serve -h", "!-admin-listen"}
 	serveFlags := []string{"usage: ttftlens serve [flags]", "-admin-listen string", "-upstream string", "-engine-fault"}
 	tests := []struct {
 		args   []string
@@ -319,6 +319,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"engine", "-h"}, []string{"usage: ttftlens engine [flags]", "-listen string", "-fault string"}},
 		{[]string{"bench", "-h"}, []string{"usage: ttftlens bench [flags]", "-url string", "Exits 1 when the server cannot be\nreached (nothing is sent then) or every request failed"}},
 		{[]string{"report", "-h"}, []string{"usage: ttftlens report LOGFILE"}},
+		{[]string{"replay", "-h"}, []string{"usage: ttftlens replay [flags] LOGFILE", "-half-life duration", "-recorded-backlog"}},
 		{[]string{"demo", "--help"}, []string{"usage: ttftlens demo SCENARIO | list"}},
 		{[]string{"hash-key", "-h"}, []string{"usage: ttftlens hash-key [KEY]", "!\nsha256:"}},
 		{[]string{"hash-key", "--help"}, []string{"usage: ttftlens hash-key [KEY]", "!\nsha256:"}},
@@ -375,6 +376,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"report"}, "ttftlens report: no log file given", "run 'ttftlens report -h' for its usage"},
 		{[]string{"report", "-", "a", "-"}, "ttftlens report: - (stdin) given more than once", "run 'ttftlens report -h' for its usage"},
 		{[]string{"report", "--x"}, "ttftlens report: flag provided but not defined: -x", "run 'ttftlens report -h' for its usage"},
+		{[]string{"replay"}, "ttftlens replay: no log file given", "run 'ttftlens replay -h' for its usage"},
+		{[]string{"replay", "-half-life", "0s", "a"}, "ttftlens replay: -half-life 0s: must be above zero", "run 'ttftlens replay -h' for its usage"},
 		{[]string{"demo"}, "ttftlens demo: no scenario given", "run 'ttftlens demo -h' for its usage"},
 		{[]string{"demo", "queue", "extra"}, `ttftlens demo: 2 arguments ["queue" "extra"]: give one scenario`, "run 'ttftlens demo -h' for its usage"},
 		{[]string{"demo", "nope"}, `ttftlens demo: unknown scenario "nope"`, "run 'ttftlens demo -h' for its usage"},
@@ -676,6 +679,17 @@ func TestReportCommand(t *testing.T) {
 			runCLI(tt.stdin, append([]string{"report"}, tt.args...)...).check(t, tt.code, tt.stdout, tt.stderr)
 		})
 	}
+}
+
+// TestReplayCommand runs "ttftlens replay" on the log's least_ttft golden
+// lines (a routing with its inputs, predicted: replayed by models that
+// have seen nothing before it, so not predicted again) and on records of
+// another pool (no inputs to replay).
+func TestReplayCommand(t *testing.T) {
+	routed := filepath.Join("..", "..", "exporters", "testdata", "log", "stop_least_ttft.json")
+	other := filepath.Join("..", "..", "exporters", "testdata", "log", "stop_engine_report.json")
+	runCLI("", "replay", routed).check(t, 0, []string{"Replayed 1 least_ttft routings on 1 upstreams: 0 predicted", "| queue |"}, nil)
+	runCLI("", "replay", other).check(t, 2, nil, []string{"ttftlens replay: no record in 1 carries prediction_inputs: only a least_ttft pool's do"})
 }
 
 // deadURL is a loopback URL nothing listens on.

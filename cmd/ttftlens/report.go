@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/ttftlens/ttftlens/bench"
@@ -26,38 +27,53 @@ func runReport(args []string, std stdio) error {
 	if err := fs.parse(args, std); err != nil {
 		return err
 	}
-	names := fs.Args()
-	if len(names) == 0 {
-		return usagef("report", "no log file given (- reads stdin)")
+	names, err := logFileArgs("report", fs.Args())
+	if err != nil {
+		return err
 	}
-	stdin := 0
-	for _, n := range names {
-		if n == "-" {
-			stdin++
-		}
-	}
-	if stdin > 1 {
-		return usagef("report", "- (stdin) given more than once")
-	}
-	var recs []bench.Record
-	var st bench.LogStats
-	for _, name := range names {
-		r, s, err := readLogFile(name, std)
-		if err != nil {
-			return err
-		}
-		recs = append(recs, r...)
-		st.Add(s)
-	}
-	if len(recs) == 0 {
-		return fmt.Errorf("report: no request records in %s (%d lines read)", strings.Join(names, ", "), st.Lines)
+	recs, st, err := readLogFiles("report", names, std)
+	if err != nil {
+		return err
 	}
 	bench.WriteReport(std.out, recs, st)
 	return nil
 }
 
-// readLogFile reads one log file ("-" is stdin); a read error names it.
-func readLogFile(name string, std stdio) ([]bench.Record, bench.LogStats, error) {
+// readLogFiles reads the records of every log file named (at most one
+// "-": stdin) for the command cmd; a file that cannot be read, or no
+// record in all of them, fails it.
+func readLogFiles(cmd string, names []string, std stdio) ([]bench.Record, bench.LogStats, error) {
+	var recs []bench.Record
+	var st bench.LogStats
+	for _, name := range names {
+		r, s, err := readLogFile(cmd, name, std)
+		if err != nil {
+			return nil, st, err
+		}
+		recs = append(recs, r...)
+		st.Add(s)
+	}
+	if len(recs) == 0 {
+		return nil, st, fmt.Errorf("%s: no request records in %s (%d lines read)", cmd, strings.Join(names, ", "), st.Lines)
+	}
+	return recs, st, nil
+}
+
+// logFileArgs checks a command's log file arguments: at least one, "-"
+// (stdin) at most once.
+func logFileArgs(cmd string, names []string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, usagef(cmd, "no log file given (- reads stdin)")
+	}
+	if i := slices.Index(names, "-"); i >= 0 && slices.Contains(names[i+1:], "-") {
+		return nil, usagef(cmd, "- (stdin) given more than once")
+	}
+	return names, nil
+}
+
+// readLogFile reads one log file ("-" is stdin) for the command cmd; a
+// read error names it.
+func readLogFile(cmd, name string, std stdio) ([]bench.Record, bench.LogStats, error) {
 	in := std.in
 	if name != "-" {
 		f, err := os.Open(name)
@@ -71,7 +87,7 @@ func readLogFile(name string, std stdio) ([]bench.Record, bench.LogStats, error)
 	}
 	recs, st, err := bench.ReadLog(in)
 	if err != nil {
-		return nil, st, fmt.Errorf("report: reading %s: %w", name, err)
+		return nil, st, fmt.Errorf("%s: reading %s: %w", cmd, name, err)
 	}
 	return recs, st, nil
 }

@@ -262,6 +262,12 @@ type Prediction struct {
 	Evicted bool
 }
 
+// Work is the engine time of a request predicted as p: the time it holds
+// the engine before the requests behind it start (Load.Backlog's unit).
+func (p *Prediction) Work() time.Duration {
+	return p.Parts[Preparation] + p.Parts[Prefill] + p.Parts[Unattributed]
+}
+
 // Observed says m has taken an observation: a Predict that is not ok then
 // asked for a prompt to compute of a model that has seen only hits.
 func (m *Model) Observed() bool { return m.seq.Load() != 0 }

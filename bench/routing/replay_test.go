@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ttftlens/ttftlens/bench"
+	"github.com/ttftlens/ttftlens/bench/replay"
+	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/refengine/model"
+)
+
+// TestReplayAgreesWithTheProxy: the benchmark's least_ttft run, written
+// as the log's records (-records) and replayed through fresh models
+// (ttftlens replay), predicts what the proxy's models predicted: the
+// records carry every input the model was asked with, and the replay
+// teaches and asks in the order the proxy did. (A few may disagree: the
+// replay teaches a request at its record's end, the proxy a moment
+// later, and a routing between the two is asked of a model one
+// observation apart.) Engines of a small model, so that a few seconds
+// route dozens of requests.
+func TestReplayAgreesWithTheProxy(t *testing.T) {
+	o := options{maxRunning: 4, kvBlocks: 256, slowPrefill: 2}
+	engines := o.engines()
+	for i := range engines {
+		engines[i].ModelConfig = model.Config{Dim: 64, HiddenDim: 128, Layers: 2, Heads: 2, KVHeads: 2, Vocab: 4096, MaxSeq: 4096}
+	}
+	var log bytes.Buffer
+	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	tok := model.DefaultTokenizer(model.DefaultConfig())
+	systems, _ := systemPrompts(tok, 1)
+	cfg := bench.Config{URL: st.url, Rate: 25, Duration: 3 * time.Second, Timeout: time.Minute,
+		Prompts: prompts(systems, requests(1, 200)), IgnoreEOS: true, OutputTokens: bench.Dist{Min: 4, Max: 4}, Seed: 1}
+	if _, err := cfg.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.shutdownProxy(); err != nil { // every record written
+		t.Fatal(err)
+	}
+	recs, _, err := bench.ReadLog(&log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := replay.Run(recs, replay.Options{})
+	t.Logf("%d records: %d routed, %d predicted, %d compared, %d agreed", len(recs), res.Routed, res.Predicted, res.Compared, res.Agreed)
+	if res.Routed != len(recs) || res.Compared < 30 || res.Agreed*10 < res.Compared*9 {
+		t.Fatalf("%d records, %d routed with inputs; %d of %d recorded predictions replayed: want every record routed with inputs, 30 compared or more, 90 %% agreeing",
+			len(recs), res.Routed, res.Agreed, res.Compared)
+	}
+}
