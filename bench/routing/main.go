@@ -16,7 +16,10 @@
 // among the policies, a last run holds it to a TTFT SLO (-slo; by default
 // below what the slow engine gives; -slo -1s: no such run): the requests
 // refused, and how far past the SLO those served came, beside the
-// prediction's error.
+// prediction's error. -replicas N puts N proxies in front of the engines,
+// each with its own gateway, and spreads the requests over them: what the
+// per-replica prefix index and models cost. -records DIR writes each
+// run's records, for ttftlens replay.
 package main
 
 import (
@@ -53,7 +56,8 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
 	flag.DurationVar(&o.slo, "slo", 0, "the TTFT SLO of the extra least_ttft run held to one (0: 0.75 of the slow engine's TTFT p50 under least_ttft; negative, -1s: no such run)")
-	flag.StringVar(&o.records, "records", "", "a directory to write each run's records to, as JSON lines (<policy>.jsonl, least_ttft-slo.jsonl): ttftlens replay reads them")
+	flag.IntVar(&o.replicas, "replicas", 1, "proxy replicas sharing the engines, each with its own gateway (prefix index, TTFT models); the load is spread over them request by request")
+	flag.StringVar(&o.records, "records", "", "a directory to write each run's records to, as JSON lines (<policy>.jsonl, least_ttft-slo.jsonl; <policy>-r<i>.jsonl per replica): ttftlens replay reads them")
 	quick := flag.Bool("quick", false, "a check that the benchmark works: 5 s per policy at 0.5 requests/s (unless -rate), no calibration, no warm-up")
 	flag.Parse()
 	if *quick {
@@ -71,12 +75,24 @@ func main() {
 	}
 }
 
+// replicasText says what the engines are behind: ttftlens, or n replicas
+// of it.
+func replicasText(n int) string {
+	if n <= 1 {
+		return "ttftlens"
+	}
+	return fmt.Sprintf("%d ttftlens replicas (each with its own gateway: prefix index, TTFT models, in-flight counts; the requests spread over them in turn)", n)
+}
+
 func run(ctx context.Context, o *options) error {
+	if o.replicas < 1 {
+		return fmt.Errorf("-replicas %d: at least one", o.replicas)
+	}
 	rep := &report{
 		heading: fmt.Sprintf("%s: `go run ./bench/routing %s`, %s, %d CPUs",
 			time.Now().UTC().Format("2006-01-02"), strings.Join(os.Args[1:], " "), runtime.Version(), runtime.NumCPU()),
-		engines: fmt.Sprintf("Three reference engines in one process (max-running %d, %d KV blocks each; engine 3 with slow_prefill=%g) behind ttftlens as one pool",
-			o.maxRunning, o.kvBlocks, o.slowPrefill),
+		engines: fmt.Sprintf("Three reference engines in one process (max-running %d, %d KV blocks each; engine 3 with slow_prefill=%g) behind %s as one pool",
+			o.maxRunning, o.kvBlocks, o.slowPrefill, replicasText(o.replicas)),
 		labels: o.engineLabels(), load: o.load, duration: o.duration, seed: o.seed,
 	}
 	policies := o.policies

@@ -3,14 +3,28 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/ttftlens/ttftlens/bench"
 	"github.com/ttftlens/ttftlens/bench/replay"
 	"github.com/ttftlens/ttftlens/gateway"
+	"github.com/ttftlens/ttftlens/refengine"
 	"github.com/ttftlens/ttftlens/refengine/model"
 )
+
+// smallEngines are the benchmark's three engines with a small model: a
+// prefill of milliseconds, so that a test routes dozens of requests in a
+// few seconds.
+func smallEngines() []refengine.Config {
+	o := options{maxRunning: 4, kvBlocks: 256, slowPrefill: 2}
+	engines := o.engines()
+	for i := range engines {
+		engines[i].ModelConfig = model.Config{Dim: 64, HiddenDim: 128, Layers: 2, Heads: 2, KVHeads: 2, Vocab: 4096, MaxSeq: 4096}
+	}
+	return engines
+}
 
 // TestReplayAgreesWithTheProxy: the benchmark's least_ttft run, written
 // as the log's records (-records) and replayed through fresh models
@@ -19,23 +33,18 @@ import (
 // teaches and asks in the order the proxy did. (A few may disagree: the
 // replay teaches a request at its record's end, the proxy a moment
 // later, and a routing between the two is asked of a model one
-// observation apart.) Engines of a small model, so that a few seconds
-// route dozens of requests.
+// observation apart.)
 func TestReplayAgreesWithTheProxy(t *testing.T) {
-	o := options{maxRunning: 4, kvBlocks: 256, slowPrefill: 2}
-	engines := o.engines()
-	for i := range engines {
-		engines[i].ModelConfig = model.Config{Dim: 64, HiddenDim: 128, Layers: 2, Heads: 2, KVHeads: 2, Vocab: 4096, MaxSeq: 4096}
-	}
+	engines := smallEngines()
 	var log bytes.Buffer
-	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, &log)
+	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, []io.Writer{&log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.close()
 	tok := model.DefaultTokenizer(model.DefaultConfig())
 	systems, _ := systemPrompts(tok, 1)
-	cfg := bench.Config{URL: st.url, Rate: 25, Duration: 3 * time.Second, Timeout: time.Minute,
+	cfg := bench.Config{URL: st.url(), Rate: 25, Duration: 3 * time.Second, Timeout: time.Minute,
 		Prompts: prompts(systems, requests(1, 200)), IgnoreEOS: true, OutputTokens: bench.Dist{Min: 4, Max: 4}, Seed: 1}
 	if _, err := cfg.Run(context.Background()); err != nil {
 		t.Fatal(err)

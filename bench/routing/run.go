@@ -33,17 +33,23 @@ type options struct {
 	// slo is the TTFT SLO of the least_ttft run held to one (0:
 	// defaultSLO).
 	slo time.Duration
-	// records, when set, is a directory each run writes its proxy's
-	// records to as JSON lines (the log's), one file a run
+	// records, when set, is a directory each run writes its proxies'
+	// records to as JSON lines (the log's), one file a run and replica
 	// (recordsFile): what ttftlens replay reads.
 	records string
+	// replicas is how many proxies, each with its own gateway, share the
+	// engines; the load is spread over them request by request.
+	replicas int
 }
 
 // recordsFile is the file of policy's run's records in dir (slo: the run
-// held to an SLO).
-func recordsFile(dir, policy string, slo time.Duration) string {
+// held to an SLO), replica i's of n.
+func recordsFile(dir, policy string, slo time.Duration, i, n int) string {
 	if slo > 0 {
 		policy += "-slo"
+	}
+	if n > 1 {
+		policy += "-r" + strconv.Itoa(i+1)
 	}
 	return filepath.Join(dir, policy+".jsonl")
 }
@@ -150,7 +156,7 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 	clients = len(st.engines) * (o.maxRunning + 1)
 	cctx, cancel := context.WithTimeout(ctx, o.calibrate)
 	defer cancel()
-	cfg := bench.Config{URL: st.url, Concurrency: clients, Duration: o.calibrate,
+	cfg := bench.Config{URL: st.url(), Concurrency: clients, Duration: o.calibrate,
 		Prompts: ps, IgnoreEOS: true, OutputTokens: bench.Dist{Min: o.maxTokens, Max: o.maxTokens}, Seed: o.seed}
 	run, err := cfg.Run(cctx)
 	if err != nil {
@@ -166,21 +172,23 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 // runPolicy runs the workload at rate through fresh engines and a proxy
 // under the policy, its route held to slo (0: none).
 func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt) (policyResult, error) {
-	var log io.Writer
+	logs := make([]io.Writer, max(o.replicas, 1))
 	if o.records != "" {
-		f, err := os.Create(recordsFile(o.records, policy, slo))
-		if err != nil {
-			return policyResult{}, err
+		for i := range logs {
+			f, err := os.Create(recordsFile(o.records, policy, slo, i, len(logs)))
+			if err != nil {
+				return policyResult{}, err
+			}
+			defer f.Close()
+			logs[i] = f
 		}
-		defer f.Close()
-		log = f
 	}
-	st, err := startStack(policy, slo, o.engines(), log)
+	st, err := startStack(policy, slo, o.engines(), logs)
 	if err != nil {
 		return policyResult{}, err
 	}
 	defer st.close()
-	cfg := bench.Config{URL: st.url, Rate: rate, Duration: o.duration, Warmup: o.warmup, Timeout: 2 * time.Minute,
+	cfg := bench.Config{URL: st.url(), Transport: st.transport(), Rate: rate, Duration: o.duration, Warmup: o.warmup, Timeout: 2 * time.Minute,
 		Prompts: ps, IgnoreEOS: true, OutputTokens: bench.Dist{Min: o.maxTokens, Max: o.maxTokens}, Seed: o.seed}
 	run, err := cfg.Run(ctx)
 	if err != nil {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,24 +56,32 @@ func checkPolicies(policies []string) error {
 	return nil
 }
 
-// stack is the engines and the proxy in front of them, in this process on
-// loopback, with the proxy's records kept by request id.
+// stack is the engines and the proxy replicas in front of them, in this
+// process on loopback, with the proxies' records kept by request id.
 type stack struct {
 	engines []*refengine.Server
 	// hosts are the engines' host:port, the records' upstream names.
-	hosts []string
-	url   string // the proxy's base URL
-	gw    *gateway.Gateway
-	proxy *proxy.Proxy
-	recs  *recordSink
-	log   *exporters.LogSink // nil: the records are not written
-	wg    sync.WaitGroup
+	hosts    []string
+	replicas []*replica
+	recs     *recordSink
+	wg       sync.WaitGroup
 }
 
-// startStack starts an engine of each configuration and the proxy with
-// them as one pool under the policy, its route held to slo (0: none),
-// writing its records to log as JSON lines when log is not nil.
-func startStack(policy string, slo time.Duration, engines []refengine.Config, log io.Writer) (_ *stack, err error) {
+// replica is one proxy of the stack with a gateway of its own: its own
+// prefix index, TTFT models and in-flight counts, as each replica of a
+// Deployment has, sharing only the engines.
+type replica struct {
+	url   string // its base URL
+	gw    *gateway.Gateway
+	proxy *proxy.Proxy
+	log   *exporters.LogSink // nil: its records are not written
+}
+
+// startStack starts an engine of each configuration and len(logs) proxy
+// replicas (at least one) with them as one pool under the policy, its
+// route held to slo (0: none); replica i writes its records to logs[i] as
+// JSON lines when that is not nil.
+func startStack(policy string, slo time.Duration, engines []refengine.Config, logs []io.Writer) (_ *stack, err error) {
 	s := &stack{recs: &recordSink{m: map[string]recordFacts{}}}
 	defer func() {
 		if err != nil {
@@ -98,46 +108,102 @@ func startStack(policy string, slo time.Duration, engines []refengine.Config, lo
 	if err != nil {
 		return nil, err
 	}
+	if len(logs) == 0 {
+		logs = []io.Writer{nil}
+	}
+	for _, log := range logs {
+		r, err := s.startReplica(cfg, log)
+		if r != nil {
+			s.replicas = append(s.replicas, r)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// startReplica starts a proxy with a gateway of cfg, writing its records
+// to log when log is not nil. A replica returned with an error is to be
+// closed.
+func (s *stack) startReplica(cfg *gateway.Config, log io.Writer) (*replica, error) {
+	r := &replica{}
 	nop := zerolog.Nop()
-	if s.gw, err = gateway.New(cfg, gateway.Options{Log: &nop}); err != nil {
+	var err error
+	if r.gw, err = gateway.New(cfg, gateway.Options{Log: &nop}); err != nil {
 		return nil, err
 	}
-	s.gw.Start()
+	r.gw.Start()
 	// Every policy scrapes the engines alike, as least_load needs; the
 	// engines are identified as serve does by default (the reference
 	// engine's usage chunk, with its cached tokens, is then asked for).
 	var sink record.Sink = s.recs
 	if log != nil {
-		s.log = exporters.NewLogSink(log, exporters.LogOptions{})
-		sink = exporters.NewFanout(exporters.Named{Name: "facts", Sink: s.recs}, exporters.Named{Name: "log", Sink: s.log})
+		r.log = exporters.NewLogSink(log, exporters.LogOptions{})
+		sink = exporters.NewFanout(exporters.Named{Name: "facts", Sink: s.recs}, exporters.Named{Name: "log", Sink: r.log})
 	}
-	if s.proxy, err = proxy.New(proxy.Config{Gateway: s.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape, Engine: proxy.EngineAuto}, sink, nop); err != nil {
-		return nil, err
+	if r.proxy, err = proxy.New(proxy.Config{Gateway: r.gw, ScrapeEngineMetrics: proxy.DefaultLeastLoadScrape, Engine: proxy.EngineAuto}, sink, nop); err != nil {
+		return r, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return r, err
 	}
-	s.url = "http://" + ln.Addr().String()
-	p := s.proxy
+	r.url = "http://" + ln.Addr().String()
+	p := r.proxy
 	s.wg.Go(func() { _ = p.Serve(ln) })
-	return s, nil
+	return r, nil
 }
 
-// shutdownProxy stops the proxy, letting requests in flight finish for up
-// to 10 s: once it returns, every request has its record. The engines go
-// on, their truth still to be read.
-func (s *stack) shutdownProxy() error {
-	if s.proxy == nil {
+// url is the first replica's base URL: where the load is aimed (transport
+// spreads it over them all).
+func (s *stack) url() string { return s.replicas[0].url }
+
+// transport is the load's transport: each request to the next replica in
+// turn, as a balancer in front of a Deployment's replicas spreads them;
+// nil (the probe's own) with one replica.
+func (s *stack) transport() http.RoundTripper {
+	if len(s.replicas) < 2 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.proxy.Shutdown(ctx)
-	s.proxy = nil
-	if s.log != nil { // every record is in: written out
-		err = errors.Join(err, s.log.Close())
-		s.log = nil
+	t := &spread{base: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 64, DisableCompression: true, IdleConnTimeout: 30 * time.Second}}
+	for _, r := range s.replicas {
+		t.hosts = append(t.hosts, strings.TrimPrefix(r.url, "http://"))
+	}
+	return t
+}
+
+// spread is a RoundTripper sending each request to the next of hosts.
+type spread struct {
+	base  *http.Transport
+	hosts []string
+	n     atomic.Uint64
+}
+
+func (t *spread) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.URL.Host = t.hosts[t.n.Add(1)%uint64(len(t.hosts))]
+	r.Host = r.URL.Host
+	return t.base.RoundTrip(r)
+}
+
+// shutdownProxy stops the proxies, letting requests in flight finish for
+// up to 10 s: once it returns, every request has its record, and every
+// record is written. The engines go on, their truth still to be read.
+func (s *stack) shutdownProxy() error {
+	var err error
+	for _, r := range s.replicas {
+		if r.proxy == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = errors.Join(err, r.proxy.Shutdown(ctx))
+		cancel()
+		r.proxy = nil
+		if r.log != nil {
+			err = errors.Join(err, r.log.Close())
+			r.log = nil
+		}
 	}
 	return err
 }
@@ -145,8 +211,10 @@ func (s *stack) shutdownProxy() error {
 // close stops the proxy, then the engines.
 func (s *stack) close() error {
 	err := s.shutdownProxy()
-	if s.gw != nil {
-		s.gw.Stop()
+	for _, r := range s.replicas {
+		if r.gw != nil {
+			r.gw.Stop()
+		}
 	}
 	for _, e := range s.engines {
 		err = errors.Join(err, e.Close())
