@@ -3,10 +3,14 @@
 package gateway
 
 import (
+	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/gateway/share"
 )
 
 // TestGatewayStepAllocs: the whole gateway step allocates nothing in steady
@@ -54,16 +58,7 @@ func TestChooseAllocs(t *testing.T) {
 			}
 			var p fastjson.Parser
 			step := func() {
-				req, rej := s.CheckRequest(&p, Chat, body)
-				if rej != nil {
-					t.Fatal(rej)
-				}
-				c, rej := s.Choose(&req, nil)
-				if rej != nil {
-					t.Fatal(rej)
-				}
-				s.Commit(&req, &c)
-				req.Release()
+				c, tokens := checkChooseCommit(t, s, &p, body)
 				release, rej := c.Upstream.Acquire(nil)
 				if rej != nil {
 					t.Fatal(rej)
@@ -72,7 +67,7 @@ func TestChooseAllocs(t *testing.T) {
 				if cold && c.Upstream == r.Pool.Upstreams[0] {
 					return // stays cold
 				}
-				c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), req.PromptTokens, c.Expected.Cached, c.Load.InFlight))
+				c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), tokens, c.Expected.Cached, c.Load.InFlight))
 			}
 			step()
 			if n := testing.AllocsPerRun(1000, step); n != 0 {
@@ -97,4 +92,65 @@ func TestPickLeastLoadAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, pick); n != 0 {
 		t.Fatalf("least_load pick: %v allocs, want 0", n)
 	}
+}
+
+// TestShareCommitAllocs: with share_routing, a least_ttft request's
+// Commit publishes it and still allocates nothing once the sharer's
+// buffers are warm (the transport here takes each message and keeps
+// nothing: its own costs are the publisher goroutine's, not the request's).
+func TestShareCommitAllocs(t *testing.T) {
+	cfg := ttftConfig(3, 0)
+	cfg.ShareRouting = QuotaRedis
+	cfg.QuotaBackend = QuotaBackend{Kind: QuotaRedis, Redis: RedisConfig{Address: "127.0.0.1:1"}}
+	g, clk := newGateway(t, cfg, Options{ShareTransport: func() share.Transport { return sink{} }})
+	g.Start()
+	s := g.Snapshot()
+	for _, u := range s.Pools()[0].Upstreams {
+		engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	}
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + systemPrompt(1, 1000) + `"},{"role":"user","content":"Why?"}]}`)
+	var p fastjson.Parser
+	step := func() {
+		checkChooseCommit(t, s, &p, body)
+		// AllocsPerRun runs on one P: let the publisher take the message
+		// and hand its buffer back, as it does beside requests on their
+		// own cores.
+		runtime.Gosched()
+	}
+	for range 100 {
+		step()
+	}
+	if n := testing.AllocsPerRun(1000, step); n != 0 {
+		t.Fatalf("%v allocs, want 0", n)
+	}
+	if g.share.Load().Stats().Dropped != 0 {
+		t.Fatal("messages dropped: the publisher did not keep up")
+	}
+}
+
+// sink is a share.Transport that takes every message and receives none.
+type sink struct{}
+
+func (sink) Publish(context.Context, []byte) error { return nil }
+func (sink) Receive(ctx context.Context) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (sink) Close() error { return nil }
+
+// checkChooseCommit checks the chat body, chooses its upstream and commits
+// the choice, as the proxy's admit does; it returns the choice and the
+// request's estimated prompt tokens.
+func checkChooseCommit(t testing.TB, s *Snapshot, p *fastjson.Parser, body []byte) (Choice, int) {
+	req, rej := s.CheckRequest(p, Chat, body)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	defer req.Release()
+	c, rej := s.Choose(&req, nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	s.Commit(&req, &c)
+	return c, req.PromptTokens
 }

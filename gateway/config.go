@@ -46,6 +46,14 @@ type Config struct {
 	// each prompt prefix; ~20 bytes an entry, allocated whole while a pool
 	// uses it). Default 100,000 (prefix.DefaultCapacity).
 	PrefixIndexEntries int `yaml:"prefix_index_entries"`
+	// ShareRouting shares the least_ttft pools' routing with the other
+	// replicas (gateway/share: where each prompt prefix was sent, the
+	// tokens and predicted engine time sent each upstream): "redis",
+	// through the quota backend's Redis (quota_backend kind redis), on
+	// the pub/sub channel ShareChannel (default "ttftlens:routing");
+	// "" (the default): each replica routes on what it routed itself.
+	ShareRouting string `yaml:"share_routing"`
+	ShareChannel string `yaml:"share_channel"`
 
 	// Where the config came from, for error messages: file name and the
 	// line of every field path. Empty for a Config built in code.
@@ -247,6 +255,8 @@ const (
 	QuotaFailClosed = "closed"
 
 	DefaultQuotaKeyPrefix = "ttftlens:quota:"
+	// DefaultShareChannel is share_channel's default.
+	DefaultShareChannel = "ttftlens:routing"
 	// DefaultQuotaTimeout: a loopback or in-cluster round trip to Redis
 	// takes well under a millisecond.
 	DefaultQuotaTimeout = 50 * time.Millisecond
@@ -324,6 +334,9 @@ func (c *Config) Normalize() {
 	}
 	if c.PrefixIndexEntries == 0 {
 		c.PrefixIndexEntries = prefix.DefaultCapacity
+	}
+	if c.ShareRouting != "" && c.ShareChannel == "" {
+		c.ShareChannel = DefaultShareChannel
 	}
 	c.QuotaBackend.normalize()
 	normQuota := func(q *Quota) {
@@ -423,6 +436,21 @@ func (v *validator) check() {
 	pools := v.checkPools()
 	v.checkRoutes(pools)
 	nonNegative(v, "prefix_index_entries", v.c.PrefixIndexEntries)
+	v.checkShareRouting()
+}
+
+// checkShareRouting checks share_routing: redis, through the quota
+// backend's Redis, or nothing.
+func (v *validator) checkShareRouting() {
+	switch c := v.c; {
+	case c.ShareRouting == "" && c.ShareChannel != "":
+		v.add("share_channel", "given but share_routing is not set: set share_routing: redis")
+	case c.ShareRouting == "":
+	case c.ShareRouting != QuotaRedis:
+		v.add("share_routing", "must be redis or empty, not %q", c.ShareRouting)
+	case c.QuotaBackend.Kind != QuotaRedis:
+		v.add("share_routing", "redis shares routing through the quota backend's Redis: set quota_backend kind: redis and its address")
+	}
 }
 
 // checkAuth checks the auth mode and that keys are listed exactly when it

@@ -43,6 +43,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/gateway/prefix"
 	"github.com/ttftlens/ttftlens/gateway/quota"
+	"github.com/ttftlens/ttftlens/gateway/share"
 	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
@@ -61,6 +62,9 @@ type Options struct {
 	// ejection) or comes back. Nil: JSON lines with a timestamp on stderr,
 	// as `ttftlens serve` writes its own.
 	Log *zerolog.Logger
+	// ShareTransport, when set, makes the transport of share_routing in
+	// place of the quota backend's Redis (tests; replicas in one process).
+	ShareTransport func() share.Transport
 }
 
 // Gateway holds the current configuration and the state that outlives a
@@ -95,6 +99,15 @@ type Gateway struct {
 	// configured) stays.
 	index        *prefix.Index
 	indexEntries int
+	// sharer shares the least_ttft pools' routing with the other
+	// replicas (share_routing), on shareChannel; nil while the config does
+	// not. share is it for requests (Commit), read without mu.
+	sharer       *share.Sharer
+	shareChannel string
+	share        atomic.Pointer[share.Sharer]
+	// shareUnknown counts shared commits for an upstream this replica's
+	// least_ttft pools do not have (its config differs).
+	shareUnknown atomic.Uint64
 }
 
 // Snapshot is one configuration in effect: everything a request needs from
@@ -175,10 +188,18 @@ func (g *Gateway) Reload(cfg *Config) error {
 	cfg.Normalize()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s, err := g.build(cfg)
+	sh, err := g.newSharer(cfg)
 	if err != nil {
 		return err
 	}
+	s, err := g.build(cfg)
+	if err != nil {
+		if sh != nil {
+			sh.Stop()
+		}
+		return err
+	}
+	g.setSharer(cfg, sh)
 	if g.running && g.redis != nil {
 		g.redis.Start() // when this config made it
 	}
@@ -246,6 +267,18 @@ func (g *Gateway) Start() {
 	if g.redis != nil {
 		g.redis.Start()
 	}
+	switch cfg := g.cur.Load().cfg; {
+	case g.sharer != nil:
+		g.sharer.Start()
+	case cfg.ShareRouting != "":
+		// Stop dropped the last one: a new one, started by setSharer (its
+		// connection resolved when the config was loaded).
+		if sh, err := g.newSharer(cfg); err == nil {
+			g.setSharer(cfg, sh)
+		} else {
+			g.log.Error().Err(err).Msg("share_routing: routing not shared")
+		}
+	}
 }
 
 // Stop ends the active health checks and waits for their goroutines, sends
@@ -262,6 +295,11 @@ func (g *Gateway) Stop() {
 	stopCheckers(g.cur.Load())
 	if g.redis != nil {
 		g.redis.Stop()
+	}
+	if g.sharer != nil { // a stopped Sharer is not started again
+		g.sharer.Stop()
+		g.sharer = nil
+		g.share.Store(nil)
 	}
 }
 

@@ -167,12 +167,15 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 		computed = max(tokens-c.Expected.Cached, 0)
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
+	var work time.Duration
 	if c.Predicted {
-		c.Upstream.addBacklog(p.g.now(), c.Prediction.Work())
+		work = c.Prediction.Work()
+		c.Upstream.addBacklog(p.g.now(), work)
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
+	p.g.publish(c, pr, uint64(computed), work)
 }
 
 // addBacklog adds work, engine time predicted for a request routed at now,

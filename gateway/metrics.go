@@ -5,7 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // Collector exports the gateway's per-upstream state at scrape time:
 // admission queue depth, requests in flight, health and ejection. Upstreams
 // come from the current configuration, so a reload shows at the next scrape.
-// With the redis quota backend it also counts what Redis could not do.
+// With the redis quota backend it also counts what Redis could not do,
+// and with share_routing the messages shared.
 type Collector struct {
 	gw    *Gateway
 	label func(*Upstream) string // the upstream's name in records and metrics
@@ -26,6 +27,8 @@ var (
 	quotaFallbackDesc    = prometheus.NewDesc("ttftlens_quota_fallbacks_total", "Admissions this replica's own quota buckets decided because Redis failed or timed out (on_failure: open).", nil, nil)
 	quotaUnavailableDesc = prometheus.NewDesc("ttftlens_quota_unavailable_total", "Admissions refused with 503 because Redis failed or timed out (on_failure: closed).", nil, nil)
 	quotaLostDesc        = prometheus.NewDesc("ttftlens_quota_settlements_lost_total", "Quota settlements (refunds and extra charges after a response) Redis did not take: it failed, or the queue was full.", nil, nil)
+
+	shareDesc = prometheus.NewDesc("ttftlens_routing_share_messages_total", "share_routing's messages by event: sent (this replica's routings published), received (the other replicas' applied), dropped (not published: the queue was full), failed (publishes and receives Redis failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).", []string{"event"}, nil)
 )
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -35,6 +38,7 @@ func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- quotaFallbackDesc
 	ch <- quotaUnavailableDesc
 	ch <- quotaLostDesc
+	ch <- shareDesc
 }
 
 func (c Collector) Collect(ch chan<- prometheus.Metric) {
@@ -55,5 +59,14 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(quotaFallbackDesc, prometheus.CounterValue, float64(n.Fallbacks))
 		ch <- prometheus.MustNewConstMetric(quotaUnavailableDesc, prometheus.CounterValue, float64(n.Unavailable))
 		ch <- prometheus.MustNewConstMetric(quotaLostDesc, prometheus.CounterValue, float64(n.Lost))
+	}
+	if sh := c.gw.share.Load(); sh != nil {
+		n := sh.Stats()
+		for _, e := range []struct {
+			event string
+			n     uint64
+		}{{"sent", n.Sent}, {"received", n.Received}, {"dropped", n.Dropped}, {"failed", n.Failed}, {"malformed", n.Malformed}, {"unknown_upstream", c.gw.shareUnknown.Load()}} {
+			ch <- prometheus.MustNewConstMetric(shareDesc, prometheus.CounterValue, float64(e.n), e.event)
+		}
 	}
 }

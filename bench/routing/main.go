@@ -18,7 +18,8 @@
 // refused, and how far past the SLO those served came, beside the
 // prediction's error. -replicas N puts N proxies in front of the engines,
 // each with its own gateway, and spreads the requests over them: what the
-// per-replica prefix index and models cost. -records DIR writes each
+// per-replica prefix index and models cost; -share has them share their
+// routing through a redis-server it starts. -records DIR writes each
 // run's records, for ttftlens replay.
 package main
 
@@ -56,6 +57,7 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
 	flag.DurationVar(&o.slo, "slo", 0, "the TTFT SLO of the extra least_ttft run held to one (0: 0.75 of the slow engine's TTFT p50 under least_ttft; negative, -1s: no such run)")
+	flag.BoolVar(&o.share, "share", false, "with -replicas, the least_ttft replicas share their routing (share_routing: redis) through a redis-server the benchmark starts (from PATH)")
 	flag.IntVar(&o.replicas, "replicas", 1, "proxy replicas sharing the engines, each with its own gateway (prefix index, TTFT models); the load is spread over them request by request")
 	flag.StringVar(&o.records, "records", "", "a directory to write each run's records to, as JSON lines (<policy>.jsonl, least_ttft-slo.jsonl; <policy>-r<i>.jsonl per replica): ttftlens replay reads them")
 	quick := flag.Bool("quick", false, "a check that the benchmark works: 5 s per policy at 0.5 requests/s (unless -rate), no calibration, no warm-up")
@@ -77,9 +79,12 @@ func main() {
 
 // replicasText says what the engines are behind: ttftlens, or n replicas
 // of it.
-func replicasText(n int) string {
-	if n <= 1 {
+func replicasText(n int, shared bool) string {
+	switch {
+	case n <= 1:
 		return "ttftlens"
+	case shared:
+		return fmt.Sprintf("%d ttftlens replicas (each with its own gateway, the least_ttft replicas sharing their routing through Redis: share_routing; the requests spread over them in turn)", n)
 	}
 	return fmt.Sprintf("%d ttftlens replicas (each with its own gateway: prefix index, TTFT models, in-flight counts; the requests spread over them in turn)", n)
 }
@@ -88,11 +93,19 @@ func run(ctx context.Context, o *options) error {
 	if o.replicas < 1 {
 		return fmt.Errorf("-replicas %d: at least one", o.replicas)
 	}
+	if o.share {
+		addr, stop, err := startRedis()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		o.redisAddr = addr
+	}
 	rep := &report{
 		heading: fmt.Sprintf("%s: `go run ./bench/routing %s`, %s, %d CPUs",
 			time.Now().UTC().Format("2006-01-02"), strings.Join(os.Args[1:], " "), runtime.Version(), runtime.NumCPU()),
 		engines: fmt.Sprintf("Three reference engines in one process (max-running %d, %d KV blocks each; engine 3 with slow_prefill=%g) behind %s as one pool",
-			o.maxRunning, o.kvBlocks, o.slowPrefill, replicasText(o.replicas)),
+			o.maxRunning, o.kvBlocks, o.slowPrefill, replicasText(o.replicas, o.share)),
 		labels: o.engineLabels(), load: o.load, duration: o.duration, seed: o.seed,
 	}
 	policies := o.policies

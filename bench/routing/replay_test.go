@@ -37,7 +37,7 @@ func smallEngines() []refengine.Config {
 func TestReplayAgreesWithTheProxy(t *testing.T) {
 	engines := smallEngines()
 	var log bytes.Buffer
-	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, []io.Writer{&log})
+	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, []io.Writer{&log}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,11 @@ type options struct {
 	// replicas is how many proxies, each with its own gateway, share the
 	// engines; the load is spread over them request by request.
 	replicas int
+	// share has the replicas share their least_ttft routing
+	// (share_routing) through a redis-server the benchmark starts, at
+	// redisAddr.
+	share     bool
+	redisAddr string
 }
 
 // recordsFile is the file of policy's run's records in dir (slo: the run
@@ -148,7 +153,7 @@ func (r *policyResult) hitShare() float64 {
 // requests still in flight at its end are cancelled. The capacity is the
 // completions of its last two thirds.
 func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacityPerS float64, clients int, err error) {
-	st, err := startStack(gateway.PolicyLeastRequest, 0, o.engines(), nil)
+	st, err := startStack(gateway.PolicyLeastRequest, 0, o.engines(), nil, "")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -183,7 +188,7 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 			logs[i] = f
 		}
 	}
-	st, err := startStack(policy, slo, o.engines(), logs)
+	st, err := startStack(policy, slo, o.engines(), logs, o.redisAddr)
 	if err != nil {
 		return policyResult{}, err
 	}

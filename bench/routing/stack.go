@@ -36,11 +36,30 @@ pools:
     upstreams: [UPSTREAMS]
 `
 
+// shareYAML is what a least_ttft pool's replicas add to share their
+// routing through the Redis server at ADDR, on CHANNEL.
+const shareYAML = `quota_backend:
+  kind: redis
+  redis:
+    address: ADDR
+share_routing: redis
+share_channel: CHANNEL
+`
+
 // poolConfig parses the configuration of a pool of the upstreams under the
 // policy, its route held to slo (0: none). An error is the configuration
 // refusing it.
 func poolConfig(policy string, slo time.Duration, upstreams []string) (*gateway.Config, error) {
+	return sharedConfig(policy, slo, upstreams, "", "")
+}
+
+// sharedConfig is poolConfig with, for a least_ttft pool and a Redis server
+// at redisAddr (""; none), its routing shared on channel.
+func sharedConfig(policy string, slo time.Duration, upstreams []string, redisAddr, channel string) (*gateway.Config, error) {
 	y := strings.NewReplacer("POLICY", policy, "SLO", slo.String(), "UPSTREAMS", strings.Join(upstreams, ", ")).Replace(poolYAML)
+	if redisAddr != "" && policy == gateway.PolicyLeastTTFT {
+		y += strings.NewReplacer("ADDR", redisAddr, "CHANNEL", channel).Replace(shareYAML)
+	}
 	return gateway.Parse([]byte(y), "routing.yaml")
 }
 
@@ -80,8 +99,9 @@ type replica struct {
 // startStack starts an engine of each configuration and len(logs) proxy
 // replicas (at least one) with them as one pool under the policy, its
 // route held to slo (0: none); replica i writes its records to logs[i] as
-// JSON lines when that is not nil.
-func startStack(policy string, slo time.Duration, engines []refengine.Config, logs []io.Writer) (_ *stack, err error) {
+// JSON lines when that is not nil. With redisAddr, a least_ttft pool's
+// replicas share their routing through that Redis server.
+func startStack(policy string, slo time.Duration, engines []refengine.Config, logs []io.Writer, redisAddr string) (_ *stack, err error) {
 	s := &stack{recs: &recordSink{m: map[string]recordFacts{}}}
 	defer func() {
 		if err != nil {
@@ -104,14 +124,15 @@ func startStack(policy string, slo time.Duration, engines []refengine.Config, lo
 		urls = append(urls, "http://"+ln.Addr().String())
 		s.wg.Go(func() { _ = eng.Serve(ln) })
 	}
-	cfg, err := poolConfig(policy, slo, urls)
-	if err != nil {
-		return nil, err
-	}
 	if len(logs) == 0 {
 		logs = []io.Writer{nil}
 	}
+	channel := "ttftlens:routing:" + strings.TrimPrefix(urls[0], "http://") // this run's alone
 	for _, log := range logs {
+		cfg, err := sharedConfig(policy, slo, urls, redisAddr, channel) // a config each: New fills it in
+		if err != nil {
+			return nil, err
+		}
 		r, err := s.startReplica(cfg, log)
 		if r != nil {
 			s.replicas = append(s.replicas, r)

@@ -39,7 +39,7 @@ func TestPoolConfigSLO(t *testing.T) {
 func TestReplicasSpreadTheLoad(t *testing.T) {
 	engines := smallEngines()
 	logs := []*bytes.Buffer{{}, {}}
-	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, []io.Writer{logs[0], logs[1]})
+	st, err := startStack(gateway.PolicyLeastTTFT, 0, engines, []io.Writer{logs[0], logs[1]}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,8 +226,19 @@ var quietRedis sync.Once
 // NewRedis returns a store on c, not yet connected, logging to log on the
 // clock now. Start runs its settler.
 func NewRedis(c Conn, now func() int64, log zerolog.Logger) *Redis {
+	opts := ClientOptions(c)
+	st := &Redis{now: now, log: log, opts: opts, settles: make(chan settlement, settleQueue), wake: make(chan struct{}, 1)}
+	st.scripts = redisScripts{st}
+	st.client.Store(redis.NewClient(opts))
+	return st
+}
+
+// ClientOptions are a go-redis client's options for c, as the store's own
+// client has them (and go-redis's own log lines dropped); another client of
+// the same server (gateway/share's) takes them too.
+func ClientOptions(c Conn) *redis.Options {
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{}) })
-	opts := &redis.Options{
+	return &redis.Options{
 		Addr:      c.Address,
 		Username:  c.Username,
 		Password:  c.Password,
@@ -246,10 +257,6 @@ func NewRedis(c Conn, now func() int64, log zerolog.Logger) *Redis {
 			Mode: maintnotifications.ModeDisabled,
 		},
 	}
-	st := &Redis{now: now, log: log, opts: opts, settles: make(chan settlement, settleQueue), wake: make(chan struct{}, 1)}
-	st.scripts = redisScripts{st}
-	st.client.Store(redis.NewClient(opts))
-	return st
 }
 
 // Start runs the settler, with a fresh client after a Stop; it does

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/ttftlens/ttftlens/gateway/quota"
+	"github.com/ttftlens/ttftlens/gateway/share"
+)
+
+// newSharer returns the Sharer cfg asks for when the one in use (if any)
+// is not it: not started, its Redis not yet reached; nil when cfg shares
+// nothing or the one in use stays. g.mu is held.
+func (g *Gateway) newSharer(cfg *Config) (*share.Sharer, error) {
+	if cfg.ShareRouting != QuotaRedis || g.sharer != nil && g.shareChannel == cfg.ShareChannel {
+		return nil, nil
+	}
+	var t share.Transport
+	if g.opts.ShareTransport != nil {
+		t = g.opts.ShareTransport()
+	} else {
+		c, err := redisConn(cfg.QuotaBackend.Redis)
+		if err != nil {
+			return nil, err
+		}
+		t = share.NewRedis(quota.ClientOptions(c), cfg.ShareChannel)
+	}
+	return share.New(t, g.applyShared, g.log, g.opts.Clock), nil
+}
+
+// setSharer puts sh (newSharer's) in use, stopping the one it replaces,
+// or stops the one in use when cfg shares nothing. g.mu is held.
+func (g *Gateway) setSharer(cfg *Config, sh *share.Sharer) {
+	if sh == nil && (cfg.ShareRouting == QuotaRedis) == (g.sharer != nil) {
+		return
+	}
+	if g.sharer != nil {
+		g.sharer.Stop()
+	}
+	g.sharer, g.shareChannel = sh, cfg.ShareChannel
+	g.share.Store(sh)
+	if sh != nil && g.running {
+		sh.Start()
+	}
+}
+
+// publish shares c's commit of a request of tokens computed and work on
+// its upstream, its prompt pr, when the routing is shared.
+func (g *Gateway) publish(c *Choice, pr *prompt, computed uint64, work time.Duration) {
+	sh := g.share.Load()
+	if sh == nil {
+		return
+	}
+	m := share.Commit{Upstream: c.Upstream.URL, Computed: computed, Work: work}
+	if pr != nil {
+		m.Chain = pr.chain
+	}
+	sh.Publish(&m)
+}
+
+// applyShared applies another replica's commit as Commit applies this
+// one's: the upstream of that URL in a least_ttft pool takes its tokens
+// into its count of tokens computed and its engine time into its backlog,
+// and the prefix index records it as the latest to serve the chain. A
+// commit for an upstream no least_ttft pool here has is counted, not
+// applied.
+func (g *Gateway) applyShared(c *share.Commit) {
+	for _, p := range g.Snapshot().pools {
+		if p.kind != policyLeastTTFT {
+			continue
+		}
+		for _, u := range p.Upstreams {
+			if u.URL != c.Upstream {
+				continue
+			}
+			mark := u.computed.Add(c.Computed)
+			if c.Work > 0 {
+				u.addBacklog(g.now(), c.Work)
+			}
+			if len(c.Chain) > 0 {
+				p.index.Record(c.Chain, u.id, mark)
+			}
+			return
+		}
+	}
+	g.shareUnknown.Add(1)
+}

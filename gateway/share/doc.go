@@ -1,0 +1,17 @@
+// Package share shares a gateway's least_ttft routing with the other
+// replicas of a Deployment: each request routed here is published (its
+// upstream, the prompt tokens it was sent to compute, its predicted engine
+// time, its prompt's prefix chain), and each replica applies the others'
+// as if it had routed them itself: into its prefix index, its count of
+// tokens sent each upstream (the prefixes' distances) and the upstreams'
+// backlogs. Every replica then knows where every prefix was sent, not a
+// third of it, and how much engine time is on its way to each engine.
+//
+// Publishing never blocks a request: messages are encoded into pooled
+// buffers and queued; a full queue drops the message (counted). Messages go
+// through a Transport: Redis pub/sub (NewRedis), or a test's. Nothing is
+// stored: a replica that starts, or loses Redis for a while, misses what
+// was routed meanwhile, and learns it again from what is routed next.
+//
+// It imports gateway/prefix (the chain's bound) and internal/clock.
+package share

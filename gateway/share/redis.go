@@ -1,0 +1,70 @@
+package share
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisTransport is Redis pub/sub on one channel.
+type redisTransport struct {
+	client  *redis.Client
+	channel string
+
+	mu     sync.Mutex
+	sub    *redis.PubSub // made by a Receive; nil after one failed
+	closed bool
+}
+
+// NewRedis returns a Transport publishing to and subscribed on channel of
+// the Redis server opts reach. It connects on first use (the subscription
+// on the first Receive); after a Receive fails, the next subscribes anew
+// (the server may have restarted, and forgotten the subscription). Close
+// ends a Receive blocked waiting.
+func NewRedis(opts *redis.Options, channel string) Transport {
+	return &redisTransport{client: redis.NewClient(opts), channel: channel}
+}
+
+func (r *redisTransport) Publish(ctx context.Context, msg []byte) error {
+	return r.client.Publish(ctx, r.channel, msg).Err()
+}
+
+func (r *redisTransport) Receive(ctx context.Context) ([]byte, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errClosed
+	}
+	if r.sub == nil {
+		r.sub = r.client.Subscribe(ctx, r.channel)
+	}
+	sub := r.sub
+	r.mu.Unlock()
+	m, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		r.mu.Lock()
+		if r.sub == sub {
+			_ = sub.Close()
+			r.sub = nil
+		}
+		r.mu.Unlock()
+		return nil, err
+	}
+	return []byte(m.Payload), nil
+}
+
+func (r *redisTransport) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	var err error
+	if r.sub != nil {
+		err = r.sub.Close()
+		r.sub = nil
+	}
+	r.mu.Unlock()
+	if cerr := r.client.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,200 @@
+package share
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
+)
+
+// Transport carries messages between replicas.
+type Transport interface {
+	// Publish sends msg to every replica subscribed (this one too).
+	Publish(ctx context.Context, msg []byte) error
+	// Receive returns the next message, blocking until one comes, it
+	// fails, or ctx ends.
+	Receive(ctx context.Context) ([]byte, error)
+	// Close ends the transport; Receive and Publish fail from then on.
+	Close() error
+}
+
+// The Sharer's bounds: messages waiting to be published, and how long the
+// receiver waits after a failure. (A publish is bounded by its
+// transport's own timeouts: go-redis's read and write timeouts, 3 s.)
+const (
+	queueSize  = 4096
+	retryAfter = time.Second
+)
+
+// Stats are a Sharer's counts since New.
+type Stats struct {
+	Sent      uint64 // messages published
+	Received  uint64 // other replicas' commits applied (counted once applied)
+	Dropped   uint64 // messages not published: the queue was full, or the Sharer stopped
+	Failed    uint64 // publishes and receives that failed (Redis down, a timeout)
+	Malformed uint64 // messages received that could not be read
+}
+
+// Sharer publishes this replica's commits and applies the others'.
+// Publish is safe for concurrent use; Start and Stop are not.
+type Sharer struct {
+	t     Transport
+	id    uint64 // this replica's, in its messages: its own are skipped
+	apply func(*Commit)
+	log   zerolog.Logger
+	clock clock.Clock
+
+	queue chan *[]byte
+	free  chan *[]byte // the buffers the publisher is done with, for Publish to fill again
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+
+	sent, received, dropped, failed, malformed atomic.Uint64
+	down                                       atomic.Bool // the last publish or receive failed (logged once)
+}
+
+// New returns a Sharer on t that hands each other replica's commit to
+// apply (on its receiving goroutine, one at a time). c is the clock its
+// retries wait on (nil: clock.Real). Start begins.
+func New(t Transport, apply func(*Commit), log zerolog.Logger, c clock.Clock) *Sharer {
+	if c == nil {
+		c = clock.Real
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Sharer{t: t, id: binary.LittleEndian.Uint64(id[:]), apply: apply, log: log, clock: c,
+		queue: make(chan *[]byte, queueSize), free: make(chan *[]byte, queueSize)}
+}
+
+// Start runs the publisher and the receiver (once: again does nothing).
+func (s *Sharer) Start() {
+	if s.stop != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.wg.Go(func() { s.publish(ctx) })
+	s.wg.Go(func() { s.receive(ctx) })
+}
+
+// Stop ends both goroutines and closes the transport; what is still queued
+// is dropped. A Sharer stopped is not started again.
+func (s *Sharer) Stop() {
+	if s.stop == nil {
+		return
+	}
+	s.stop()
+	_ = s.t.Close() // ends a Receive or Publish blocked on the network
+	s.wg.Wait()
+	s.stop = nil
+	for {
+		select {
+		case b := <-s.queue:
+			s.dropped.Add(1)
+			s.put(b)
+		default:
+			return
+		}
+	}
+}
+
+// Publish queues c's message: it copies what it needs, never blocks, and
+// allocates nothing once its buffers are warm. A full queue drops it.
+func (s *Sharer) Publish(c *Commit) {
+	var b *[]byte
+	select {
+	case b = <-s.free:
+	default:
+		nb := make([]byte, 0, 1024) // a chain of 100 blocks and its header
+		b = &nb
+	}
+	*b = appendMessage((*b)[:0], s.id, c)
+	select {
+	case s.queue <- b:
+	default:
+		s.dropped.Add(1)
+		s.put(b)
+	}
+}
+
+// put keeps b for a later Publish, unless enough are kept.
+func (s *Sharer) put(b *[]byte) {
+	select {
+	case s.free <- b:
+	default:
+	}
+}
+
+// Stats returns the counts so far.
+func (s *Sharer) Stats() Stats {
+	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), Dropped: s.dropped.Load(),
+		Failed: s.failed.Load(), Malformed: s.malformed.Load()}
+}
+
+func (s *Sharer) publish(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-s.queue:
+			err := s.t.Publish(ctx, *b)
+			s.put(b)
+			switch {
+			case err != nil && ctx.Err() != nil: // stopped while publishing
+				s.dropped.Add(1)
+			case !s.failedIf(ctx, err, "publish"):
+				s.sent.Add(1)
+			}
+		}
+	}
+}
+
+func (s *Sharer) receive(ctx context.Context) {
+	for {
+		msg, err := s.t.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if s.failedIf(ctx, err, "receive") {
+			if !clock.Sleep(ctx, s.clock, retryAfter, nil) {
+				return
+			}
+			continue
+		}
+		from, c, err := parseMessage(msg)
+		switch {
+		case err != nil:
+			if s.malformed.Add(1) == 1 {
+				s.log.Warn().Err(err).Msg("share_routing: a message could not be read (counted from now on: ttftlens_routing_share_messages_total{event=\"malformed\"})")
+			}
+		case from != s.id:
+			s.apply(&c)
+			s.received.Add(1) // after: Received counts commits applied
+		}
+	}
+}
+
+// failedIf counts err, if any (not one of ctx ending), and logs the first
+// failure of a run of them and the recovery after it.
+func (s *Sharer) failedIf(ctx context.Context, err error, op string) bool {
+	if err == nil {
+		if s.down.CompareAndSwap(true, false) {
+			s.log.Info().Msg("share_routing: Redis answers again")
+		}
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	s.failed.Add(1)
+	if s.down.CompareAndSwap(false, true) {
+		s.log.Warn().Err(err).Str("op", op).Msg("share_routing: Redis failed; this replica routes on what it sees itself until it answers again")
+	}
+	return true
+}

@@ -1,0 +1,133 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ttftlens/ttftlens/internal/clock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// applied collects the commits a Sharer applies.
+type applied struct {
+	mu sync.Mutex
+	c  []Commit
+	ch chan struct{}
+}
+
+func newApplied() *applied { return &applied{ch: make(chan struct{}, 64)} }
+
+func (a *applied) apply(c *Commit) {
+	a.mu.Lock()
+	a.c = append(a.c, *c)
+	a.mu.Unlock()
+	a.ch <- struct{}{}
+}
+
+// TestSharersApplyEachOthers: what replica A publishes, B applies, and A
+// does not (it routed it already); and the reverse.
+func TestSharersApplyEachOthers(t *testing.T) {
+	h := &Hub{}
+	ga, gb := newApplied(), newApplied()
+	a := New(h.Transport(), ga.apply, zerolog.Nop(), nil)
+	b := New(h.Transport(), gb.apply, zerolog.Nop(), nil)
+	a.Start()
+	b.Start()
+
+	ca := Commit{Upstream: "http://e1:8000", Computed: 1500, Work: 300 * time.Millisecond, Chain: []uint64{1, 2, 3}}
+	a.Publish(&ca)
+	<-gb.ch
+	cb := Commit{Upstream: "http://e2:8000", Computed: 40}
+	b.Publish(&cb)
+	// A received its own message before B's (the hub delivers in order):
+	// once B's is applied, A's own has been skipped.
+	<-ga.ch
+	a.Stop()
+	b.Stop()
+	if a.Stats().Sent != 1 || b.Stats().Sent != 1 {
+		t.Fatalf("sent %d and %d, want 1 each", a.Stats().Sent, b.Stats().Sent)
+	}
+	if len(gb.c) != 1 || gb.c[0].Upstream != ca.Upstream || gb.c[0].Computed != 1500 || len(gb.c[0].Chain) != 3 {
+		t.Fatalf("B applied %+v, want A's commit", gb.c)
+	}
+	if len(ga.c) != 1 || ga.c[0].Upstream != cb.Upstream {
+		t.Fatalf("A applied %+v, want B's commit only", ga.c)
+	}
+	if s := b.Stats(); s.Received != 1 || s.Dropped != 0 || s.Failed != 0 {
+		t.Fatalf("B's stats %+v", s)
+	}
+}
+
+// TestPublishNeverBlocks: with the publisher not running, Publish fills
+// the queue and then drops, counted; Stop drops what is queued.
+func TestPublishNeverBlocks(t *testing.T) {
+	s := New((&Hub{}).Transport(), func(*Commit) {}, zerolog.Nop(), nil)
+	c := Commit{Upstream: "http://e1:8000"}
+	for range queueSize + 10 {
+		s.Publish(&c)
+	}
+	if d := s.Stats().Dropped; d != 10 {
+		t.Fatalf("dropped %d, want the 10 past the queue", d)
+	}
+	s.Start()
+	s.Stop()
+	if st := s.Stats(); st.Sent+st.Dropped != queueSize+10 {
+		t.Fatalf("stats %+v: every message sent or dropped", st)
+	}
+}
+
+// TestMalformedCounted: a message that cannot be read is counted, not
+// applied, and the next one still is.
+func TestMalformedCounted(t *testing.T) {
+	h := &Hub{}
+	got := newApplied()
+	s := New(h.Transport(), got.apply, zerolog.Nop(), nil)
+	s.Start()
+	defer s.Stop()
+	other := h.Transport()
+	if err := other.Publish(context.Background(), []byte("PUBLISH junk")); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Publish(context.Background(), appendMessage(nil, 99, &Commit{Upstream: "http://e:1"})); err != nil {
+		t.Fatal(err)
+	}
+	<-got.ch
+	if st := s.Stats(); st.Malformed != 1 || st.Received != 1 {
+		t.Fatalf("stats %+v: want one malformed, one applied", st)
+	}
+}
+
+// TestReceiveRetries: a failing Receive is counted and retried after
+// retryAfter on the Sharer's clock, not in a busy loop.
+func TestReceiveRetries(t *testing.T) {
+	clk := &clock.Fake{}
+	tr := &failingTransport{calls: make(chan struct{}, 8)}
+	s := New(tr, func(*Commit) {}, zerolog.Nop(), clk)
+	s.Start()
+	defer s.Stop()
+	<-tr.calls
+	if d := clk.WaitArmed(1); d != retryAfter { // the receiver waits on its retry timer
+		t.Fatalf("the receiver waits %v, want %v", d, retryAfter)
+	}
+	if st := s.Stats(); st.Failed != 1 {
+		t.Fatalf("failed %d after one Receive, want 1", st.Failed)
+	}
+	clk.Advance(retryAfter)
+	<-tr.calls
+}
+
+type failingTransport struct{ calls chan struct{} }
+
+func (f *failingTransport) Publish(context.Context, []byte) error { return errors.New("down") }
+func (f *failingTransport) Receive(ctx context.Context) ([]byte, error) {
+	f.calls <- struct{}{}
+	return nil, errors.New("connection refused")
+}
+func (f *failingTransport) Close() error { return nil }

@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/valyala/fastjson"
+
+	"github.com/ttftlens/ttftlens/gateway/share"
+)
+
+// sharedPair is two replicas' gateways of a least_ttft pool of two
+// upstreams sharing their routing on one hub (share_routing), started.
+func sharedPair(t *testing.T) (a, b *Gateway) {
+	t.Helper()
+	hub := &share.Hub{}
+	mk := func() *Gateway {
+		cfg := ttftConfig(2, 0)
+		cfg.ShareRouting = QuotaRedis
+		cfg.QuotaBackend = QuotaBackend{Kind: QuotaRedis, Redis: RedisConfig{Address: "127.0.0.1:1"}}
+		g, _ := newGateway(t, cfg, Options{ShareTransport: hub.Transport})
+		g.Start()
+		return g
+	}
+	return mk(), mk()
+}
+
+// received waits until g has applied n of the other replicas' commits.
+func received(g *Gateway, n uint64) {
+	for g.share.Load().Stats().Received < n {
+		runtime.Gosched()
+	}
+}
+
+// TestShareRouting: what replica A routes, replica B knows once it is
+// shared: the prompt's prefix recorded on the upstream A sent it to (the
+// same upstream in B's config, by URL), the tokens A sent it to compute,
+// and its predicted engine time in B's backlog. Each counts what it sent
+// and received.
+func TestShareRouting(t *testing.T) {
+	a, b := sharedPair(t)
+	sa, sb := a.Snapshot(), b.Snapshot()
+	ua := sa.Pools()[0].Upstreams
+	engine{perToken: 100 * time.Microsecond}.teach(ua[0], 0)
+	engine{perToken: time.Millisecond}.teach(ua[1], 0) // A's model: the first is faster
+
+	var p fastjson.Parser
+	req := chatRequest(t, sa, &p, systemPrompt(3, 1500), "?")
+	defer req.Release()
+	c := choose(t, sa, &req)
+	if c.Upstream != ua[0] || !c.Predicted {
+		t.Fatalf("A chose %s (predicted %v), want the faster", c.Upstream.Name, c.Predicted)
+	}
+	received(b, 1)
+
+	ub := sb.Pools()[0].Upstreams[0] // B's Upstream of the same URL
+	if m := b.index.Lookup(req.prompt.chain); m.Blocks != len(req.prompt.chain) || m.Latest() != ub.id {
+		t.Fatalf("B's index: %+v; want the whole chain on %s", m, ub.Name)
+	}
+	if got := ub.computed.Load(); got != uint64(req.PromptTokens) {
+		t.Fatalf("B's count of tokens sent %s: %d, want A's request's %d", ub.Name, got, req.PromptTokens)
+	}
+	if got := ub.PredictLoad().Backlog; got != c.Prediction.Work() {
+		t.Fatalf("B's backlog on %s: %v, want A's predicted engine time %v", ub.Name, got, c.Prediction.Work())
+	}
+	if got := sb.Pools()[0].Upstreams[1].computed.Load(); got != 0 {
+		t.Fatalf("the other upstream took %d tokens in B", got)
+	}
+	// A applied nothing of its own: its counts are its Commit's alone.
+	if got := ua[0].computed.Load(); got != uint64(req.PromptTokens) {
+		t.Fatalf("A's own count: %d, want %d (its own commit, once)", got, req.PromptTokens)
+	}
+
+	label := func(u *Upstream) string { return u.Name }
+	for _, tt := range []struct {
+		g              *Gateway
+		sent, received uint64
+	}{{a, 1, 0}, {b, 0, 1}} {
+		for tt.g.share.Load().Stats().Sent < tt.sent { // counted once its Publish returned
+			runtime.Gosched()
+		}
+		want := fmt.Sprintf(`
+# HELP ttftlens_routing_share_messages_total share_routing's messages by event: sent (this replica's routings published), received (the other replicas' applied), dropped (not published: the queue was full), failed (publishes and receives Redis failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).
+# TYPE ttftlens_routing_share_messages_total counter
+ttftlens_routing_share_messages_total{event="dropped"} 0
+ttftlens_routing_share_messages_total{event="failed"} 0
+ttftlens_routing_share_messages_total{event="malformed"} 0
+ttftlens_routing_share_messages_total{event="received"} %d
+ttftlens_routing_share_messages_total{event="sent"} %d
+ttftlens_routing_share_messages_total{event="unknown_upstream"} 0
+`, tt.received, tt.sent)
+		if err := testutil.CollectAndCompare(NewCollector(tt.g, label), strings.NewReader(want), "ttftlens_routing_share_messages_total"); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestShareUnknownUpstream: a commit for an upstream this replica does not
+// have (its config differs) is counted, not applied.
+func TestShareUnknownUpstream(t *testing.T) {
+	_, b := sharedPair(t)
+	b.applyShared(&share.Commit{Upstream: "http://elsewhere:8000", Computed: 10, Chain: []uint64{1}})
+	if got := b.shareUnknown.Load(); got != 1 {
+		t.Fatalf("unknown upstream counted %d, want 1", got)
+	}
+	for _, u := range b.Snapshot().Pools()[0].Upstreams {
+		if u.computed.Load() != 0 {
+			t.Fatalf("%s took the commit", u.Name)
+		}
+	}
+}
+
+// TestShareRoutingConfig: share_routing needs the quota backend's Redis;
+// a reload turns it on and off; a gateway stopped and started again shares
+// on a new connection.
+func TestShareRoutingConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  func(*Config)
+		err  string
+	}{
+		{"no redis backend", func(c *Config) { c.ShareRouting = QuotaRedis }, "share_routing: redis shares routing through the quota backend's Redis"},
+		{"another kind", func(c *Config) { c.ShareRouting = "etcd" }, `share_routing: must be redis or empty, not "etcd"`},
+		{"a channel alone", func(c *Config) { c.ShareChannel = "x" }, "share_channel: given but share_routing is not set"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := ttftConfig(2, 0)
+			tt.set(cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("error %v, want one saying %q", err, tt.err)
+			}
+		})
+	}
+
+	hub := &share.Hub{}
+	cfg := ttftConfig(2, 0)
+	g, _ := newGateway(t, cfg, Options{ShareTransport: hub.Transport})
+	g.Start()
+	if g.share.Load() != nil {
+		t.Fatal("sharing without share_routing")
+	}
+	on := ttftConfig(2, 0)
+	on.ShareRouting, on.QuotaBackend = QuotaRedis, QuotaBackend{Kind: QuotaRedis, Redis: RedisConfig{Address: "127.0.0.1:1"}}
+	if err := g.Reload(on); err != nil {
+		t.Fatal(err)
+	}
+	first := g.share.Load()
+	if first == nil || on.ShareChannel != DefaultShareChannel {
+		t.Fatalf("after a reload with share_routing: sharer %v, channel %q", first, on.ShareChannel)
+	}
+	same := ttftConfig(2, 0)
+	same.ShareRouting, same.QuotaBackend = QuotaRedis, on.QuotaBackend
+	if err := g.Reload(same); err != nil || g.share.Load() != first {
+		t.Fatalf("a reload of the same: %v; the sharer kept: %v", err, g.share.Load() == first)
+	}
+	g.Stop()
+	if g.share.Load() != nil {
+		t.Fatal("a stopped gateway still shares")
+	}
+	g.Start()
+	if sh := g.share.Load(); sh == nil || sh == first {
+		t.Fatalf("restarted: sharer %v, want a new one", sh)
+	}
+	if err := g.Reload(ttftConfig(2, 0)); err != nil || g.share.Load() != nil {
+		t.Fatalf("a reload without share_routing: %v; sharer %v", err, g.share.Load())
+	}
+}
