@@ -100,7 +100,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 	}
 	if q.queued >= q.size {
 		q.mu.Unlock()
-		u.outstanding.Add(-1)
+		u.leave()
 		return nil, u.queueRejection(endreason.DetailQueueFull, "queue_full", "the admission queue of upstream "+u.Name+" is full")
 	}
 	w := u.g.waiters.Get().(*waiter)
@@ -140,7 +140,7 @@ func (u *Upstream) Acquire(cancel <-chan struct{}) (release func(), rej *Rejecti
 	q.unlink(w)
 	q.mu.Unlock()
 	u.putWaiter(w)
-	u.outstanding.Add(-1)
+	u.leave()
 	if cancelled {
 		return nil, rejClientGone
 	}
@@ -173,7 +173,16 @@ func (u *Upstream) release() {
 		q.inFlight--
 	}
 	q.mu.Unlock()
-	u.outstanding.Add(-1)
+	u.leave()
+}
+
+// leave counts a request out of u's outstanding, and with share_routing
+// tells the other replicas.
+func (u *Upstream) leave() {
+	n := u.outstanding.Add(-1)
+	if u.leastTTFT.Load() {
+		u.g.publishEnd(u, n)
+	}
 }
 
 // QueueDepth returns how many requests wait for u (for the queue-depth

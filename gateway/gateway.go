@@ -394,6 +394,7 @@ func (g *Gateway) build(cfg *Config) (*Snapshot, error) {
 			if pc.Health.Path == "" {
 				s.unchecked = append(s.unchecked, u)
 			}
+			u.leastTTFT.Store(p.kind == policyLeastTTFT)
 			u.ejectAfter.Store(int32(min(pc.Ejection.ConsecutiveFailures, 1<<30)))
 			u.ejectFor.Store(int64(pc.Ejection.Duration))
 			u.q.configure(pc.MaxInFlight, pc.QueueSize, pc.QueueMaxWait)

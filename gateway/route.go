@@ -134,6 +134,13 @@ type Upstream struct {
 	computed  atomic.Uint64
 	busyUntil atomic.Int64
 	reprobe   atomic.Bool
+	// With share_routing: leastTTFT says u is in a least_ttft pool (its
+	// requests' ends are published); remote is the other replicas'
+	// requests on u as they last published them (by replica, touched only
+	// by the sharer's receiving goroutine), remoteInFlight their sum.
+	leastTTFT      atomic.Bool
+	remote         map[uint64]remoteLoad
+	remoteInFlight atomic.Int64
 }
 
 // newUpstream makes the Upstream of u. g.mu is held.

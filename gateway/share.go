@@ -44,25 +44,69 @@ func (g *Gateway) setSharer(cfg *Config, sh *share.Sharer) {
 }
 
 // publish shares c's commit of a request of tokens computed and work on
-// its upstream, its prompt pr, when the routing is shared.
+// its upstream, its prompt pr, when the routing is shared; the upstream's
+// outstanding count it publishes counts the request (Acquire, after
+// Commit, will).
 func (g *Gateway) publish(c *Choice, pr *prompt, computed uint64, work time.Duration) {
 	sh := g.share.Load()
 	if sh == nil {
 		return
 	}
-	m := share.Commit{Upstream: c.Upstream.URL, Computed: computed, Work: work}
+	u := c.Upstream
+	m := share.Commit{Upstream: u.URL, Computed: computed, Work: work, InFlight: uint64(max(u.outstanding.Load()+1, 0))}
 	if pr != nil {
 		m.Chain = pr.chain
 	}
 	sh.Publish(&m)
 }
 
+// publishEnd shares that a request on u ended, leaving n outstanding,
+// when the routing is shared.
+func (g *Gateway) publishEnd(u *Upstream, n int64) {
+	if sh := g.share.Load(); sh != nil {
+		sh.Publish(&share.Commit{Upstream: u.URL, InFlight: uint64(max(n, 0))})
+	}
+}
+
+// remoteLoad is one other replica's requests on an upstream, as it last
+// published them, and when.
+type remoteLoad struct {
+	n  int64
+	at int64 // the gateway's clock
+}
+
+// remoteTTL is how long another replica's count stands without a word
+// from it about the upstream: a replica that stopped (or lost Redis) is
+// forgotten then. A request that runs longer, alone on its replica and
+// upstream, is forgotten too.
+const remoteTTL = time.Minute
+
+// setRemote takes another replica's count of its requests on u, published
+// at now, and sums what the replicas heard from within remoteTTL into
+// u.remoteInFlight. Only the sharer's receiving goroutine calls it.
+func (u *Upstream) setRemote(from uint64, n int64, now int64) {
+	if u.remote == nil {
+		u.remote = map[uint64]remoteLoad{}
+	}
+	u.remote[from] = remoteLoad{n: n, at: now}
+	var sum int64
+	for r, l := range u.remote {
+		if now-l.at > int64(remoteTTL) {
+			delete(u.remote, r)
+			continue
+		}
+		sum += l.n
+	}
+	u.remoteInFlight.Store(sum)
+}
+
 // applyShared applies another replica's commit as Commit applies this
 // one's: the upstream of that URL in a least_ttft pool takes its tokens
 // into its count of tokens computed and its engine time into its backlog,
-// and the prefix index records it as the latest to serve the chain. A
-// commit for an upstream no least_ttft pool here has is counted, not
-// applied.
+// and the prefix index records it as the latest to serve the chain; and
+// the replica's count of its requests there (a request's end publishes it
+// too) into the upstream's load. A commit for an upstream no least_ttft
+// pool here has is counted, not applied.
 func (g *Gateway) applyShared(c *share.Commit) {
 	for _, p := range g.Snapshot().pools {
 		if p.kind != policyLeastTTFT {
@@ -72,9 +116,11 @@ func (g *Gateway) applyShared(c *share.Commit) {
 			if u.URL != c.Upstream {
 				continue
 			}
+			now := g.now()
+			u.setRemote(c.From, int64(min(c.InFlight, 1<<32)), now)
 			mark := u.computed.Add(c.Computed)
 			if c.Work > 0 {
-				u.addBacklog(g.now(), c.Work)
+				u.addBacklog(now, c.Work)
 			}
 			if len(c.Chain) > 0 {
 				p.index.Record(c.Chain, u.id, mark)

@@ -39,8 +39,9 @@ func received(g *Gateway, n uint64) {
 // TestShareRouting: what replica A routes, replica B knows once it is
 // shared: the prompt's prefix recorded on the upstream A sent it to (the
 // same upstream in B's config, by URL), the tokens A sent it to compute,
-// and its predicted engine time in B's backlog. Each counts what it sent
-// and received.
+// its predicted engine time in B's backlog, and the request in B's count
+// of the upstream's requests until A says it ended. Each counts what it
+// sent and received.
 func TestShareRouting(t *testing.T) {
 	a, b := sharedPair(t)
 	sa, sb := a.Snapshot(), b.Snapshot()
@@ -70,6 +71,20 @@ func TestShareRouting(t *testing.T) {
 	if got := sb.Pools()[0].Upstreams[1].computed.Load(); got != 0 {
 		t.Fatalf("the other upstream took %d tokens in B", got)
 	}
+	// B counts A's request on the upstream in its load, until A says it
+	// ended.
+	if got := ub.PredictLoad().InFlight; got != 1 {
+		t.Fatalf("B's in flight on %s: %d, want A's request", ub.Name, got)
+	}
+	release, rej := c.Upstream.Acquire(nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	release()
+	received(b, 2)
+	if got := ub.PredictLoad().InFlight; got != 0 {
+		t.Fatalf("B's in flight on %s after A's request ended: %d", ub.Name, got)
+	}
 	// A applied nothing of its own: its counts are its Commit's alone.
 	if got := ua[0].computed.Load(); got != uint64(req.PromptTokens) {
 		t.Fatalf("A's own count: %d, want %d (its own commit, once)", got, req.PromptTokens)
@@ -79,7 +94,7 @@ func TestShareRouting(t *testing.T) {
 	for _, tt := range []struct {
 		g              *Gateway
 		sent, received uint64
-	}{{a, 1, 0}, {b, 0, 1}} {
+	}{{a, 2, 0}, {b, 0, 2}} {
 		for tt.g.share.Load().Stats().Sent < tt.sent { // counted once its Publish returned
 			runtime.Gosched()
 		}
@@ -167,5 +182,26 @@ func TestShareRoutingConfig(t *testing.T) {
 	}
 	if err := g.Reload(ttftConfig(2, 0)); err != nil || g.share.Load() != nil {
 		t.Fatalf("a reload without share_routing: %v; sharer %v", err, g.share.Load())
+	}
+}
+
+// TestRemoteInFlight: each replica's last count stands until it is
+// replaced or remoteTTL passes without a word from that replica; the
+// upstream's remote load is their sum.
+func TestRemoteInFlight(t *testing.T) {
+	_, _, r, _ := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	u.setRemote(1, 3, 0)
+	u.setRemote(2, 2, int64(time.Second))
+	if got := u.remoteInFlight.Load(); got != 5 {
+		t.Fatalf("two replicas' 3 and 2: %d", got)
+	}
+	u.setRemote(1, 1, int64(2*time.Second))
+	if got := u.remoteInFlight.Load(); got != 3 {
+		t.Fatalf("the first's count replaced by 1: %d, want 3", got)
+	}
+	u.setRemote(1, 0, int64(time.Second+remoteTTL+1))
+	if got := u.remoteInFlight.Load(); got != 0 || len(u.remote) != 1 {
+		t.Fatalf("the second silent past remoteTTL: %d over %d replicas, want 0 over 1", got, len(u.remote))
 	}
 }

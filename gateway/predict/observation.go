@@ -56,7 +56,8 @@ type Load struct {
 	EngineKnown bool
 	// InFlight is this replica's requests on the upstream, queued for it
 	// or admitted and not ended (the gateway's Upstream.PredictLoad: its
-	// outstanding requests), the new one not counted.
+	// outstanding requests; with share_routing, the other replicas' as
+	// they last published them too), the new one not counted.
 	InFlight int64
 	// Backlog is the engine time this replica has sent the upstream that
 	// is predicted not done yet: the predicted preparation and prefill of

@@ -1,11 +1,13 @@
 // Package share shares a gateway's least_ttft routing with the other
 // replicas of a Deployment: each request routed here is published (its
 // upstream, the prompt tokens it was sent to compute, its predicted engine
-// time, its prompt's prefix chain), and each replica applies the others'
-// as if it had routed them itself: into its prefix index, its count of
-// tokens sent each upstream (the prefixes' distances) and the upstreams'
-// backlogs. Every replica then knows where every prefix was sent, not a
-// third of it, and how much engine time is on its way to each engine.
+// time, its prompt's prefix chain, the replica's requests on the
+// upstream), and its end too (the count again), and each replica applies
+// the others' as if it had routed them itself: into its prefix index, its
+// count of tokens sent each upstream (the prefixes' distances), the
+// upstreams' backlogs and their requests in flight. Every replica then
+// knows where every prefix was sent, not a third of it, and what is on
+// its way to each engine.
 //
 // Publishing never blocks a request: messages are encoded into pooled
 // buffers and queued; a full queue drops the message (counted). Messages go

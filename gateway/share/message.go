@@ -22,6 +22,13 @@ type Commit struct {
 	// Chain is the prompt's prefix chain (gateway/prefix), at most
 	// prefix.MaxBlocks hashes; nil when it has none.
 	Chain []uint64
+	// InFlight is the publishing replica's requests on the upstream,
+	// queued or in flight, once this one is counted (or, for a message
+	// of a request's end alone, no longer counted: Computed, Work and
+	// Chain are then zero).
+	InFlight uint64
+	// From is the replica that published it (set when a message is read).
+	From uint64
 }
 
 // The message's first two bytes: a tag and the format's version.
@@ -35,7 +42,7 @@ const maxURL = 2048
 
 // appendMessage appends c's message, from the replica from, to b:
 // tag, version, from (8 bytes), the URL's length (uvarint) and bytes,
-// Computed and Work in nanoseconds (uvarints), the chain's length (uvarint)
+// Computed, Work in nanoseconds and InFlight (uvarints), the chain's length (uvarint)
 // and hashes (8 bytes each), little endian.
 func appendMessage(b []byte, from uint64, c *Commit) []byte {
 	b = append(b, tag, version)
@@ -44,6 +51,7 @@ func appendMessage(b []byte, from uint64, c *Commit) []byte {
 	b = append(b, c.Upstream...)
 	b = binary.AppendUvarint(b, c.Computed)
 	b = binary.AppendUvarint(b, uint64(max(c.Work, 0)))
+	b = binary.AppendUvarint(b, c.InFlight)
 	b = binary.AppendUvarint(b, uint64(len(c.Chain)))
 	for _, h := range c.Chain {
 		b = binary.LittleEndian.AppendUint64(b, h)
@@ -65,6 +73,7 @@ func parseMessage(b []byte) (from uint64, c Commit, err error) {
 		return 0, c, fmt.Errorf("not a routing message of version %d (starts %#x %#x)", version, b[0], b[1])
 	}
 	from, b = binary.LittleEndian.Uint64(b[2:]), b[10:]
+	c.From = from
 	uvarint := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -92,6 +101,9 @@ func parseMessage(b []byte) (from uint64, c Commit, err error) {
 		return 0, c, fmt.Errorf("engine time of %d ns: more than an hour", work)
 	}
 	c.Work = time.Duration(work)
+	if c.InFlight, err = uvarint(); err != nil {
+		return 0, c, err
+	}
 	if n, err = uvarint(); err != nil {
 		return 0, c, err
 	}

@@ -16,11 +16,12 @@ func TestMessageRoundTrip(t *testing.T) {
 		long[i] = uint64(i) * 0x9e3779b97f4a7c15
 	}
 	for _, c := range []Commit{
-		{Upstream: "http://10.0.0.7:8000", Computed: 1536, Work: 412 * time.Millisecond, Chain: []uint64{1, 2, ^uint64(0)}},
+		{Upstream: "http://10.0.0.7:8000", Computed: 1536, Work: 412 * time.Millisecond, Chain: []uint64{1, 2, ^uint64(0)}, InFlight: 3},
 		{Upstream: "http://a:1"},
 		{Upstream: "https://engine.example", Computed: 48, Work: time.Hour, Chain: long},
 	} {
 		from, got, err := parseMessage(appendMessage(nil, 0xfeedface, &c))
+		c.From = 0xfeedface
 		if err != nil || from != 0xfeedface || !reflect.DeepEqual(got, c) {
 			t.Errorf("%+v: read back from %#x %+v, %v", c, from, got, err)
 		}
@@ -42,6 +43,7 @@ func TestParseMessageRejects(t *testing.T) {
 		{"cut in the URL", good[:13], "cut short"},
 		{"cut in the chain", good[:len(good)-3], "a chain of 2 blocks in 13 bytes"},
 		{"bytes left over", append(bytes.Clone(good), 0), "a chain of 2 blocks in 17 bytes"},
+		{"cut before the in-flight count", good[:25], "cut short"},
 		{"a chain too long", tooLong, "at most 256"},
 		{"an hour of engine time and more", slow, "more than an hour"},
 		{"a URL too long", appendMessage(nil, 7, &Commit{Upstream: strings.Repeat("a", maxURL+1)}), "upstream URL of 2049 bytes"},
