@@ -95,7 +95,8 @@ func TestPickLeastLoadAllocs(t *testing.T) {
 }
 
 // TestShareCommitAllocs: with share_routing, a least_ttft request's
-// Commit and its end publish it and still allocate nothing once the sharer's
+// Commit, its end and its observation publish it and still allocate
+// nothing once the sharer's
 // buffers are warm (the transport here takes each message and keeps
 // nothing: its own costs are the publisher goroutine's, not the request's).
 func TestShareCommitAllocs(t *testing.T) {
@@ -111,12 +112,13 @@ func TestShareCommitAllocs(t *testing.T) {
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + systemPrompt(1, 1000) + `"},{"role":"user","content":"Why?"}]}`)
 	var p fastjson.Parser
 	step := func() {
-		c, _ := checkChooseCommit(t, s, &p, body)
+		c, tokens := checkChooseCommit(t, s, &p, body)
 		release, rej := c.Upstream.Acquire(nil)
 		if rej != nil {
 			t.Fatal(rej)
 		}
 		release() // its end published too
+		c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), tokens, c.Expected.Cached, c.Load.InFlight)) // and what it taught
 		// AllocsPerRun runs on one P: let the publisher take the message
 		// and hand its buffer back, as it does beside requests on their
 		// own cores.

@@ -333,9 +333,15 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 // engine's cache really took, or a thrashing engine's would stay short,
 // and its prefixes predicted cached.
 //
+// With share_routing, the observation is published to the other replicas
+// (gateway/share), whose models of u learn it too.
+//
 // It takes the model's mutex and allocates nothing.
 func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	u.model.Observe(o)
+	if o.FirstToken && u.leastTTFT.Load() {
+		u.g.publishObserved(u, &o)
+	}
 	if c.Probe {
 		u.reprobe.Store(o.FirstToken && o.Parts.Sum() < c.Passed)
 	} else if c.Predicted {

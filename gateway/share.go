@@ -3,6 +3,7 @@ package gateway
 import (
 	"time"
 
+	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/quota"
 	"github.com/ttftlens/ttftlens/gateway/share"
 )
@@ -24,7 +25,7 @@ func (g *Gateway) newSharer(cfg *Config) (*share.Sharer, error) {
 		}
 		t = share.NewRedis(quota.ClientOptions(c), cfg.ShareChannel)
 	}
-	return share.New(t, g.applyShared, g.log, g.opts.Clock), nil
+	return share.New(t, applier{g}, g.log, g.opts.Clock), nil
 }
 
 // setSharer puts sh (newSharer's) in use, stopping the one it replaces,
@@ -100,33 +101,63 @@ func (u *Upstream) setRemote(from uint64, n int64, now int64) {
 	u.remoteInFlight.Store(sum)
 }
 
-// applyShared applies another replica's commit as Commit applies this
+// applier applies the other replicas' messages to its gateway.
+type applier struct{ g *Gateway }
+
+// sharedUpstream is the upstream of url in a least_ttft pool of the
+// current configuration, nil (counted) when there is none.
+func (g *Gateway) sharedUpstream(url string) (*Upstream, *Pool) {
+	for _, p := range g.Snapshot().pools {
+		if p.kind != policyLeastTTFT {
+			continue
+		}
+		for _, u := range p.Upstreams {
+			if u.URL == url {
+				return u, p
+			}
+		}
+	}
+	g.shareUnknown.Add(1)
+	return nil, nil
+}
+
+// ApplyCommit applies another replica's commit as Commit applies this
 // one's: the upstream of that URL in a least_ttft pool takes its tokens
 // into its count of tokens computed and its engine time into its backlog,
 // and the prefix index records it as the latest to serve the chain; and
 // the replica's count of its requests there (a request's end publishes it
 // too) into the upstream's load. A commit for an upstream no least_ttft
 // pool here has is counted, not applied.
-func (g *Gateway) applyShared(c *share.Commit) {
-	for _, p := range g.Snapshot().pools {
-		if p.kind != policyLeastTTFT {
-			continue
-		}
-		for _, u := range p.Upstreams {
-			if u.URL != c.Upstream {
-				continue
-			}
-			now := g.now()
-			u.setRemote(c.From, int64(min(c.InFlight, 1<<32)), now)
-			mark := u.computed.Add(c.Computed)
-			if c.Work > 0 {
-				u.addBacklog(now, c.Work)
-			}
-			if len(c.Chain) > 0 {
-				p.index.Record(c.Chain, u.id, mark)
-			}
-			return
-		}
+func (a applier) ApplyCommit(c *share.Commit) {
+	u, p := a.g.sharedUpstream(c.Upstream)
+	if u == nil {
+		return
 	}
-	g.shareUnknown.Add(1)
+	now := a.g.now()
+	u.setRemote(c.From, int64(min(c.InFlight, 1<<32)), now)
+	mark := u.computed.Add(c.Computed)
+	if c.Work > 0 {
+		u.addBacklog(now, c.Work)
+	}
+	if len(c.Chain) > 0 {
+		p.index.Record(c.Chain, u.id, mark)
+	}
+}
+
+// ApplyObserved teaches the upstream's model another replica's finished
+// request, as ended now: every replica's model of an upstream learns from
+// all the requests on it.
+func (a applier) ApplyObserved(o *share.Observed) {
+	if u, _ := a.g.sharedUpstream(o.Upstream); u != nil {
+		o.Observation.End = a.g.Now()
+		u.model.Observe(o.Observation)
+	}
+}
+
+// publishObserved shares what a finished request on u taught its model,
+// when the routing is shared.
+func (g *Gateway) publishObserved(u *Upstream, o *predict.Observation) {
+	if sh := g.share.Load(); sh != nil {
+		sh.PublishObserved(&share.Observed{Upstream: u.URL, Observation: *o})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fastjson"
 
+	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/share"
 )
 
@@ -29,7 +30,7 @@ func sharedPair(t *testing.T) (a, b *Gateway) {
 	return mk(), mk()
 }
 
-// received waits until g has applied n of the other replicas' commits.
+// received waits until g has applied n of the other replicas' messages.
 func received(g *Gateway, n uint64) {
 	for g.share.Load().Stats().Received < n {
 		runtime.Gosched()
@@ -40,14 +41,22 @@ func received(g *Gateway, n uint64) {
 // shared: the prompt's prefix recorded on the upstream A sent it to (the
 // same upstream in B's config, by URL), the tokens A sent it to compute,
 // its predicted engine time in B's backlog, and the request in B's count
-// of the upstream's requests until A says it ended. Each counts what it
-// sent and received.
+// of the upstream's requests until A says it ended; and B's models learn
+// what A's requests taught A's. Each counts what it sent and received.
 func TestShareRouting(t *testing.T) {
 	a, b := sharedPair(t)
 	sa, sb := a.Snapshot(), b.Snapshot()
 	ua := sa.Pools()[0].Upstreams
 	engine{perToken: 100 * time.Microsecond}.teach(ua[0], 0)
 	engine{perToken: time.Millisecond}.teach(ua[1], 0) // A's model: the first is faster
+	// B's models learned what A's did: 80 observations, shared.
+	received(b, 80)
+	ub0, ub1 := sb.Pools()[0].Upstreams[0], sb.Pools()[0].Upstreams[1]
+	p0, ok0 := ub0.model.Predict(0, 1500, predict.Expected{}, predict.Load{})
+	p1, ok1 := ub1.model.Predict(0, 1500, predict.Expected{}, predict.Load{})
+	if !ok0 || !ok1 || p0.Parts[predict.Prefill] >= p1.Parts[predict.Prefill] {
+		t.Fatalf("B's models from A's observations: %v %v, %v %v; want the first's prefill shorter", p0.Parts, ok0, p1.Parts, ok1)
+	}
 
 	var p fastjson.Parser
 	req := chatRequest(t, sa, &p, systemPrompt(3, 1500), "?")
@@ -56,9 +65,9 @@ func TestShareRouting(t *testing.T) {
 	if c.Upstream != ua[0] || !c.Predicted {
 		t.Fatalf("A chose %s (predicted %v), want the faster", c.Upstream.Name, c.Predicted)
 	}
-	received(b, 1)
+	received(b, 81)
 
-	ub := sb.Pools()[0].Upstreams[0] // B's Upstream of the same URL
+	ub := ub0 // B's Upstream of the same URL
 	if m := b.index.Lookup(req.prompt.chain); m.Blocks != len(req.prompt.chain) || m.Latest() != ub.id {
 		t.Fatalf("B's index: %+v; want the whole chain on %s", m, ub.Name)
 	}
@@ -81,7 +90,7 @@ func TestShareRouting(t *testing.T) {
 		t.Fatal(rej)
 	}
 	release()
-	received(b, 2)
+	received(b, 82)
 	if got := ub.PredictLoad().InFlight; got != 0 {
 		t.Fatalf("B's in flight on %s after A's request ended: %d", ub.Name, got)
 	}
@@ -94,7 +103,7 @@ func TestShareRouting(t *testing.T) {
 	for _, tt := range []struct {
 		g              *Gateway
 		sent, received uint64
-	}{{a, 2, 0}, {b, 0, 2}} {
+	}{{a, 82, 0}, {b, 0, 82}} {
 		for tt.g.share.Load().Stats().Sent < tt.sent { // counted once its Publish returned
 			runtime.Gosched()
 		}
@@ -118,7 +127,7 @@ ttftlens_routing_share_messages_total{event="unknown_upstream"} 0
 // have (its config differs) is counted, not applied.
 func TestShareUnknownUpstream(t *testing.T) {
 	_, b := sharedPair(t)
-	b.applyShared(&share.Commit{Upstream: "http://elsewhere:8000", Computed: 10, Chain: []uint64{1}})
+	applier{b}.ApplyCommit(&share.Commit{Upstream: "http://elsewhere:8000", Computed: 10, Chain: []uint64{1}})
 	if got := b.shareUnknown.Load(); got != 1 {
 		t.Fatalf("unknown upstream counted %d, want 1", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/prefix"
 )
 
@@ -31,24 +32,49 @@ type Commit struct {
 	From uint64
 }
 
-// The message's first two bytes: a tag and the format's version.
+// Observed is what one finished request taught its upstream's model, as
+// replicas share it: every replica's model of the upstream learns from
+// every replica's requests.
+type Observed struct {
+	// Upstream is the upstream's base URL.
+	Upstream string
+	// Observation is the request's, FirstToken set (only such requests
+	// teach). Its End is the publisher's clock's: the receiver sets its
+	// own.
+	Observation predict.Observation
+	// From is the replica that published it (set when a message is read).
+	From uint64
+}
+
+// A message's first two bytes: its kind's tag and the format's version.
 const (
-	tag     = 't'
-	version = 1
+	tagCommit   = 't'
+	tagObserved = 'o'
+	version     = 1
 )
 
 // maxURL bounds an upstream URL in a message.
 const maxURL = 2048
 
-// appendMessage appends c's message, from the replica from, to b:
-// tag, version, from (8 bytes), the URL's length (uvarint) and bytes,
-// Computed, Work in nanoseconds and InFlight (uvarints), the chain's length (uvarint)
-// and hashes (8 bytes each), little endian.
-func appendMessage(b []byte, from uint64, c *Commit) []byte {
+// maxValue bounds the durations and counts of an observation: an hour, in
+// nanoseconds.
+const maxValue = uint64(time.Hour)
+
+// appendHeader appends the header every message starts with: tag,
+// version, from (8 bytes, little endian), the upstream URL's length
+// (uvarint) and bytes.
+func appendHeader(b []byte, tag byte, from uint64, url string) []byte {
 	b = append(b, tag, version)
 	b = binary.LittleEndian.AppendUint64(b, from)
-	b = binary.AppendUvarint(b, uint64(len(c.Upstream)))
-	b = append(b, c.Upstream...)
+	b = binary.AppendUvarint(b, uint64(len(url)))
+	return append(b, url...)
+}
+
+// appendCommit appends c's message, from the replica from, to b: the
+// header, Computed, Work in nanoseconds and InFlight (uvarints), the
+// chain's length (uvarint) and hashes (8 bytes each, little endian).
+func appendCommit(b []byte, from uint64, c *Commit) []byte {
+	b = appendHeader(b, tagCommit, from, c.Upstream)
 	b = binary.AppendUvarint(b, c.Computed)
 	b = binary.AppendUvarint(b, uint64(max(c.Work, 0)))
 	b = binary.AppendUvarint(b, c.InFlight)
@@ -59,65 +85,152 @@ func appendMessage(b []byte, from uint64, c *Commit) []byte {
 	return b
 }
 
+// Observation flags, one byte.
+const (
+	obsUnsplit = 1 << iota
+	obsCachedReported
+	obsEngineKnown
+)
+
+// appendObserved appends o's message, from the replica from, to b: the
+// header, a flags byte, then uvarints: the parts in nanoseconds, queue to
+// transport; prompt, estimated and cached tokens; the expected cached
+// tokens and their distance; the load's waiting, in flight and backlog
+// (nanoseconds).
+func appendObserved(b []byte, from uint64, o *Observed) []byte {
+	ob := &o.Observation
+	b = appendHeader(b, tagObserved, from, o.Upstream)
+	var flags byte
+	if ob.Unsplit {
+		flags |= obsUnsplit
+	}
+	if ob.CachedReported {
+		flags |= obsCachedReported
+	}
+	if ob.Load.EngineKnown {
+		flags |= obsEngineKnown
+	}
+	b = append(b, flags)
+	for _, d := range ob.Parts {
+		b = binary.AppendUvarint(b, uint64(max(d, 0)))
+	}
+	for _, v := range [...]int64{int64(ob.PromptTokens), int64(ob.EstimatedTokens), int64(ob.CachedTokens),
+		int64(ob.Expected.Cached), int64(min(ob.Expected.Distance, 1<<62)), ob.Load.Waiting, ob.Load.InFlight, int64(ob.Load.Backlog)} {
+		b = binary.AppendUvarint(b, uint64(max(v, 0)))
+	}
+	return b
+}
+
 var errShort = errors.New("message cut short")
 
-// parseMessage reads a message appendMessage wrote: the replica it is
-// from and its commit (Chain freshly allocated). Anything else is an
-// error: another tag or version, a field cut short or out of bounds,
-// bytes left over.
-func parseMessage(b []byte) (from uint64, c Commit, err error) {
+// message is a message read: a commit or an observation, from a replica.
+type message struct {
+	from     uint64
+	observed bool // observation holds it; else commit
+	commit   Commit
+	obs      Observed
+}
+
+// reader reads a message's fields, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint(limit uint64, what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	switch {
+	case n <= 0:
+		r.err = errShort
+	case v > limit:
+		r.err = fmt.Errorf("%s of %d: at most %d", what, v, limit)
+	default:
+		r.b = r.b[n:]
+	}
+	return v
+}
+
+// parseMessage reads a message appendCommit or appendObserved wrote
+// (a Chain freshly allocated). Anything else is an error: another tag or
+// version, a field cut short or out of bounds, bytes left over.
+func parseMessage(b []byte) (m message, err error) {
 	if len(b) < 10 {
-		return 0, c, errShort
+		return m, errShort
 	}
-	if b[0] != tag || b[1] != version {
-		return 0, c, fmt.Errorf("not a routing message of version %d (starts %#x %#x)", version, b[0], b[1])
+	tag := b[0]
+	if tag != tagCommit && tag != tagObserved || b[1] != version {
+		return m, fmt.Errorf("not a routing message of version %d (starts %#x %#x)", version, b[0], b[1])
 	}
-	from, b = binary.LittleEndian.Uint64(b[2:]), b[10:]
-	c.From = from
-	uvarint := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, errShort
-		}
-		b = b[n:]
-		return v, nil
+	m.from = binary.LittleEndian.Uint64(b[2:])
+	r := &reader{b: b[10:]}
+	n := r.uvarint(maxURL, "an upstream URL")
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("upstream URL of %d bytes: %w", n, errShort)
 	}
-	n, err := uvarint()
-	if err != nil {
-		return 0, c, err
+	if r.err != nil {
+		return m, r.err
 	}
-	if n > maxURL || n > uint64(len(b)) {
-		return 0, c, fmt.Errorf("upstream URL of %d bytes: %w", n, errShort)
+	url := string(r.b[:n])
+	r.b = r.b[n:]
+	if tag == tagObserved {
+		return parseObserved(m, url, r)
 	}
-	c.Upstream, b = string(b[:n]), b[n:]
-	if c.Computed, err = uvarint(); err != nil {
-		return 0, c, err
+	c := &m.commit
+	c.Upstream, c.From = url, m.from
+	c.Computed = r.uvarint(^uint64(0), "")
+	c.Work = time.Duration(r.uvarint(maxValue, "an engine time in ns"))
+	c.InFlight = r.uvarint(^uint64(0), "")
+	blocks := r.uvarint(prefix.MaxBlocks, "a chain's blocks")
+	if r.err != nil {
+		return m, r.err
 	}
-	work, err := uvarint()
-	if err != nil {
-		return 0, c, err
+	if uint64(len(r.b)) != 8*blocks {
+		return m, fmt.Errorf("a chain of %d blocks in %d bytes", blocks, len(r.b))
 	}
-	if work > uint64(time.Hour) {
-		return 0, c, fmt.Errorf("engine time of %d ns: more than an hour", work)
-	}
-	c.Work = time.Duration(work)
-	if c.InFlight, err = uvarint(); err != nil {
-		return 0, c, err
-	}
-	if n, err = uvarint(); err != nil {
-		return 0, c, err
-	}
-	if n > prefix.MaxBlocks {
-		return 0, c, fmt.Errorf("a chain of %d blocks: at most %d", n, prefix.MaxBlocks)
-	}
-	if uint64(len(b)) != 8*n {
-		return 0, c, fmt.Errorf("a chain of %d blocks in %d bytes", n, len(b))
-	}
-	if n > 0 {
-		c.Chain = make([]uint64, n)
+	if blocks > 0 {
+		c.Chain = make([]uint64, blocks)
 		for i := range c.Chain {
-			c.Chain[i] = binary.LittleEndian.Uint64(b[8*i:])
+			c.Chain[i] = binary.LittleEndian.Uint64(r.b[8*i:])
 		}
 	}
-	return from, c, nil
+	return m, nil
+}
+
+// parseObserved reads an observation's body from r.
+func parseObserved(m message, url string, r *reader) (message, error) {
+	m.observed = true
+	o := &m.obs
+	o.Upstream, o.From = url, m.from
+	if len(r.b) == 0 {
+		return m, errShort
+	}
+	flags := r.b[0]
+	r.b = r.b[1:]
+	if flags&^(obsUnsplit|obsCachedReported|obsEngineKnown) != 0 {
+		return m, fmt.Errorf("unknown observation flags %#x", flags)
+	}
+	ob := &o.Observation
+	ob.FirstToken, ob.Unsplit, ob.CachedReported, ob.Load.EngineKnown = true, flags&obsUnsplit != 0, flags&obsCachedReported != 0, flags&obsEngineKnown != 0
+	for i := range ob.Parts {
+		ob.Parts[i] = time.Duration(r.uvarint(maxValue, "a part in ns"))
+	}
+	const maxTokens = 1 << 30
+	ob.PromptTokens = int(r.uvarint(maxTokens, "prompt tokens"))
+	ob.EstimatedTokens = int(r.uvarint(maxTokens, "estimated tokens"))
+	ob.CachedTokens = int(r.uvarint(maxTokens, "cached tokens"))
+	ob.Expected.Cached = int(r.uvarint(maxTokens, "expected cached tokens"))
+	ob.Expected.Distance = r.uvarint(1<<62, "a distance")
+	ob.Load.Waiting = int64(r.uvarint(maxTokens, "waiting requests"))
+	ob.Load.InFlight = int64(r.uvarint(maxTokens, "requests in flight"))
+	ob.Load.Backlog = time.Duration(r.uvarint(maxValue, "a backlog in ns"))
+	if r.err != nil {
+		return m, r.err
+	}
+	if len(r.b) != 0 {
+		return m, fmt.Errorf("%d bytes past an observation", len(r.b))
+	}
+	return m, nil
 }

@@ -35,18 +35,19 @@ const (
 // Stats are a Sharer's counts since New.
 type Stats struct {
 	Sent      uint64 // messages published
-	Received  uint64 // other replicas' commits applied (counted once applied)
+	Received  uint64 // other replicas' messages applied (counted once applied)
 	Dropped   uint64 // messages not published: the queue was full, or the Sharer stopped
 	Failed    uint64 // publishes and receives that failed (Redis down, a timeout)
 	Malformed uint64 // messages received that could not be read
 }
 
-// Sharer publishes this replica's commits and applies the others'.
-// Publish is safe for concurrent use; Start and Stop are not.
+// Sharer publishes this replica's commits and observations and applies
+// the others'. Publish and PublishObserved are safe for concurrent use;
+// Start and Stop are not.
 type Sharer struct {
 	t     Transport
 	id    uint64 // this replica's, in its messages: its own are skipped
-	apply func(*Commit)
+	apply Applier
 	log   zerolog.Logger
 	clock clock.Clock
 
@@ -59,10 +60,17 @@ type Sharer struct {
 	down                                       atomic.Bool // the last publish or receive failed (logged once)
 }
 
-// New returns a Sharer on t that hands each other replica's commit to
-// apply (on its receiving goroutine, one at a time). c is the clock its
-// retries wait on (nil: clock.Real). Start begins.
-func New(t Transport, apply func(*Commit), log zerolog.Logger, c clock.Clock) *Sharer {
+// Applier takes the other replicas' messages, on the Sharer's receiving
+// goroutine, one at a time.
+type Applier interface {
+	ApplyCommit(*Commit)
+	ApplyObserved(*Observed)
+}
+
+// New returns a Sharer on t that hands each other replica's message to
+// apply. c is the clock its retries wait on (nil: clock.Real). Start
+// begins.
+func New(t Transport, apply Applier, log zerolog.Logger, c clock.Clock) *Sharer {
 	if c == nil {
 		c = clock.Real
 	}
@@ -107,14 +115,33 @@ func (s *Sharer) Stop() {
 // Publish queues c's message: it copies what it needs, never blocks, and
 // allocates nothing once its buffers are warm. A full queue drops it.
 func (s *Sharer) Publish(c *Commit) {
-	var b *[]byte
+	b := s.buffer()
+	*b = appendCommit(*b, s.id, c)
+	s.enqueue(b)
+}
+
+// PublishObserved queues o's message as Publish does c's.
+func (s *Sharer) PublishObserved(o *Observed) {
+	b := s.buffer()
+	*b = appendObserved(*b, s.id, o)
+	s.enqueue(b)
+}
+
+// buffer is an empty buffer for a message: one the publisher is done
+// with, or a new one.
+func (s *Sharer) buffer() *[]byte {
 	select {
-	case b = <-s.free:
+	case b := <-s.free:
+		*b = (*b)[:0]
+		return b
 	default:
-		nb := make([]byte, 0, 1024) // a chain of 100 blocks and its header
-		b = &nb
+		b := make([]byte, 0, 1024) // a chain of 100 blocks and its header
+		return &b
 	}
-	*b = appendMessage((*b)[:0], s.id, c)
+}
+
+// enqueue hands b to the publisher, or drops it when the queue is full.
+func (s *Sharer) enqueue(b *[]byte) {
 	select {
 	case s.queue <- b:
 	default:
@@ -167,15 +194,19 @@ func (s *Sharer) receive(ctx context.Context) {
 			}
 			continue
 		}
-		from, c, err := parseMessage(msg)
+		m, err := parseMessage(msg)
 		switch {
 		case err != nil:
 			if s.malformed.Add(1) == 1 {
 				s.log.Warn().Err(err).Msg("share_routing: a message could not be read (counted from now on: ttftlens_routing_share_messages_total{event=\"malformed\"})")
 			}
-		case from != s.id:
-			s.apply(&c)
-			s.received.Add(1) // after: Received counts commits applied
+		case m.from == s.id:
+		case m.observed:
+			s.apply.ApplyObserved(&m.obs)
+			s.received.Add(1) // after: Received counts messages applied
+		default:
+			s.apply.ApplyCommit(&m.commit)
+			s.received.Add(1)
 		}
 	}
 }

@@ -10,39 +10,52 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// applied collects the commits a Sharer applies.
+// applied collects the messages a Sharer applies.
 type applied struct {
 	mu sync.Mutex
 	c  []Commit
+	o  []Observed
 	ch chan struct{}
 }
 
 func newApplied() *applied { return &applied{ch: make(chan struct{}, 64)} }
 
-func (a *applied) apply(c *Commit) {
+func (a *applied) ApplyCommit(c *Commit) {
 	a.mu.Lock()
 	a.c = append(a.c, *c)
 	a.mu.Unlock()
 	a.ch <- struct{}{}
 }
 
-// TestSharersApplyEachOthers: what replica A publishes, B applies, and A
-// does not (it routed it already); and the reverse.
+func (a *applied) ApplyObserved(o *Observed) {
+	a.mu.Lock()
+	a.o = append(a.o, *o)
+	a.mu.Unlock()
+	a.ch <- struct{}{}
+}
+
+// TestSharersApplyEachOthers: what replica A publishes (a commit, an
+// observation), B applies, and A does not (it has it already); and the
+// reverse.
 func TestSharersApplyEachOthers(t *testing.T) {
 	h := &Hub{}
 	ga, gb := newApplied(), newApplied()
-	a := New(h.Transport(), ga.apply, zerolog.Nop(), nil)
-	b := New(h.Transport(), gb.apply, zerolog.Nop(), nil)
+	a := New(h.Transport(), ga, zerolog.Nop(), nil)
+	b := New(h.Transport(), gb, zerolog.Nop(), nil)
 	a.Start()
 	b.Start()
 
 	ca := Commit{Upstream: "http://e1:8000", Computed: 1500, Work: 300 * time.Millisecond, Chain: []uint64{1, 2, 3}}
 	a.Publish(&ca)
+	<-gb.ch
+	oa := Observed{Upstream: "http://e1:8000", Observation: predict.Observation{FirstToken: true, PromptTokens: 1500}}
+	a.PublishObserved(&oa)
 	<-gb.ch
 	cb := Commit{Upstream: "http://e2:8000", Computed: 40}
 	b.Publish(&cb)
@@ -51,8 +64,11 @@ func TestSharersApplyEachOthers(t *testing.T) {
 	<-ga.ch
 	a.Stop()
 	b.Stop()
-	if a.Stats().Sent != 1 || b.Stats().Sent != 1 {
-		t.Fatalf("sent %d and %d, want 1 each", a.Stats().Sent, b.Stats().Sent)
+	if a.Stats().Sent != 2 || b.Stats().Sent != 1 {
+		t.Fatalf("sent %d and %d, want 2 and 1", a.Stats().Sent, b.Stats().Sent)
+	}
+	if len(gb.o) != 1 || gb.o[0].Upstream != oa.Upstream || gb.o[0].Observation.PromptTokens != 1500 || !gb.o[0].Observation.FirstToken {
+		t.Fatalf("B applied the observations %+v, want A's", gb.o)
 	}
 	if len(gb.c) != 1 || gb.c[0].Upstream != ca.Upstream || gb.c[0].Computed != 1500 || len(gb.c[0].Chain) != 3 {
 		t.Fatalf("B applied %+v, want A's commit", gb.c)
@@ -60,7 +76,7 @@ func TestSharersApplyEachOthers(t *testing.T) {
 	if len(ga.c) != 1 || ga.c[0].Upstream != cb.Upstream {
 		t.Fatalf("A applied %+v, want B's commit only", ga.c)
 	}
-	if s := b.Stats(); s.Received != 1 || s.Dropped != 0 || s.Failed != 0 {
+	if s := b.Stats(); s.Received != 2 || s.Dropped != 0 || s.Failed != 0 {
 		t.Fatalf("B's stats %+v", s)
 	}
 }
@@ -68,7 +84,7 @@ func TestSharersApplyEachOthers(t *testing.T) {
 // TestPublishNeverBlocks: with the publisher not running, Publish fills
 // the queue and then drops, counted; Stop drops what is queued.
 func TestPublishNeverBlocks(t *testing.T) {
-	s := New((&Hub{}).Transport(), func(*Commit) {}, zerolog.Nop(), nil)
+	s := New((&Hub{}).Transport(), newApplied(), zerolog.Nop(), nil)
 	c := Commit{Upstream: "http://e1:8000"}
 	for range queueSize + 10 {
 		s.Publish(&c)
@@ -88,14 +104,14 @@ func TestPublishNeverBlocks(t *testing.T) {
 func TestMalformedCounted(t *testing.T) {
 	h := &Hub{}
 	got := newApplied()
-	s := New(h.Transport(), got.apply, zerolog.Nop(), nil)
+	s := New(h.Transport(), got, zerolog.Nop(), nil)
 	s.Start()
 	defer s.Stop()
 	other := h.Transport()
 	if err := other.Publish(context.Background(), []byte("PUBLISH junk")); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Publish(context.Background(), appendMessage(nil, 99, &Commit{Upstream: "http://e:1"})); err != nil {
+	if err := other.Publish(context.Background(), appendCommit(nil, 99, &Commit{Upstream: "http://e:1"})); err != nil {
 		t.Fatal(err)
 	}
 	<-got.ch
@@ -109,7 +125,7 @@ func TestMalformedCounted(t *testing.T) {
 func TestReceiveRetries(t *testing.T) {
 	clk := &clock.Fake{}
 	tr := &failingTransport{calls: make(chan struct{}, 8)}
-	s := New(tr, func(*Commit) {}, zerolog.Nop(), clk)
+	s := New(tr, newApplied(), zerolog.Nop(), clk)
 	s.Start()
 	defer s.Stop()
 	<-tr.calls
