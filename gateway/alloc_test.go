@@ -117,7 +117,7 @@ func TestShareCommitAllocs(t *testing.T) {
 		if rej != nil {
 			t.Fatal(rej)
 		}
-		release() // its end published too
+		release()                                                                                                                           // its end published too
 		c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), tokens, c.Expected.Cached, c.Load.InFlight)) // and what it taught
 		// AllocsPerRun runs on one P: let the publisher take the message
 		// and hand its buffer back, as it does beside requests on their
