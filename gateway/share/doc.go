@@ -5,9 +5,11 @@
 // upstream), and its end too (the count again), and each replica applies
 // the others' as if it had routed them itself: into its prefix index, its
 // count of tokens sent each upstream (the prefixes' distances), the
-// upstreams' backlogs and their requests in flight. Every replica then
-// knows where every prefix was sent, not a third of it, and what is on
-// its way to each engine.
+// upstreams' backlogs and their requests in flight. What each finished
+// request taught its upstream's TTFT model is published too, and every
+// replica's model of that upstream learns it. Every replica then knows
+// where every prefix was sent, not a third of it, what is on its way to
+// each engine, and what every request on it measured.
 //
 // Publishing never blocks a request: messages are encoded into pooled
 // buffers and queued; a full queue drops the message (counted). Messages go
@@ -15,5 +17,6 @@
 // stored: a replica that starts, or loses Redis for a while, misses what
 // was routed meanwhile, and learns it again from what is routed next.
 //
-// It imports gateway/prefix (the chain's bound) and internal/clock.
+// It imports gateway/predict (the observation), gateway/prefix (the
+// chain's bound) and internal/clock.
 package share
