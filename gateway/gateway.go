@@ -105,6 +105,10 @@ type Gateway struct {
 	sharer       *share.Sharer
 	shareChannel string
 	share        atomic.Pointer[share.Sharer]
+	// shareID is this replica's in its messages: one for the gateway's
+	// life, so that a new Sharer (a reload, a restart) replaces its
+	// counts at the other replicas rather than adding to them.
+	shareID uint64
 	// shareUnknown counts shared commits for an upstream this replica's
 	// least_ttft pools do not have (its config differs).
 	shareUnknown atomic.Uint64
@@ -137,7 +141,8 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real
 	}
-	g := &Gateway{opts: opts, start: time.Now().Add(-opts.Clock.Now()), ups: map[string]*Upstream{}, buckets: map[string]*quota.Bucket{}}
+	g := &Gateway{opts: opts, start: time.Now().Add(-opts.Clock.Now()), ups: map[string]*Upstream{}, buckets: map[string]*quota.Bucket{},
+		shareID: share.NewID()}
 	g.waiters.New = g.newWaiter
 	if opts.Log != nil {
 		g.log = *opts.Log
@@ -296,11 +301,7 @@ func (g *Gateway) Stop() {
 	if g.redis != nil {
 		g.redis.Stop()
 	}
-	if g.sharer != nil { // a stopped Sharer is not started again
-		g.sharer.Stop()
-		g.sharer = nil
-		g.share.Store(nil)
-	}
+	g.stopSharer() // a stopped Sharer is not started again: Start makes another
 }
 
 func (g *Gateway) startCheckers(s *Snapshot) {

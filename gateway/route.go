@@ -3,6 +3,7 @@ package gateway
 import (
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -136,9 +137,10 @@ type Upstream struct {
 	reprobe   atomic.Bool
 	// With share_routing: leastTTFT says u is in a least_ttft pool (its
 	// requests' ends are published); remote is the other replicas'
-	// requests on u as they last published them (by replica, touched only
-	// by the sharer's receiving goroutine), remoteInFlight their sum.
+	// requests on u as they last published them (by replica, under
+	// remoteMu), remoteInFlight their sum.
 	leastTTFT      atomic.Bool
+	remoteMu       sync.Mutex
 	remote         map[uint64]remoteLoad
 	remoteInFlight atomic.Int64
 }

@@ -25,7 +25,7 @@ func (g *Gateway) newSharer(cfg *Config) (*share.Sharer, error) {
 		}
 		t = share.NewRedis(quota.ClientOptions(c), cfg.ShareChannel)
 	}
-	return share.New(t, applier{g}, g.log, g.opts.Clock), nil
+	return share.New(t, g.shareID, applier{g}, g.log, g.opts.Clock), nil
 }
 
 // setSharer puts sh (newSharer's) in use, stopping the one it replaces,
@@ -34,13 +34,26 @@ func (g *Gateway) setSharer(cfg *Config, sh *share.Sharer) {
 	if sh == nil && (cfg.ShareRouting == QuotaRedis) == (g.sharer != nil) {
 		return
 	}
-	if g.sharer != nil {
-		g.sharer.Stop()
-	}
+	g.stopSharer()
 	g.sharer, g.shareChannel = sh, cfg.ShareChannel
 	g.share.Store(sh)
 	if sh != nil && g.running {
 		sh.Start()
+	}
+}
+
+// stopSharer stops the sharer in use, if any, and forgets what the other
+// replicas said they had in flight: nothing will update it now. g.mu is
+// held.
+func (g *Gateway) stopSharer() {
+	if g.sharer == nil {
+		return
+	}
+	g.sharer.Stop() // its goroutines are done with the upstreams once it returns
+	g.sharer = nil
+	g.share.Store(nil)
+	for _, u := range g.ups {
+		u.clearRemote()
 	}
 }
 
@@ -61,8 +74,8 @@ func (g *Gateway) publish(c *Choice, pr *prompt, computed uint64, work time.Dura
 	sh.Publish(&m)
 }
 
-// publishEnd shares that a request on u ended, leaving n outstanding,
-// when the routing is shared.
+// publishEnd shares u's count of outstanding requests, n, when the
+// routing is shared: at a request's end, and every beat (Tick).
 func (g *Gateway) publishEnd(u *Upstream, n int64) {
 	if sh := g.share.Load(); sh != nil {
 		sh.Publish(&share.Commit{Upstream: u.URL, InFlight: uint64(max(n, 0))})
@@ -77,19 +90,26 @@ type remoteLoad struct {
 }
 
 // remoteTTL is how long another replica's count stands without a word
-// from it about the upstream: a replica that stopped (or lost Redis) is
-// forgotten then. A request that runs longer, alone on its replica and
-// upstream, is forgotten too.
-const remoteTTL = time.Minute
+// from it about the upstream. Each replica publishes its counts every
+// share.TickEvery (Tick), so a count is forgotten after three missed
+// beats: the replica stopped, or lost Redis.
+const remoteTTL = 3 * share.TickEvery
 
 // setRemote takes another replica's count of its requests on u, published
-// at now, and sums what the replicas heard from within remoteTTL into
-// u.remoteInFlight. Only the sharer's receiving goroutine calls it.
+// at now, and sums the counts still fresh into u.remoteInFlight.
 func (u *Upstream) setRemote(from uint64, n int64, now int64) {
+	u.remoteMu.Lock()
+	defer u.remoteMu.Unlock()
 	if u.remote == nil {
 		u.remote = map[uint64]remoteLoad{}
 	}
 	u.remote[from] = remoteLoad{n: n, at: now}
+	u.sumRemote(now)
+}
+
+// sumRemote forgets the counts older than remoteTTL at now and sums the
+// rest into u.remoteInFlight. u.remoteMu is held.
+func (u *Upstream) sumRemote(now int64) {
 	var sum int64
 	for r, l := range u.remote {
 		if now-l.at > int64(remoteTTL) {
@@ -99,6 +119,14 @@ func (u *Upstream) setRemote(from uint64, n int64, now int64) {
 		sum += l.n
 	}
 	u.remoteInFlight.Store(sum)
+}
+
+// clearRemote forgets every other replica's count on u.
+func (u *Upstream) clearRemote() {
+	u.remoteMu.Lock()
+	clear(u.remote)
+	u.remoteInFlight.Store(0)
+	u.remoteMu.Unlock()
 }
 
 // applier applies the other replicas' messages to its gateway.
@@ -141,6 +169,25 @@ func (a applier) ApplyCommit(c *share.Commit) {
 	}
 	if len(c.Chain) > 0 {
 		p.index.Record(c.Chain, u.id, mark)
+	}
+}
+
+// Tick, every share.TickEvery: the other replicas' counts not heard of
+// within remoteTTL are forgotten, and this replica's own are published
+// again, so that a count a lost message left wrong is right within a
+// beat, and a replica that stops is forgotten.
+func (a applier) Tick() {
+	now := a.g.now()
+	for _, p := range a.g.Snapshot().pools {
+		if p.kind != policyLeastTTFT {
+			continue
+		}
+		for _, u := range p.Upstreams {
+			u.remoteMu.Lock()
+			u.sumRemote(now)
+			u.remoteMu.Unlock()
+			a.g.publishEnd(u, u.outstanding.Load())
+		}
 	}
 }
 

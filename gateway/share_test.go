@@ -12,6 +12,7 @@ import (
 
 	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/share"
+	"github.com/ttftlens/ttftlens/internal/clock"
 )
 
 // sharedPair is two replicas' gateways of a least_ttft pool of two
@@ -212,5 +213,61 @@ func TestRemoteInFlight(t *testing.T) {
 	u.setRemote(1, 0, int64(time.Second+remoteTTL+1))
 	if got := u.remoteInFlight.Load(); got != 0 || len(u.remote) != 1 {
 		t.Fatalf("the second silent past remoteTTL: %d over %d replicas, want 0 over 1", got, len(u.remote))
+	}
+}
+
+// TestShareTick: on each beat a replica forgets the counts of replicas it
+// has not heard from within remoteTTL, with no message needed to prompt
+// it, and publishes its own counts again: a count a lost message left
+// wrong is put right at the next beat.
+func TestShareTick(t *testing.T) {
+	a, b := sharedPair(t)
+	ub := b.Snapshot().Pools()[0].Upstreams[0]
+	ub.setRemote(99, 4, 0) // a replica that stopped
+	clk := b.opts.Clock.(*clock.Fake)
+	clk.Advance(remoteTTL + time.Second)
+	applier{b}.Tick()
+	if got := ub.remoteInFlight.Load(); got != 0 {
+		t.Fatalf("a count not heard of for %v still counts %d", remoteTTL+time.Second, got)
+	}
+
+	ua := a.Snapshot().Pools()[0].Upstreams[0]
+	release, rej := ua.Acquire(nil) // A's request, its commit's message lost
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	defer release()
+	applier{a}.Tick()
+	received(b, 2) // A's two upstreams' counts
+	if got := ub.remoteInFlight.Load(); got != 1 {
+		t.Fatalf("after A's beat, B counts %d of A's requests, want 1", got)
+	}
+}
+
+// TestShareOffForgets: when the routing stops being shared, what the
+// other replicas said they had in flight stops counting (nothing would
+// update it), and a replica restarted publishes under the same id, so
+// its new counts replace its old ones.
+func TestShareOffForgets(t *testing.T) {
+	a, b := sharedPair(t)
+	ua := a.Snapshot().Pools()[0].Upstreams[0]
+	ub := b.Snapshot().Pools()[0].Upstreams[0]
+	release, rej := ua.Acquire(nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	a.publishEnd(ua, 1)
+	received(b, 1)
+	a.Stop()
+	a.Start()
+	a.publishEnd(ua, 1) // the same request, counted again by A's new sharer
+	received(b, 2)
+	if got := ub.remoteInFlight.Load(); got != 1 {
+		t.Fatalf("A restarted: B counts %d, want A's one request once", got)
+	}
+	release()
+	b.Stop()
+	if got := ub.PredictLoad().InFlight; got != 0 {
+		t.Fatalf("B no longer sharing still counts %d of A's", got)
 	}
 }

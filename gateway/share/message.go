@@ -56,9 +56,26 @@ const (
 // maxURL bounds an upstream URL in a message.
 const maxURL = 2048
 
-// maxValue bounds the durations and counts of an observation: an hour, in
-// nanoseconds.
-const maxValue = uint64(time.Hour)
+// The bounds of a message's values: durations (an hour, in nanoseconds),
+// token and request counts; appending clamps to them, reading refuses
+// what is past them.
+const (
+	maxValue  = uint64(time.Hour)
+	maxCount  = 1 << 30
+	maxTokens = 1 << 40 // Computed: a count of tokens that grows with every request
+)
+
+// maxCommit is the most bytes a commit's message takes: its header, four
+// uvarints and a chain of prefix.MaxBlocks.
+const maxCommit = 2 + 8 + binary.MaxVarintLen64 + maxURL + 4*binary.MaxVarintLen64 + 8*prefix.MaxBlocks
+
+// clamp is v within [0, limit].
+func clamp[N int | int64 | time.Duration | uint64](v N, limit uint64) uint64 {
+	if v < 0 {
+		return 0
+	}
+	return min(uint64(v), limit)
+}
 
 // appendHeader appends the header every message starts with: tag,
 // version, from (8 bytes, little endian), the upstream URL's length
@@ -75,9 +92,9 @@ func appendHeader(b []byte, tag byte, from uint64, url string) []byte {
 // chain's length (uvarint) and hashes (8 bytes each, little endian).
 func appendCommit(b []byte, from uint64, c *Commit) []byte {
 	b = appendHeader(b, tagCommit, from, c.Upstream)
-	b = binary.AppendUvarint(b, c.Computed)
-	b = binary.AppendUvarint(b, uint64(max(c.Work, 0)))
-	b = binary.AppendUvarint(b, c.InFlight)
+	b = binary.AppendUvarint(b, clamp(c.Computed, maxTokens))
+	b = binary.AppendUvarint(b, clamp(c.Work, maxValue))
+	b = binary.AppendUvarint(b, clamp(c.InFlight, maxCount))
 	b = binary.AppendUvarint(b, uint64(len(c.Chain)))
 	for _, h := range c.Chain {
 		b = binary.LittleEndian.AppendUint64(b, h)
@@ -112,13 +129,15 @@ func appendObserved(b []byte, from uint64, o *Observed) []byte {
 	}
 	b = append(b, flags)
 	for _, d := range ob.Parts {
-		b = binary.AppendUvarint(b, uint64(max(d, 0)))
+		b = binary.AppendUvarint(b, clamp(d, maxValue))
 	}
-	for _, v := range [...]int64{int64(ob.PromptTokens), int64(ob.EstimatedTokens), int64(ob.CachedTokens),
-		int64(ob.Expected.Cached), int64(min(ob.Expected.Distance, 1<<62)), ob.Load.Waiting, ob.Load.InFlight, int64(ob.Load.Backlog)} {
-		b = binary.AppendUvarint(b, uint64(max(v, 0)))
+	for _, v := range [...]int{ob.PromptTokens, ob.EstimatedTokens, ob.CachedTokens, ob.Expected.Cached} {
+		b = binary.AppendUvarint(b, clamp(v, maxCount))
 	}
-	return b
+	b = binary.AppendUvarint(b, clamp(ob.Expected.Distance, maxTokens))
+	b = binary.AppendUvarint(b, clamp(ob.Load.Waiting, maxCount))
+	b = binary.AppendUvarint(b, clamp(ob.Load.InFlight, maxCount))
+	return binary.AppendUvarint(b, clamp(ob.Load.Backlog, maxValue))
 }
 
 var errShort = errors.New("message cut short")
@@ -180,9 +199,9 @@ func parseMessage(b []byte) (m message, err error) {
 	}
 	c := &m.commit
 	c.Upstream, c.From = url, m.from
-	c.Computed = r.uvarint(^uint64(0), "")
+	c.Computed = r.uvarint(maxTokens, "tokens computed")
 	c.Work = time.Duration(r.uvarint(maxValue, "an engine time in ns"))
-	c.InFlight = r.uvarint(^uint64(0), "")
+	c.InFlight = r.uvarint(maxCount, "requests in flight")
 	blocks := r.uvarint(prefix.MaxBlocks, "a chain's blocks")
 	if r.err != nil {
 		return m, r.err
@@ -217,14 +236,13 @@ func parseObserved(m message, url string, r *reader) (message, error) {
 	for i := range ob.Parts {
 		ob.Parts[i] = time.Duration(r.uvarint(maxValue, "a part in ns"))
 	}
-	const maxTokens = 1 << 30
-	ob.PromptTokens = int(r.uvarint(maxTokens, "prompt tokens"))
-	ob.EstimatedTokens = int(r.uvarint(maxTokens, "estimated tokens"))
-	ob.CachedTokens = int(r.uvarint(maxTokens, "cached tokens"))
-	ob.Expected.Cached = int(r.uvarint(maxTokens, "expected cached tokens"))
-	ob.Expected.Distance = r.uvarint(1<<62, "a distance")
-	ob.Load.Waiting = int64(r.uvarint(maxTokens, "waiting requests"))
-	ob.Load.InFlight = int64(r.uvarint(maxTokens, "requests in flight"))
+	ob.PromptTokens = int(r.uvarint(maxCount, "prompt tokens"))
+	ob.EstimatedTokens = int(r.uvarint(maxCount, "estimated tokens"))
+	ob.CachedTokens = int(r.uvarint(maxCount, "cached tokens"))
+	ob.Expected.Cached = int(r.uvarint(maxCount, "expected cached tokens"))
+	ob.Expected.Distance = r.uvarint(maxTokens, "a distance")
+	ob.Load.Waiting = int64(r.uvarint(maxCount, "waiting requests"))
+	ob.Load.InFlight = int64(r.uvarint(maxCount, "requests in flight"))
 	ob.Load.Backlog = time.Duration(r.uvarint(maxValue, "a backlog in ns"))
 	if r.err != nil {
 		return m, r.err

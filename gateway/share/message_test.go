@@ -2,6 +2,7 @@ package share
 
 import (
 	"bytes"
+	"encoding/binary"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,6 +11,21 @@ import (
 	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/prefix"
 )
+
+// TestAppendClamps: what a message's reader would refuse, its writer
+// clamps to the bound: an overloaded engine's backlog of hours still
+// shares the rest of its observation.
+func TestAppendClamps(t *testing.T) {
+	m, err := parseMessage(appendCommit(nil, 7, &Commit{Upstream: "http://a:1", Work: 3 * time.Hour, InFlight: 1 << 40}))
+	if err != nil || m.commit.Work != time.Hour || m.commit.InFlight != maxCount {
+		t.Fatalf("a commit past the bounds: %+v, %v", m.commit, err)
+	}
+	o := Observed{Upstream: "http://a:1", Observation: predict.Observation{Load: predict.Load{Backlog: 5 * time.Hour, InFlight: -3}, PromptTokens: 1700}}
+	m, err = parseMessage(appendObserved(nil, 7, &o))
+	if l := m.obs.Observation.Load; err != nil || l.Backlog != time.Hour || l.InFlight != 0 || m.obs.Observation.PromptTokens != 1700 {
+		t.Fatalf("an observation past the bounds: %+v, %v", m.obs, err)
+	}
+}
 
 func TestMessageRoundTrip(t *testing.T) {
 	long := make([]uint64, prefix.MaxBlocks)
@@ -44,7 +60,10 @@ func TestMessageRoundTrip(t *testing.T) {
 func TestParseMessageRejects(t *testing.T) {
 	good := appendCommit(nil, 7, &Commit{Upstream: "http://a:1", Computed: 5, Work: time.Millisecond, Chain: []uint64{9, 10}})
 	tooLong := appendCommit(nil, 7, &Commit{Upstream: "http://a:1", Chain: make([]uint64, prefix.MaxBlocks+1)})
-	slow := appendCommit(nil, 7, &Commit{Upstream: "http://a:1", Work: 2 * time.Hour})
+	// What appendCommit would clamp: two hours of engine time.
+	slow := binary.AppendUvarint(appendHeader(nil, tagCommit, 7, "http://a:1"), 0)
+	slow = binary.AppendUvarint(slow, uint64(2*time.Hour))
+	slow = append(slow, 0, 0)
 	tests := []struct {
 		name string
 		msg  []byte
@@ -63,6 +82,7 @@ func TestParseMessageRejects(t *testing.T) {
 		{"a chain too long", tooLong, "a chain's blocks of 257: at most 256"},
 		{"an hour of engine time and more", slow, "an engine time in ns of 7200000000000"},
 		{"a URL too long", appendCommit(nil, 7, &Commit{Upstream: strings.Repeat("a", maxURL+1)}), "an upstream URL of 2049"},
+		{"tokens computed past the bound", append(binary.AppendUvarint(appendHeader(nil, tagCommit, 7, "http://a:1"), maxTokens+1), 0, 0, 0), "tokens computed of"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,15 +32,22 @@ func (r *redisTransport) Publish(ctx context.Context, msg []byte) error {
 
 func (r *redisTransport) Receive(ctx context.Context) ([]byte, error) {
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	closed, sub := r.closed, r.sub
+	r.mu.Unlock()
+	if closed {
 		return nil, errClosed
 	}
-	if r.sub == nil {
-		r.sub = r.client.Subscribe(ctx, r.channel)
+	if sub == nil { // subscribe (it dials) without holding mu: Close may come meanwhile
+		sub = r.client.Subscribe(ctx, r.channel)
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			_ = sub.Close()
+			return nil, errClosed
+		}
+		r.sub = sub
+		r.mu.Unlock()
 	}
-	sub := r.sub
-	r.mu.Unlock()
 	m, err := sub.ReceiveMessage(ctx)
 	if err != nil {
 		r.mu.Lock()

@@ -51,56 +51,77 @@ type Sharer struct {
 	log   zerolog.Logger
 	clock clock.Clock
 
-	queue chan *[]byte
-	free  chan *[]byte // the buffers the publisher is done with, for Publish to fill again
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	queue   chan *[]byte
+	free    chan *[]byte // the buffers the publisher is done with, for Publish to fill again
+	stop    context.CancelFunc
+	stopped bool
+	wg      sync.WaitGroup
 
 	sent, received, dropped, failed, malformed atomic.Uint64
-	down                                       atomic.Bool // the last publish or receive failed (logged once)
+	// The last publish, and the last receive, failed (logged once a run).
+	pubDown, recvDown atomic.Bool
 }
 
 // Applier takes the other replicas' messages, on the Sharer's receiving
-// goroutine, one at a time.
+// goroutine, one at a time; and, on its ticking goroutine, a Tick every
+// TickEvery (from Start until Stop).
 type Applier interface {
 	ApplyCommit(*Commit)
 	ApplyObserved(*Observed)
+	Tick()
 }
 
-// New returns a Sharer on t that hands each other replica's message to
-// apply. c is the clock its retries wait on (nil: clock.Real). Start
-// begins.
-func New(t Transport, apply Applier, log zerolog.Logger, c clock.Clock) *Sharer {
+// TickEvery is how often Applier.Tick runs.
+const TickEvery = 10 * time.Second
+
+// NewID returns a replica id: a gateway draws one and gives it to every
+// Sharer it makes, so that the others' counts by replica stay one.
+func NewID() uint64 {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return binary.LittleEndian.Uint64(id[:])
+}
+
+// New returns a Sharer on t, publishing as the replica id, that hands each
+// other replica's message to apply. c is the clock its retries and ticks
+// wait on (nil: clock.Real). Start begins.
+func New(t Transport, id uint64, apply Applier, log zerolog.Logger, c clock.Clock) *Sharer {
 	if c == nil {
 		c = clock.Real
 	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	return &Sharer{t: t, id: binary.LittleEndian.Uint64(id[:]), apply: apply, log: log, clock: c,
+	return &Sharer{t: t, id: id, apply: apply, log: log, clock: c,
 		queue: make(chan *[]byte, queueSize), free: make(chan *[]byte, queueSize)}
 }
 
-// Start runs the publisher and the receiver (once: again does nothing).
+// Start runs the publisher, the receiver and the ticker, once: a Sharer
+// started or stopped before does nothing.
 func (s *Sharer) Start() {
-	if s.stop != nil {
+	if s.stop != nil || s.stopped {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	s.wg.Go(func() { s.publish(ctx) })
 	s.wg.Go(func() { s.receive(ctx) })
+	s.wg.Go(func() {
+		for clock.Sleep(ctx, s.clock, TickEvery, nil) {
+			s.apply.Tick()
+		}
+	})
 }
 
-// Stop ends both goroutines and closes the transport; what is still queued
-// is dropped. A Sharer stopped is not started again.
+// Stop ends its goroutines, once they are done with the Applier, and
+// closes the transport (started or not); what is still queued is dropped.
 func (s *Sharer) Stop() {
-	if s.stop == nil {
+	if s.stopped {
 		return
 	}
-	s.stop()
+	s.stopped = true
+	if s.stop != nil {
+		s.stop()
+	}
 	_ = s.t.Close() // ends a Receive or Publish blocked on the network
 	s.wg.Wait()
-	s.stop = nil
 	for {
 		select {
 		case b := <-s.queue:
@@ -135,7 +156,7 @@ func (s *Sharer) buffer() *[]byte {
 		*b = (*b)[:0]
 		return b
 	default:
-		b := make([]byte, 0, 1024) // a chain of 100 blocks and its header
+		b := make([]byte, 0, maxCommit) // room for any commit: it never grows
 		return &b
 	}
 }
@@ -175,7 +196,7 @@ func (s *Sharer) publish(ctx context.Context) {
 			switch {
 			case err != nil && ctx.Err() != nil: // stopped while publishing
 				s.dropped.Add(1)
-			case !s.failedIf(ctx, err, "publish"):
+			case !s.failedIf(ctx, err, &s.pubDown, "publish"):
 				s.sent.Add(1)
 			}
 		}
@@ -188,7 +209,7 @@ func (s *Sharer) receive(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s.failedIf(ctx, err, "receive") {
+		if s.failedIf(ctx, err, &s.recvDown, "receive") {
 			if !clock.Sleep(ctx, s.clock, retryAfter, nil) {
 				return
 			}
@@ -212,11 +233,11 @@ func (s *Sharer) receive(ctx context.Context) {
 }
 
 // failedIf counts err, if any (not one of ctx ending), and logs the first
-// failure of a run of them and the recovery after it.
-func (s *Sharer) failedIf(ctx context.Context, err error, op string) bool {
+// failure of a run of op's and the recovery after it (down: op's flag).
+func (s *Sharer) failedIf(ctx context.Context, err error, down *atomic.Bool, op string) bool {
 	if err == nil {
-		if s.down.CompareAndSwap(true, false) {
-			s.log.Info().Msg("share_routing: Redis answers again")
+		if down.CompareAndSwap(true, false) {
+			s.log.Info().Str("op", op).Msg("share_routing: Redis answers again")
 		}
 		return false
 	}
@@ -224,7 +245,7 @@ func (s *Sharer) failedIf(ctx context.Context, err error, op string) bool {
 		return true
 	}
 	s.failed.Add(1)
-	if s.down.CompareAndSwap(false, true) {
+	if down.CompareAndSwap(false, true) {
 		s.log.Warn().Err(err).Str("op", op).Msg("share_routing: Redis failed; this replica routes on what it sees itself until it answers again")
 	}
 	return true

@@ -3,7 +3,9 @@ package share
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +35,8 @@ func (a *applied) ApplyCommit(c *Commit) {
 	a.ch <- struct{}{}
 }
 
+func (a *applied) Tick() {}
+
 func (a *applied) ApplyObserved(o *Observed) {
 	a.mu.Lock()
 	a.o = append(a.o, *o)
@@ -46,8 +50,8 @@ func (a *applied) ApplyObserved(o *Observed) {
 func TestSharersApplyEachOthers(t *testing.T) {
 	h := &Hub{}
 	ga, gb := newApplied(), newApplied()
-	a := New(h.Transport(), ga, zerolog.Nop(), nil)
-	b := New(h.Transport(), gb, zerolog.Nop(), nil)
+	a := New(h.Transport(), 1, ga, zerolog.Nop(), nil)
+	b := New(h.Transport(), 2, gb, zerolog.Nop(), nil)
 	a.Start()
 	b.Start()
 
@@ -84,7 +88,7 @@ func TestSharersApplyEachOthers(t *testing.T) {
 // TestPublishNeverBlocks: with the publisher not running, Publish fills
 // the queue and then drops, counted; Stop drops what is queued.
 func TestPublishNeverBlocks(t *testing.T) {
-	s := New((&Hub{}).Transport(), newApplied(), zerolog.Nop(), nil)
+	s := New((&Hub{}).Transport(), 1, newApplied(), zerolog.Nop(), nil)
 	c := Commit{Upstream: "http://e1:8000"}
 	for range queueSize + 10 {
 		s.Publish(&c)
@@ -104,7 +108,7 @@ func TestPublishNeverBlocks(t *testing.T) {
 func TestMalformedCounted(t *testing.T) {
 	h := &Hub{}
 	got := newApplied()
-	s := New(h.Transport(), got, zerolog.Nop(), nil)
+	s := New(h.Transport(), 1, got, zerolog.Nop(), nil)
 	s.Start()
 	defer s.Stop()
 	other := h.Transport()
@@ -115,6 +119,9 @@ func TestMalformedCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-got.ch
+	for s.Stats().Received < 1 { // counted once applied
+		runtime.Gosched()
+	}
 	if st := s.Stats(); st.Malformed != 1 || st.Received != 1 {
 		t.Fatalf("stats %+v: want one malformed, one applied", st)
 	}
@@ -125,11 +132,11 @@ func TestMalformedCounted(t *testing.T) {
 func TestReceiveRetries(t *testing.T) {
 	clk := &clock.Fake{}
 	tr := &failingTransport{calls: make(chan struct{}, 8)}
-	s := New(tr, newApplied(), zerolog.Nop(), clk)
+	s := New(tr, 1, newApplied(), zerolog.Nop(), clk)
 	s.Start()
 	defer s.Stop()
 	<-tr.calls
-	if d := clk.WaitArmed(1); d != retryAfter { // the receiver waits on its retry timer
+	if d := clk.WaitArmed(2); d != retryAfter { // the receiver's retry, and the ticker's tick, the sooner
 		t.Fatalf("the receiver waits %v, want %v", d, retryAfter)
 	}
 	if st := s.Stats(); st.Failed != 1 {
@@ -139,11 +146,55 @@ func TestReceiveRetries(t *testing.T) {
 	<-tr.calls
 }
 
-type failingTransport struct{ calls chan struct{} }
+type failingTransport struct {
+	calls  chan struct{}
+	closed atomic.Bool
+}
 
 func (f *failingTransport) Publish(context.Context, []byte) error { return errors.New("down") }
 func (f *failingTransport) Receive(ctx context.Context) ([]byte, error) {
 	f.calls <- struct{}{}
 	return nil, errors.New("connection refused")
 }
-func (f *failingTransport) Close() error { return nil }
+func (f *failingTransport) Close() error { f.closed.Store(true); return nil }
+
+// TestStopUnstarted: a Sharer stopped without being started closes its
+// transport all the same (a hub's open transport that nobody reads would
+// block the hub's publishers once full), and is not started again.
+func TestStopUnstarted(t *testing.T) {
+	tr := &failingTransport{calls: make(chan struct{}, 8)}
+	s := New(tr, 1, newApplied(), zerolog.Nop(), nil)
+	s.Stop()
+	s.Start()
+	if !tr.closed.Load() {
+		t.Fatal("the transport of a Sharer stopped unstarted is open")
+	}
+	select {
+	case <-tr.calls:
+		t.Fatal("a stopped Sharer started receiving")
+	default:
+	}
+}
+
+// TestTicks: Tick runs every TickEvery on the Sharer's clock while it runs.
+func TestTicks(t *testing.T) {
+	clk := &clock.Fake{}
+	a := &ticks{ch: make(chan struct{}, 4)}
+	s := New((&Hub{}).Transport(), 1, a, zerolog.Nop(), clk)
+	s.Start()
+	defer s.Stop()
+	for range 2 {
+		for clk.WaitArmed(1) != TickEvery { // the ticker's wait, not the receiver's
+			clk.Advance(0)
+		}
+		clk.Advance(TickEvery)
+		<-a.ch
+	}
+}
+
+type ticks struct {
+	applied
+	ch chan struct{}
+}
+
+func (a *ticks) Tick() { a.ch <- struct{}{} }
