@@ -181,7 +181,7 @@ func (u *Upstream) release() {
 func (u *Upstream) leave() {
 	n := u.outstanding.Add(-1)
 	if u.leastTTFT.Load() {
-		u.g.publishEnd(u, n)
+		u.g.publishCount(u, n, 0)
 	}
 }
 

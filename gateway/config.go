@@ -48,7 +48,8 @@ type Config struct {
 	PrefixIndexEntries int `yaml:"prefix_index_entries"`
 	// ShareRouting shares the least_ttft pools' routing with the other
 	// replicas (gateway/share: where each prompt prefix was sent, the
-	// tokens and predicted engine time sent each upstream): "redis",
+	// tokens, predicted engine time and requests sent each upstream, what
+	// each finished request taught its upstream's model): "redis",
 	// through the quota backend's Redis (quota_backend kind redis), on
 	// the pub/sub channel ShareChannel (default "ttftlens:routing");
 	// "" (the default): each replica routes on what it routed itself.

@@ -349,5 +349,6 @@ func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	}
 	if x := c.Expected; x.Cached > 0 && !c.Prediction.Evicted && o.CachedReported && o.CachedTokens*2 < x.Cached {
 		u.computed.Add(uint64(x.Cached))
+		u.g.publishCount(u, u.outstanding.Load(), uint64(x.Cached)) // the other replicas' counts of it too
 	}
 }

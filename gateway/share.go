@@ -74,11 +74,13 @@ func (g *Gateway) publish(c *Choice, pr *prompt, computed uint64, work time.Dura
 	sh.Publish(&m)
 }
 
-// publishEnd shares u's count of outstanding requests, n, when the
-// routing is shared: at a request's end, and every beat (Tick).
-func (g *Gateway) publishEnd(u *Upstream, n int64) {
+// publishCount shares u's count of outstanding requests, n, and tokens
+// computed there that no commit counted (a prefix predicted cached that the
+// engine computed), when the routing is shared: at a request's end, every
+// beat (Tick), and with such tokens.
+func (g *Gateway) publishCount(u *Upstream, n int64, computed uint64) {
 	if sh := g.share.Load(); sh != nil {
-		sh.Publish(&share.Commit{Upstream: u.URL, InFlight: uint64(max(n, 0))})
+		sh.Publish(&share.Commit{Upstream: u.URL, InFlight: uint64(max(n, 0)), Computed: computed})
 	}
 }
 
@@ -186,7 +188,7 @@ func (a applier) Tick() {
 			u.remoteMu.Lock()
 			u.sumRemote(now)
 			u.remoteMu.Unlock()
-			a.g.publishEnd(u, u.outstanding.Load())
+			a.g.publishCount(u, u.outstanding.Load(), 0)
 		}
 	}
 }

@@ -109,7 +109,7 @@ func TestShareRouting(t *testing.T) {
 			runtime.Gosched()
 		}
 		want := fmt.Sprintf(`
-# HELP ttftlens_routing_share_messages_total share_routing's messages by event: sent (this replica's routings published), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full), failed (publishes and receives Redis failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).
+# HELP ttftlens_routing_share_messages_total share_routing's messages by event: sent (this replica's messages published: routings, ends, observations, counts every 10 s), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full, or sharing stopped), failed (publishes and receives Redis failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).
 # TYPE ttftlens_routing_share_messages_total counter
 ttftlens_routing_share_messages_total{event="dropped"} 0
 ttftlens_routing_share_messages_total{event="failed"} 0
@@ -256,11 +256,11 @@ func TestShareOffForgets(t *testing.T) {
 	if rej != nil {
 		t.Fatal(rej)
 	}
-	a.publishEnd(ua, 1)
+	a.publishCount(ua, 1, 0)
 	received(b, 1)
 	a.Stop()
 	a.Start()
-	a.publishEnd(ua, 1) // the same request, counted again by A's new sharer
+	a.publishCount(ua, 1, 0) // the same request, counted again by A's new sharer
 	received(b, 2)
 	if got := ub.remoteInFlight.Load(); got != 1 {
 		t.Fatalf("A restarted: B counts %d, want A's one request once", got)
@@ -269,5 +269,21 @@ func TestShareOffForgets(t *testing.T) {
 	b.Stop()
 	if got := ub.PredictLoad().InFlight; got != 0 {
 		t.Fatalf("B no longer sharing still counts %d of A's", got)
+	}
+}
+
+// TestShareWastedPrefix: a prefix A's choice counted as cached that the
+// engine computed is counted into the tokens computed there at B too, so
+// that the prefixes' distances stay alike in every replica.
+func TestShareWastedPrefix(t *testing.T) {
+	a, b := sharedPair(t)
+	ua := a.Snapshot().Pools()[0].Upstreams[0]
+	ub := b.Snapshot().Pools()[0].Upstreams[0]
+	c := &Choice{Upstream: ua, Predicted: true, Expected: predict.Expected{Cached: 500}}
+	o := engine{perToken: time.Millisecond}.observation(0, 600, 0, 0) // the engine cached none of it
+	ua.Observe(c, o)
+	received(b, 2) // the observation, and the count
+	if got := ub.computed.Load(); got != 500 {
+		t.Fatalf("B counts %d tokens computed on %s, want the 500 A's choice expected cached", got, ub.Name)
 	}
 }

@@ -110,9 +110,11 @@ type event struct {
 	end bool
 }
 
-// Run replays recs (in any order; several replicas' logs are one pool's
-// only if they shared nothing but the engines, which a replay does not
-// model: give it one replica's).
+// Run replays recs, in any order. Give it one replica's records, or,
+// where the replicas shared their routing (share_routing), all of theirs
+// with RecordedBacklog: each model then learns from every replica's
+// requests, as the shared models did, and each request is asked with the
+// backlog it was routed with (which counted every replica's).
 func Run(recs []bench.Record, o Options) Result {
 	var res Result
 	var t0 time.Time

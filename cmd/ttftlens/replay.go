@@ -15,8 +15,10 @@ measured. Prints the prediction error overall, by upstream, for hits and
 misses, and per stage. With the model the proxy ran, the replay agrees with
 the records' predictions; with another (-half-life, or a change to
 gateway/predict) it says how far that one would have been off on the same
-requests. Give one replica's log: a replay does not model the requests
-other replicas sent the same engines.
+requests. Give one replica's log, or, where the replicas shared their
+routing (share_routing), every replica's logs with -recorded-backlog: their
+models learned from all of them, and the backlog recorded counts every
+replica's work.
 `
 
 // runReplay is "ttftlens replay LOGFILE...": bench/replay over the records
