@@ -56,19 +56,12 @@ func TestChooseAllocs(t *testing.T) {
 					engine{perToken: 100 * time.Microsecond, perAhead: 10 * time.Millisecond}.teach(u, clk.Now())
 				}
 			}
-			var p fastjson.Parser
-			step := func() {
-				c, tokens := checkChooseCommit(t, s, &p, body)
-				release, rej := c.Upstream.Acquire(nil)
-				if rej != nil {
-					t.Fatal(rej)
-				}
-				release()
-				if cold && c.Upstream == r.Pool.Upstreams[0] {
-					return // stays cold
-				}
-				c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), tokens, c.Expected.Cached, c.Load.InFlight))
+			var unobserved *Upstream
+			if cold {
+				unobserved = r.Pool.Upstreams[0] // stays cold
 			}
+			var p fastjson.Parser
+			step := func() { serveOne(t, s, &p, body, clk.Now(), unobserved) }
 			step()
 			if n := testing.AllocsPerRun(1000, step); n != 0 {
 				t.Fatalf("%s: %v allocs, want 0", policy, n)
@@ -112,13 +105,7 @@ func TestShareCommitAllocs(t *testing.T) {
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + systemPrompt(1, 1000) + `"},{"role":"user","content":"Why?"}]}`)
 	var p fastjson.Parser
 	step := func() {
-		c, tokens := checkChooseCommit(t, s, &p, body)
-		release, rej := c.Upstream.Acquire(nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
-		release()                                                                                                                           // its end published too
-		c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), tokens, c.Expected.Cached, c.Load.InFlight)) // and what it taught
+		serveOne(t, s, &p, body, clk.Now(), nil) // its commit, end and observation published
 		// AllocsPerRun runs on one P: let the publisher take the message
 		// and hand its buffer back, as it does beside requests on their
 		// own cores.
@@ -145,10 +132,11 @@ func (sink) Receive(ctx context.Context) ([]byte, error) {
 }
 func (sink) Close() error { return nil }
 
-// checkChooseCommit checks the chat body, chooses its upstream and commits
-// the choice, as the proxy's admit does; it returns the choice and the
-// request's estimated prompt tokens.
-func checkChooseCommit(t testing.TB, s *Snapshot, p *fastjson.Parser, body []byte) (Choice, int) {
+// serveOne checks the chat body, chooses its upstream and commits the
+// choice, as the proxy's admit does, takes and releases the upstream's
+// slot, and has the upstream observe the request's end at now, unless it
+// is unobserved (nil: none).
+func serveOne(t testing.TB, s *Snapshot, p *fastjson.Parser, body []byte, now time.Duration, unobserved *Upstream) {
 	req, rej := s.CheckRequest(p, Chat, body)
 	if rej != nil {
 		t.Fatal(rej)
@@ -159,5 +147,12 @@ func checkChooseCommit(t testing.TB, s *Snapshot, p *fastjson.Parser, body []byt
 		t.Fatal(rej)
 	}
 	s.Commit(&req, &c)
-	return c, req.PromptTokens
+	release, rej := c.Upstream.Acquire(nil)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	release()
+	if c.Upstream != unobserved {
+		c.Upstream.Observe(&c, engine{perToken: 100 * time.Microsecond}.observation(now, req.PromptTokens, c.Expected.Cached, c.Load.InFlight))
+	}
 }
