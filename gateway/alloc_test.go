@@ -125,7 +125,7 @@ func TestShareCommitAllocs(t *testing.T) {
 // sink is a share.Transport that takes every message and receives none.
 type sink struct{}
 
-func (sink) Publish(context.Context, []byte) error { return nil }
+func (sink) Publish(context.Context, [][]byte) error { return nil }
 func (sink) Receive(ctx context.Context) ([]byte, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()

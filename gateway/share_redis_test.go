@@ -3,30 +3,13 @@
 package gateway
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fastjson"
 
 	"github.com/ttftlens/ttftlens/internal/clock"
 	"github.com/ttftlens/ttftlens/internal/redistest"
 )
-
-// subscribed waits until n clients are subscribed to channel on r.
-func subscribed(t *testing.T, r *redistest.Server, channel string, n int64) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
-	defer c.Close()
-	for {
-		m, err := c.PubSubNumSub(context.Background(), channel).Result()
-		if err == nil && m[channel] >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestShareRoutingRedis: two replicas sharing their routing through a real
 // Redis (share_routing: redis, the quota backend's server): what A routes,
@@ -44,7 +27,7 @@ func TestShareRoutingRedis(t *testing.T) {
 	}
 	a, b := mk(), mk()
 	channel := a.Snapshot().Config().ShareChannel
-	subscribed(t, r, channel, 2)
+	r.WaitSubscribed(channel, 2)
 
 	var p fastjson.Parser
 	route := func(i int) []uint64 {
@@ -63,7 +46,7 @@ func TestShareRoutingRedis(t *testing.T) {
 
 	r.Stop()
 	r.Start()
-	subscribed(t, r, channel, 2)
+	r.WaitSubscribed(channel, 2)
 	route(2)
 	if st := b.share.Load().Stats(); st.Failed == 0 {
 		t.Fatalf("B's stats %+v: the restart counted no failure", st)

@@ -36,7 +36,7 @@ type hubTransport struct {
 
 var errClosed = errors.New("share: transport closed")
 
-func (t *hubTransport) Publish(ctx context.Context, msg []byte) error {
+func (t *hubTransport) Publish(ctx context.Context, msgs [][]byte) error {
 	select {
 	case <-t.closed:
 		return errClosed
@@ -45,12 +45,14 @@ func (t *hubTransport) Publish(ctx context.Context, msg []byte) error {
 	t.h.mu.Lock()
 	subs := t.h.subs
 	t.h.mu.Unlock()
-	for _, s := range subs {
-		select {
-		case s.in <- append([]byte(nil), msg...):
-		case <-s.closed: // gone: nothing for it
-		case <-ctx.Done():
-			return ctx.Err()
+	for _, msg := range msgs {
+		for _, s := range subs {
+			select {
+			case s.in <- append([]byte(nil), msg...):
+			case <-s.closed: // gone: nothing for it
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	return nil

@@ -26,8 +26,19 @@ func NewRedis(opts *redis.Options, channel string) Transport {
 	return &redisTransport{client: redis.NewClient(opts), channel: channel}
 }
 
-func (r *redisTransport) Publish(ctx context.Context, msg []byte) error {
-	return r.client.Publish(ctx, r.channel, msg).Err()
+// Publish sends one message as a PUBLISH, and more as PUBLISHes in one
+// pipeline: one round trip. Its error is the first command's that failed.
+func (r *redisTransport) Publish(ctx context.Context, msgs [][]byte) error {
+	if len(msgs) == 1 {
+		return r.client.Publish(ctx, r.channel, msgs[0]).Err()
+	}
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range msgs {
+			p.Publish(ctx, r.channel, m)
+		}
+		return nil
+	})
+	return err
 }
 
 func (r *redisTransport) Receive(ctx context.Context) ([]byte, error) {

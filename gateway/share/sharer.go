@@ -15,8 +15,10 @@ import (
 
 // Transport carries messages between replicas.
 type Transport interface {
-	// Publish sends msg to every replica subscribed (this one too).
-	Publish(ctx context.Context, msg []byte) error
+	// Publish sends msgs, in order, to every replica subscribed (this one
+	// too), in as few round trips as it can. On an error some of them may
+	// have gone.
+	Publish(ctx context.Context, msgs [][]byte) error
 	// Receive returns the next message, blocking until one comes, it
 	// fails, or ctx ends.
 	Receive(ctx context.Context) ([]byte, error)
@@ -24,11 +26,13 @@ type Transport interface {
 	Close() error
 }
 
-// The Sharer's bounds: messages waiting to be published, and how long the
-// receiver waits after a failure. (A publish is bounded by its
-// transport's own timeouts: go-redis's read and write timeouts, 3 s.)
+// The Sharer's bounds: messages waiting to be published, the most
+// published in one round trip, and how long the receiver waits after a
+// failure. (A publish is bounded by its transport's own timeouts:
+// go-redis's read and write timeouts, 3 s.)
 const (
 	queueSize  = 4096
+	batchSize  = 256
 	retryAfter = time.Second
 )
 
@@ -37,7 +41,7 @@ type Stats struct {
 	Sent      uint64 // messages published
 	Received  uint64 // other replicas' messages applied (counted once applied)
 	Dropped   uint64 // messages not published: the queue was full, or the Sharer stopped
-	Failed    uint64 // publishes and receives that failed (Redis down, a timeout)
+	Failed    uint64 // messages a publish failed to send, and receives that failed (Redis down, a timeout)
 	Malformed uint64 // messages received that could not be read
 }
 
@@ -185,20 +189,43 @@ func (s *Sharer) Stats() Stats {
 		Failed: s.failed.Load(), Malformed: s.malformed.Load()}
 }
 
+// publish sends what is queued, each time all of it there is (up to
+// batchSize) in one Transport.Publish: one round trip, however many
+// requests were routed while the last was on the wire.
 func (s *Sharer) publish(ctx context.Context) {
+	bufs := make([]*[]byte, 0, batchSize)
+	msgs := make([][]byte, 0, batchSize)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case b := <-s.queue:
-			err := s.t.Publish(ctx, *b)
-			s.put(b)
-			switch {
-			case err != nil && ctx.Err() != nil: // stopped while publishing
-				s.dropped.Add(1)
-			case !s.failedIf(ctx, err, &s.pubDown, "publish"):
-				s.sent.Add(1)
+			bufs = append(bufs[:0], b)
+		}
+	drain:
+		for len(bufs) < batchSize {
+			select {
+			case b := <-s.queue:
+				bufs = append(bufs, b)
+			default:
+				break drain
 			}
+		}
+		msgs = msgs[:0]
+		for _, b := range bufs {
+			msgs = append(msgs, *b)
+		}
+		err := s.t.Publish(ctx, msgs)
+		clear(msgs)
+		for _, b := range bufs {
+			s.put(b)
+		}
+		n := uint64(len(bufs))
+		switch {
+		case err != nil && ctx.Err() != nil: // stopped while publishing
+			s.dropped.Add(n)
+		case !s.failedIf(ctx, err, n, &s.pubDown, "publish"):
+			s.sent.Add(n)
 		}
 	}
 }
@@ -209,7 +236,7 @@ func (s *Sharer) receive(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s.failedIf(ctx, err, &s.recvDown, "receive") {
+		if s.failedIf(ctx, err, 1, &s.recvDown, "receive") {
 			if !clock.Sleep(ctx, s.clock, retryAfter, nil) {
 				return
 			}
@@ -232,9 +259,10 @@ func (s *Sharer) receive(ctx context.Context) {
 	}
 }
 
-// failedIf counts err, if any (not one of ctx ending), and logs the first
-// failure of a run of op's and the recovery after it (down: op's flag).
-func (s *Sharer) failedIf(ctx context.Context, err error, down *atomic.Bool, op string) bool {
+// failedIf counts err, if any (not one of ctx ending), as n failed, and
+// logs the first failure of a run of op's and the recovery after it
+// (down: op's flag).
+func (s *Sharer) failedIf(ctx context.Context, err error, n uint64, down *atomic.Bool, op string) bool {
 	if err == nil {
 		if down.CompareAndSwap(true, false) {
 			s.log.Info().Str("op", op).Msg("share_routing: Redis answers again")
@@ -244,7 +272,7 @@ func (s *Sharer) failedIf(ctx context.Context, err error, down *atomic.Bool, op 
 	if ctx.Err() != nil {
 		return true
 	}
-	s.failed.Add(1)
+	s.failed.Add(n)
 	if down.CompareAndSwap(false, true) {
 		s.log.Warn().Err(err).Str("op", op).Msg("share_routing: Redis failed; this replica routes on what it sees itself until it answers again")
 	}

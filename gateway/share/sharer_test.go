@@ -112,10 +112,10 @@ func TestMalformedCounted(t *testing.T) {
 	s.Start()
 	defer s.Stop()
 	other := h.Transport()
-	if err := other.Publish(context.Background(), []byte("PUBLISH junk")); err != nil {
+	if err := other.Publish(context.Background(), [][]byte{[]byte("PUBLISH junk")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Publish(context.Background(), appendCommit(nil, 99, &Commit{Upstream: "http://e:1"})); err != nil {
+	if err := other.Publish(context.Background(), [][]byte{appendCommit(nil, 99, &Commit{Upstream: "http://e:1"})}); err != nil {
 		t.Fatal(err)
 	}
 	<-got.ch
@@ -151,7 +151,7 @@ type failingTransport struct {
 	closed atomic.Bool
 }
 
-func (f *failingTransport) Publish(context.Context, []byte) error { return errors.New("down") }
+func (f *failingTransport) Publish(context.Context, [][]byte) error { return errors.New("down") }
 func (f *failingTransport) Receive(ctx context.Context) ([]byte, error) {
 	f.calls <- struct{}{}
 	return nil, errors.New("connection refused")
@@ -198,3 +198,71 @@ type ticks struct {
 }
 
 func (a *ticks) Tick() { a.ch <- struct{}{} }
+
+// TestPublishBatches: what is queued while a publish is on the wire goes
+// in the next one, in order, up to batchSize a publish; Sent counts
+// messages, and a failed publish counts each of its messages failed.
+func TestPublishBatches(t *testing.T) {
+	tr := &gatedTransport{calls: make(chan [][]byte, 4), gate: make(chan error)}
+	s := New(tr, 1, newApplied(), zerolog.Nop(), nil)
+	s.Start()
+	defer s.Stop()
+	s.Publish(&Commit{Upstream: "http://e:1"})
+	calls := [][][]byte{<-tr.calls} // the publisher waits at the gate
+	for i := range batchSize + 5 {
+		s.Publish(&Commit{Upstream: "http://e:1", Computed: uint64(i + 1)})
+	}
+	for _, err := range []error{nil, errors.New("down"), nil} {
+		tr.gate <- err
+		if len(calls) < 3 {
+			calls = append(calls, <-tr.calls)
+		}
+	}
+	if got := []int{len(calls[0]), len(calls[1]), len(calls[2])}; got[0] != 1 || got[1] != batchSize || got[2] != 5 {
+		t.Fatalf("publishes of %v messages, want 1, %d, 5", got, batchSize)
+	}
+	want := uint64(1)
+	for _, c := range calls[1:] {
+		for _, b := range c {
+			m, err := parseMessage(b)
+			if err != nil || m.commit.Computed != want {
+				t.Fatalf("message %d: computed %d (%v): out of order", want, m.commit.Computed, err)
+			}
+			want++
+		}
+	}
+	for s.Stats().Sent < 6 {
+		runtime.Gosched()
+	}
+	if st := s.Stats(); st.Sent != 6 || st.Failed != batchSize || st.Dropped != 0 {
+		t.Fatalf("stats %+v: want 6 sent, %d failed", st, batchSize)
+	}
+}
+
+// gatedTransport hands each Publish's messages (copied) to calls, then
+// returns what gate gives it.
+type gatedTransport struct {
+	calls chan [][]byte
+	gate  chan error
+}
+
+func (g *gatedTransport) Publish(ctx context.Context, msgs [][]byte) error {
+	c := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		c[i] = append([]byte(nil), m...)
+	}
+	g.calls <- c
+	select {
+	case err := <-g.gate:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gatedTransport) Receive(ctx context.Context) ([]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (g *gatedTransport) Close() error { return nil }

@@ -97,9 +97,50 @@ func (r *Server) Do(args ...string) (string, error) {
 }
 
 func (r *Server) do(bulk bool, args []string) (string, error) {
+	var reply string
+	err := r.send(args, func(br *bufio.Reader) error {
+		line, err := readLine(br)
+		if err != nil || !bulk || line == "$-1" {
+			reply = strings.TrimPrefix(line, "$-1")
+			return err
+		}
+		if !strings.HasPrefix(line, "$") {
+			return fmt.Errorf("not a bulk string: %s", line)
+		}
+		reply, err = readLine(br)
+		return err
+	})
+	return reply, err
+}
+
+// WaitSubscribed waits until n clients or more are subscribed to channel.
+func (r *Server) WaitSubscribed(channel string, n int64) {
+	r.t.Helper()
+	for {
+		var got int64
+		err := r.send([]string{"PUBSUB", "NUMSUB", channel}, func(br *bufio.Reader) error {
+			var line string
+			var err error
+			for range 4 { // *2, $len, the channel, :count
+				if line, err = readLine(br); err != nil {
+					return err
+				}
+			}
+			got, err = strconv.ParseInt(strings.TrimPrefix(line, ":"), 10, 64)
+			return err
+		})
+		if err == nil && got >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// send sends one command on a new connection and hands read its reply.
+func (r *Server) send(args []string, read func(*bufio.Reader) error) error {
 	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -108,25 +149,18 @@ func (r *Server) do(bulk bool, args []string) (string, error) {
 		cmd += "$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n"
 	}
 	if _, err := c.Write([]byte(cmd)); err != nil {
-		return "", err
+		return err
 	}
-	br := bufio.NewReader(c)
+	return read(bufio.NewReader(c))
+}
+
+// readLine reads one line of a reply, without its CRLF.
+func readLine(br *bufio.Reader) (string, error) {
 	line, err := br.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
-	line = line[:len(line)-2]
-	if !bulk || line == "$-1" {
-		return strings.TrimPrefix(line, "$-1"), nil
-	}
-	if !strings.HasPrefix(line, "$") {
-		return "", fmt.Errorf("not a bulk string: %s", line)
-	}
-	v, err := br.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return v[:len(v)-2], nil
+	return strings.TrimSuffix(line, "\r\n"), nil
 }
 
 // KeyPrefix is a key prefix of the test's own, unique to this process.
