@@ -24,7 +24,9 @@ type Choice struct {
 	// Affinity says prefix affinity chose the upstream, not the lowest
 	// prediction: no upstream under the bound had a prediction (where the
 	// request's longest recorded prefix was last served, else rendezvous
-	// hashing on its first message), or a new prompt was placed (place).
+	// hashing on its first message), a new prompt was placed (place), or
+	// the request stayed where its prefix is held though another upstream
+	// was predicted sooner (placeWithin).
 	Affinity bool
 	// Probe says the upstream was chosen to learn how it is now, not for
 	// its prediction: it had none for the request, or its model was
@@ -66,8 +68,11 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // predicted TTFT for a request of tokens whose prompt is pr (nil: none
 // known), its expected cached tokens counted where the prefix index saw
 // its longest recorded prefix served; the first in rotation order on a
-// tie. A prompt no upstream is predicted to hold is placed instead
-// (place). An upstream with no prediction for the request (no model yet;
+// tie. A request whose prefix some upstreams are predicted to hold goes to
+// the soonest of them while it is predicted within placeWithin times the
+// soonest of all (and within slo): a miss elsewhere would make the prompt
+// a second home there, evicting what that cache held. A prompt no upstream
+// is predicted to hold is placed instead (place). An upstream with no prediction for the request (no model yet;
 // a model that has seen only hits, for a prompt it would compute) takes
 // it as a probe when it has nothing in flight; a request that states an
 // SLO (slo) probes only one with no model at all. Otherwise it is passed
@@ -95,9 +100,10 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		return Choice{}, noHealthy(p, except, now)
 	}
 	bound := p.bound(total, avail)
-	var c, probe, stale Choice // probe: one with no prediction; stale: one measured long ago, or to probe again
-	held := false              // some upstream is predicted to hold pr's prefix
-	fresh := false             // some upstream has been measured within probeAge
+	// probe: one with no prediction; stale: one measured long ago, or to
+	// probe again; home: the soonest of those predicted to hold pr's prefix.
+	var c, probe, stale, home Choice
+	fresh := false // some upstream has been measured within probeAge
 	for i := range n {
 		u := ups[(start+i)%n]
 		if !eligible(u, except, now, bound) {
@@ -115,7 +121,9 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			}
 			continue
 		}
-		held = held || x.Cached > 0 && !pred.Evicted
+		if x.Cached > 0 && !pred.Evicted && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
+			home = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
+		}
 		fresh = fresh || pred.Age < probeAge
 		if stale.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
 			stale = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
@@ -128,7 +136,10 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	soonest := c.Prediction.Total
-	if c.Predicted && !held && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
+	if home.Upstream != nil && home.Upstream != c.Upstream && home.Prediction.Total <= placeWithin*soonest && (slo <= 0 || home.Prediction.Total <= slo) {
+		c = home // stays home (docs/routing.md, "Staying home")
+	}
+	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
 		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
 	}
 	if probe.Upstream == nil && fresh {
@@ -215,8 +226,8 @@ func (p *Pool) bound(total int64, avail int) int64 {
 // few half-lives of new observations, not at the first.
 const probeAge = 5 * predict.DefaultHalfLife
 
-// placeWithin bounds what placing a prompt may cost the request that
-// brings it: twice the soonest prediction.
+// placeWithin bounds what placing a prompt, or keeping a request where
+// its prefix is held, may cost the request: twice the soonest prediction.
 const placeWithin = 2
 
 // place is least_ttft's choice for a prompt no upstream is predicted to

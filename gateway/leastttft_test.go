@@ -906,3 +906,50 @@ func TestLeastTTFTCommit(t *testing.T) {
 		t.Fatalf("after Commit: backlog %v, want the predicted engine time, within %v", got, c.Prediction.Total)
 	}
 }
+
+// TestLeastTTFTStaysHome: a request whose prefix an upstream is predicted
+// to hold goes there while that prediction is within twice the soonest
+// (and within its SLO), though an idle upstream would compute it sooner,
+// and the record says affinity chose it; past that, to the soonest. Here
+// b holds the prefix; a and c are idle, a miss there about 200 ms; each
+// request in flight on b adds 100 ms.
+func TestLeastTTFTStaysHome(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inFlight int
+		slo      time.Duration
+		home     bool
+		affinity bool
+	}{
+		{"idle at home", 0, 0, true, false},
+		{"home within twice the soonest", 2, 0, true, true},
+		{"home past twice the soonest", 5, 0, false, false},
+		{"home past the SLO", 2, 220 * time.Millisecond, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, s, r, clk := ttftPool(t, 3, 0)
+			ups := r.Pool.Upstreams
+			for _, u := range ups {
+				engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+			}
+			var p fastjson.Parser
+			system := systemPrompt(3, 1500)
+			req := chatRequest(t, s, &p, system, "First?")
+			g.index.Record(req.prompt.chain, ups[1].id, ups[1].computed.Load())
+			req.Release()
+			for range tc.inFlight {
+				if _, rej := ups[1].Acquire(nil); rej != nil {
+					t.Fatal(rej)
+				}
+			}
+			req = chatRequest(t, s, &p, system, "Second?")
+			req.SLO = tc.slo
+			c := choose(t, s, &req)
+			req.Release()
+			if home := c.Upstream == ups[1]; home != tc.home || c.Affinity != tc.affinity || !c.Predicted {
+				t.Fatalf("%s (predicted %v, %v, %d expected cached, affinity %v); want home %v, affinity %v",
+					c.Upstream.Name, c.Predicted, c.Prediction.Total, c.Expected.Cached, c.Affinity, tc.home, tc.affinity)
+			}
+		})
+	}
+}
