@@ -54,7 +54,7 @@ type Choice struct {
 // Commit for the request.
 func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 	if p := req.Route.Pool; p.kind == policyLeastTTFT {
-		return p.leastTTFT(req.prompt, req.PromptTokens, req.SLO, except)
+		return p.leastTTFT(req.prompt, req.PromptTokens, req.SLO, req.Spent, except)
 	}
 	u, rej := s.Pick(req.Route, except)
 	if rej != nil {
@@ -68,18 +68,22 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // predicted TTFT for a request of tokens whose prompt is pr (nil: none
 // known), its expected cached tokens counted where the prefix index saw
 // its longest recorded prefix served; the first in rotation order on a
-// tie. A request whose prefix some upstreams are predicted to hold goes to
-// the soonest of them while it is predicted within placeWithin times the
-// soonest of all (and within slo): a miss elsewhere would make the prompt
-// a second home there, evicting what that cache held. A prompt no upstream
-// is predicted to hold is placed instead (place). An upstream with no prediction for the request (no model yet;
-// a model that has seen only hits, for a prompt it would compute) takes
-// it as a probe when it has nothing in flight; a request that states an
-// SLO (slo) probes only one with no model at all. Otherwise it is passed
-// over. Failing such a probe, an upstream whose model was measured long
-// ago is probed (probeAge). While no upstream has a prediction, prefix
-// affinity chooses (affinity). Commit records the choice.
-func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upstream) (Choice, *Rejection) {
+// tie. A request whose prefix some upstreams are predicted to hold (at
+// least half its tokens: a shared opening is no home) goes to the soonest
+// of them while it is predicted within placeWithin times the soonest of
+// all, and within what is left of its SLO (slo less spent, the time spent
+// before routing): a miss elsewhere would make the prompt a second home
+// there, evicting what that cache held. A prompt no upstream is predicted
+// to hold is placed instead (place), within the same. An upstream with no
+// prediction for the request (no model yet; a model that has seen only
+// hits, for a prompt it would compute) takes it as a probe when it has
+// nothing in flight; a request that states an SLO probes only one with no
+// model at all. Otherwise it is passed over. Failing such a probe, an
+// upstream whose model was measured long ago, or is to be probed again,
+// is probed (probeAge), unless it is the soonest already. While no
+// upstream has a prediction, prefix affinity chooses (affinity). Commit
+// records the choice.
+func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
 	var m prefix.Match
@@ -101,7 +105,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 	}
 	bound := p.bound(total, avail)
 	// probe: one with no prediction; stale: one measured long ago, or to
-	// probe again; home: the soonest of those predicted to hold pr's prefix.
+	// probe again; home: the soonest of those predicted to hold most of
+	// pr.
 	var c, probe, stale, home Choice
 	fresh := false // some upstream has been measured within probeAge
 	for i := range n {
@@ -121,7 +126,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 			}
 			continue
 		}
-		if x.Cached > 0 && !pred.Evicted && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
+		if 2*x.Cached >= tokens && x.Cached > 0 && !pred.Evicted && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
 			home = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 		}
 		fresh = fresh || pred.Age < probeAge
@@ -136,14 +141,18 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo time.Duration, except *Upst
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	soonest := c.Prediction.Total
-	if home.Upstream != nil && home.Upstream != c.Upstream && home.Prediction.Total <= placeWithin*soonest && (slo <= 0 || home.Prediction.Total <= slo) {
+	within := placeWithin * soonest // what staying home or placing may cost
+	if slo > 0 {
+		within = min(within, slo-spent)
+	}
+	if home.Upstream != nil && home.Upstream != c.Upstream && home.Prediction.Total <= within {
 		c = home // stays home (docs/routing.md, "Staying home")
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, slo)
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, within)
 	}
-	if probe.Upstream == nil && fresh {
-		probe = stale
+	if probe.Upstream == nil && fresh && stale.Upstream != nil && stale.Prediction.Total > soonest {
+		probe = stale // (the soonest needs no probe: it is chosen on its prediction, or passed over to stay home)
 	}
 	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream {
 		probe.Passed = soonest
@@ -237,18 +246,14 @@ const placeWithin = 2
 // has seen some of it before: a lone new message is left to the soonest,
 // as nothing would find it where it was placed), c the soonest prediction:
 // where rendezvous hashing on key (its first message) prefers, among the
-// upstreams under bound predicted within placeWithin times c's total, and
-// within slo when it is set. Every request of the prompt that follows
+// upstreams under bound predicted within limit (placeWithin times c's
+// total, and what is left of the SLO). Every request of the prompt that follows
 // finds it there. Left to the soonest prediction, every new prompt went
 // to the engines of the fastest prefill until their caches thrashed, and
 // an engine of a slower prefill but room in its cache held nothing: one
 // request placed a little later saves the prompt's prefill on every one
 // after it. It marks c as affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, slo time.Duration) {
-	limit := placeWithin * c.Prediction.Total
-	if slo > 0 {
-		limit = min(limit, slo)
-	}
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
 	var best Choice
 	var bestW uint64
 	for _, u := range p.Upstreams {

@@ -907,24 +907,32 @@ func TestLeastTTFTCommit(t *testing.T) {
 	}
 }
 
-// TestLeastTTFTStaysHome: a request whose prefix an upstream is predicted
-// to hold goes there while that prediction is within twice the soonest
-// (and within its SLO), though an idle upstream would compute it sooner,
-// and the record says affinity chose it; past that, to the soonest. Here
-// b holds the prefix; a and c are idle, a miss there about 200 ms; each
-// request in flight on b adds 100 ms.
+// TestLeastTTFTStaysHome: a request most of whose prompt an upstream is
+// predicted to hold goes there while that prediction is within twice the
+// soonest and within what is left of its SLO, though an idle upstream
+// would compute it sooner, and the record says affinity chose it; past
+// that, to the soonest. Here b holds the prompt's system prompt; a and c
+// are idle, a miss there about 200 ms; each
+// request in flight on b adds 100 ms. An idle upstream that is to be
+// probed again (a's last probe came sooner than the prediction it
+// passed over) is not probed when it is the soonest: the request stays
+// home.
 func TestLeastTTFTStaysHome(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		inFlight int
-		slo      time.Duration
-		home     bool
-		affinity bool
+		name        string
+		inFlight    int
+		slo, spent  time.Duration
+		reprobe     bool // a is to be probed again
+		home, probe bool
+		affinity    bool
 	}{
-		{"idle at home", 0, 0, true, false},
-		{"home within twice the soonest", 2, 0, true, true},
-		{"home past twice the soonest", 5, 0, false, false},
-		{"home past the SLO", 2, 220 * time.Millisecond, false, false},
+		{name: "idle at home", home: true},
+		{name: "home within twice the soonest", inFlight: 2, home: true, affinity: true},
+		{name: "home past twice the soonest", inFlight: 5},
+		{name: "home within the SLO", inFlight: 3, slo: 400 * time.Millisecond, home: true, affinity: true},
+		{name: "home past the SLO", inFlight: 3, slo: 250 * time.Millisecond},
+		{name: "home past what is left of the SLO", inFlight: 2, slo: 300 * time.Millisecond, spent: 150 * time.Millisecond},
+		{name: "the soonest to be probed again", inFlight: 2, reprobe: true, home: true, affinity: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, s, r, clk := ttftPool(t, 3, 0)
@@ -942,14 +950,52 @@ func TestLeastTTFTStaysHome(t *testing.T) {
 					t.Fatal(rej)
 				}
 			}
+			ups[0].reprobe.Store(tc.reprobe)
 			req = chatRequest(t, s, &p, system, "Second?")
-			req.SLO = tc.slo
+			req.SLO, req.Spent = tc.slo, tc.spent
 			c := choose(t, s, &req)
 			req.Release()
-			if home := c.Upstream == ups[1]; home != tc.home || c.Affinity != tc.affinity || !c.Predicted {
-				t.Fatalf("%s (predicted %v, %v, %d expected cached, affinity %v); want home %v, affinity %v",
-					c.Upstream.Name, c.Predicted, c.Prediction.Total, c.Expected.Cached, c.Affinity, tc.home, tc.affinity)
+			if home := c.Upstream == ups[1]; home != tc.home || c.Probe != tc.probe || c.Affinity != tc.affinity || !c.Predicted {
+				t.Fatalf("%s (predicted %v, %v, %d expected cached, probe %v, affinity %v); want home %v, probe %v, affinity %v",
+					c.Upstream.Name, c.Predicted, c.Prediction.Total, c.Expected.Cached, c.Probe, c.Affinity, tc.home, tc.probe, tc.affinity)
 			}
 		})
+	}
+}
+
+// TestLeastTTFTOpeningIsNoHome: an upstream that holds only the opening
+// block of a prompt (64 bytes many prompts may share) is no home for it: a
+// request it would cost a little more is not kept there, but placed as a
+// new prompt (here where rendezvous hashing prefers: not b).
+func TestLeastTTFTOpeningIsNoHome(t *testing.T) {
+	g, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	for _, u := range ups {
+		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+	}
+	var p fastjson.Parser
+	var system string
+	for i := 0; system == ""; i++ { // a prompt whose place is not b
+		req := chatRequest(t, s, &p, systemPrompt(i, 1500), "First?")
+		key, best := req.prompt.chain[req.prompt.lead-1], ups[0]
+		for _, u := range ups[1:] {
+			if prefix.Weight(key, u.hash) > prefix.Weight(key, best.hash) {
+				best = u
+			}
+		}
+		if best != ups[1] {
+			system = systemPrompt(i, 1500)
+			g.index.Record(req.prompt.chain[:1], ups[1].id, ups[1].computed.Load())
+		}
+		req.Release()
+	}
+	if _, rej := ups[1].Acquire(nil); rej != nil {
+		t.Fatal(rej)
+	}
+	req := chatRequest(t, s, &p, system, "Second?")
+	c := choose(t, s, &req)
+	req.Release()
+	if c.Upstream == ups[1] {
+		t.Fatalf("kept on %s, which holds only its opening (%d tokens expected cached)", c.Upstream.Name, c.Expected.Cached)
 	}
 }

@@ -28,7 +28,7 @@ var (
 	quotaUnavailableDesc = prometheus.NewDesc("ttftlens_quota_unavailable_total", "Admissions refused with 503 because Redis failed or timed out (on_failure: closed).", nil, nil)
 	quotaLostDesc        = prometheus.NewDesc("ttftlens_quota_settlements_lost_total", "Quota settlements (refunds and extra charges after a response) Redis did not take: it failed, or the queue was full.", nil, nil)
 
-	shareDesc = prometheus.NewDesc("ttftlens_routing_share_messages_total", "share_routing's messages by event: sent (this replica's messages published: routings, ends, observations, counts every 10 s), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full, or sharing stopped), failed (messages a publish to Redis failed to send, and receives that failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).", []string{"event"}, nil)
+	shareDesc = prometheus.NewDesc("ttftlens_routing_share_messages_total", "share_routing's messages by event: sent (this replica's messages published: routings, ends, observations, counts every 10 s), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full, or sharing stopped), failed (the messages of a publish to Redis that failed, some of which may have gone, and receives that failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).", []string{"event"}, nil)
 )
 
 func (c Collector) Describe(ch chan<- *prometheus.Desc) {

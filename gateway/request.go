@@ -40,10 +40,12 @@ type Request struct {
 	// PromptTokens estimates the prompt: ~4 bytes of text per token plus a
 	// few per message. An estimate for quota admission, not a tokenizer.
 	PromptTokens int
-	// SLO is the request's TTFT SLO (Route.SLO; 0: none), when the caller
-	// sets it before Choose: a least_ttft pool places a new prompt only
-	// where it is predicted within it.
-	SLO time.Duration
+	// SLO is the request's TTFT SLO (Route.SLO; 0: none), and Spent the
+	// time it spent before routing, when the caller sets them before
+	// Choose: a least_ttft pool places a new prompt, or keeps a request
+	// where its prefix is held, only where it is predicted within what is
+	// left of the SLO, and probes only without one.
+	SLO, Spent time.Duration
 	// prompt is the prompt's chain, for a least_ttft pool's Choose (nil in
 	// any other pool); Release gives it back.
 	prompt *prompt

@@ -217,7 +217,7 @@ func policyOf(name string) policy {
 func (s *Snapshot) Pick(r *Route, except *Upstream) (*Upstream, *Rejection) {
 	p := r.Pool
 	if p.kind == policyLeastTTFT {
-		c, rej := p.leastTTFT(nil, 0, 0, except)
+		c, rej := p.leastTTFT(nil, 0, 0, 0, except)
 		return c.Upstream, rej
 	}
 	start := p.rr.Add(1)

@@ -109,7 +109,7 @@ func TestShareRouting(t *testing.T) {
 			runtime.Gosched()
 		}
 		want := fmt.Sprintf(`
-# HELP ttftlens_routing_share_messages_total share_routing's messages by event: sent (this replica's messages published: routings, ends, observations, counts every 10 s), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full, or sharing stopped), failed (messages a publish to Redis failed to send, and receives that failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).
+# HELP ttftlens_routing_share_messages_total share_routing's messages by event: sent (this replica's messages published: routings, ends, observations, counts every 10 s), received (the other replicas' taken, unknown_upstream ones too), dropped (not published: the queue was full, or sharing stopped), failed (the messages of a publish to Redis that failed, some of which may have gone, and receives that failed), malformed (received, unreadable), unknown_upstream (received for an upstream no least_ttft pool here has).
 # TYPE ttftlens_routing_share_messages_total counter
 ttftlens_routing_share_messages_total{event="dropped"} 0
 ttftlens_routing_share_messages_total{event="failed"} 0

@@ -27,7 +27,8 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // RefuseSLO is the 429 Rejection (deadline/ttft_slo_unmeetable) of a
 // request of TTFT SLO slo that spent elapsed before routing, when c, the
 // choice of its least_ttft pool (the lowest prediction the load bound
-// allowed), is predicted to miss it; nil when it is predicted to meet it,
+// allowed, unless one within what is left of the SLO was chosen to stay
+// home or to place a prompt), is predicted to miss it; nil when it is predicted to meet it,
 // when there is no SLO, or when there is no prediction (a cold model
 // refuses nothing). Retry-After is the predicted excess, at least a
 // second: roughly how long the queue that makes it needs to drain.

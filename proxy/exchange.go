@@ -293,6 +293,7 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req
 // it returns false with nothing sent.
 func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *gateway.Request, except *gateway.Upstream) (*upstream, bool) {
 	rec := &x.fin.rec
+	req.Spent = rec.Timeline.Now()
 	c, rej := snap.Choose(req, except)
 	if rej == nil && except == nil {
 		if rej = gateway.RefuseSLO(&c, x.lease.slo, rec.Timeline.Now()); rej != nil && req.Route.Fallback != nil {

@@ -21,9 +21,14 @@ type redisTransport struct {
 // the Redis server opts reach. It connects on first use (the subscription
 // on the first Receive); after a Receive fails, the next subscribes anew
 // (the server may have restarted, and forgotten the subscription). Close
-// ends a Receive blocked waiting.
+// ends a Receive blocked waiting. A publish is never retried, whatever
+// opts say: a pipeline retried after a timeout would send again what had
+// gone, and the other replicas would count it twice (a lost message is
+// put right by the next counts).
 func NewRedis(opts *redis.Options, channel string) Transport {
-	return &redisTransport{client: redis.NewClient(opts), channel: channel}
+	o := *opts
+	o.MaxRetries = -1
+	return &redisTransport{client: redis.NewClient(&o), channel: channel}
 }
 
 // Publish sends one message as a PUBLISH, and more as PUBLISHes in one

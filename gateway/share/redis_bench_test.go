@@ -52,8 +52,8 @@ func BenchmarkSharePublishRedis(b *testing.B) {
 		pub.Publish(&c)
 	}
 	for recv.n.Load() < uint64(b.N) {
-		if st := pub.Stats(); st.Dropped+st.Failed > 0 {
-			b.Fatalf("messages lost: %+v", st)
+		if st, sst := pub.Stats(), sub.Stats(); st.Dropped+st.Failed+sst.Failed > 0 {
+			b.Fatalf("messages lost: publisher %+v, subscriber %+v", st, sst)
 		}
 		runtime.Gosched()
 	}

@@ -16,7 +16,8 @@ import (
 // Transport carries messages between replicas.
 type Transport interface {
 	// Publish sends msgs, in order, to every replica subscribed (this one
-	// too), in as few round trips as it can. On an error some of them may
+	// too), in as few round trips as it can, and keeps none of them once
+	// it returns (their buffers are reused). On an error some of them may
 	// have gone.
 	Publish(ctx context.Context, msgs [][]byte) error
 	// Receive returns the next message, blocking until one comes, it
@@ -41,7 +42,7 @@ type Stats struct {
 	Sent      uint64 // messages published
 	Received  uint64 // other replicas' messages applied (counted once applied)
 	Dropped   uint64 // messages not published: the queue was full, or the Sharer stopped
-	Failed    uint64 // messages a publish failed to send, and receives that failed (Redis down, a timeout)
+	Failed    uint64 // messages of a publish that failed (some may have gone), and receives that failed (Redis down, a timeout)
 	Malformed uint64 // messages received that could not be read
 }
 
