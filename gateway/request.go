@@ -44,7 +44,8 @@ type Request struct {
 	// time it spent before routing, when the caller sets them before
 	// Choose: a least_ttft pool places a new prompt, or keeps a request
 	// where its prefix is held, only where it is predicted within what is
-	// left of the SLO, and probes only without one.
+	// left of the SLO, and probes an upstream it has a model of only
+	// without one.
 	SLO, Spent time.Duration
 	// prompt is the prompt's chain, for a least_ttft pool's Choose (nil in
 	// any other pool); Release gives it back.
