@@ -85,6 +85,31 @@ func (e engine) teachBut(ups []*Upstream, end time.Duration, odd int, perToken t
 	}
 }
 
+// alike is the engine the tests' alike upstreams measure: 100 µs a prompt
+// token, 100 ms a request ahead.
+var alike = engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}
+
+// alikePool is ttftPool of three upstreams, each taught alike.
+func alikePool(t testing.TB) (*Gateway, *Snapshot, *Route) {
+	t.Helper()
+	g, s, r, clk := ttftPool(t, 3, 0)
+	for _, u := range r.Pool.Upstreams {
+		alike.teach(u, clk.Now())
+	}
+	return g, s, r
+}
+
+// served records in g's prefix index that each of ups, in turn, served a
+// chat of system and a first question, as Commit records it.
+func served(t testing.TB, g *Gateway, s *Snapshot, p *fastjson.Parser, system string, ups ...*Upstream) {
+	t.Helper()
+	req := chatRequest(t, s, p, system, "First?")
+	for _, u := range ups {
+		g.index.Record(req.prompt.chain, u.id, u.computed.Load())
+	}
+	req.Release()
+}
+
 // ttftRequest is a valid request on r of tokens, with no prompt known.
 func ttftRequest(r *Route, tokens int) *Request { return &Request{Route: r, PromptTokens: tokens} }
 
@@ -221,7 +246,7 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 	ups := r.Pool.Upstreams
 	fast := engine{perToken: 95 * time.Microsecond, perAhead: 100 * time.Millisecond}
 	slow := engine{perToken: 300 * time.Microsecond, perAhead: 100 * time.Millisecond}
-	others := engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	others := alike
 	fast.teach(ups[0], clk.Now())
 	for _, u := range ups[1:] {
 		others.teach(u, clk.Now())
@@ -265,7 +290,7 @@ func TestLeastTTFTSlowdown(t *testing.T) {
 func TestLeastTTFTProbe(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
-	e := engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}
+	e := alike
 	for _, u := range ups {
 		e.teach(u, clk.Now())
 	}
@@ -355,7 +380,7 @@ func TestLeastTTFTBound(t *testing.T) {
 		ups := r.Pool.Upstreams
 		ups[0].Observe(&Choice{}, predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: 1000}) // predicts 0
 		for _, u := range ups[1:] {
-			engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
+			alike.teach(u, clk.Now())
 		}
 		var total int64
 		first := -1
@@ -386,16 +411,11 @@ func TestLeastTTFTBound(t *testing.T) {
 // shorter by the cached blocks), and is recorded there again; a prompt
 // with no history goes by the predictions alone.
 func TestLeastTTFTAffinity(t *testing.T) {
-	g, s, r, clk := ttftPool(t, 3, 0)
+	g, s, r := alikePool(t)
 	ups := r.Pool.Upstreams
-	for _, u := range ups {
-		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
-	}
 	var p fastjson.Parser
 	system := systemPrompt(1, 1500)
-	first := chatRequest(t, s, &p, system, "What is a token?")
-	g.index.Record(first.prompt.chain, ups[1].id, ups[1].computed.Load())
-	first.Release()
+	served(t, g, s, &p, system, ups[1])
 	for i := range 10 {
 		req := chatRequest(t, s, &p, system, fmt.Sprintf("Question %d?", i))
 		c := choose(t, s, &req)
@@ -420,19 +440,16 @@ func TestLeastTTFTAffinity(t *testing.T) {
 func TestLeastTTFTEarlierPlace(t *testing.T) {
 	g, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
-	engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teachBut(ups, clk.Now(), 1, 90*time.Microsecond)
+	alike.teachBut(ups, clk.Now(), 1, 90*time.Microsecond)
 	var p fastjson.Parser
 	system := systemPrompt(4, 1500)
-	req := chatRequest(t, s, &p, system, "First?")
-	g.index.Record(req.prompt.chain, ups[2].id, ups[2].computed.Load())
-	g.index.Record(req.prompt.chain, ups[0].id, ups[0].computed.Load())
-	req.Release()
+	served(t, g, s, &p, system, ups[2], ups[0])
 	for range 5 {
 		if _, rej := ups[0].Acquire(nil); rej != nil {
 			t.Fatal(rej)
 		}
 	}
-	req = chatRequest(t, s, &p, system, "Second?")
+	req := chatRequest(t, s, &p, system, "Second?")
 	c := choose(t, s, &req)
 	req.Release()
 	if c.Upstream != ups[2] || c.Expected.Cached < 1400 || c.Expected.Distance != 0 {
@@ -833,7 +850,7 @@ func TestPickLeastTTFT(t *testing.T) {
 			t.Fatal(rej)
 		}
 	}
-	engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(a, clk.Now())
+	alike.teach(a, clk.Now())
 	acquire(a)
 	for range 2 {
 		if u, rej := s.Pick(r, nil); rej != nil || u != b {
@@ -935,23 +952,18 @@ func TestLeastTTFTStaysHome(t *testing.T) {
 		{name: "the soonest to be probed again", inFlight: 2, reprobe: true, home: true, affinity: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, s, r, clk := ttftPool(t, 3, 0)
+			g, s, r := alikePool(t)
 			ups := r.Pool.Upstreams
-			for _, u := range ups {
-				engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
-			}
 			var p fastjson.Parser
 			system := systemPrompt(3, 1500)
-			req := chatRequest(t, s, &p, system, "First?")
-			g.index.Record(req.prompt.chain, ups[1].id, ups[1].computed.Load())
-			req.Release()
+			served(t, g, s, &p, system, ups[1])
 			for range tc.inFlight {
 				if _, rej := ups[1].Acquire(nil); rej != nil {
 					t.Fatal(rej)
 				}
 			}
 			ups[0].reprobe.Store(tc.reprobe)
-			req = chatRequest(t, s, &p, system, "Second?")
+			req := chatRequest(t, s, &p, system, "Second?")
 			req.SLO, req.Spent = tc.slo, tc.spent
 			c := choose(t, s, &req)
 			req.Release()
@@ -968,11 +980,8 @@ func TestLeastTTFTStaysHome(t *testing.T) {
 // request it would cost a little more is not kept there, but placed as a
 // new prompt (here where rendezvous hashing prefers: not b).
 func TestLeastTTFTOpeningIsNoHome(t *testing.T) {
-	g, s, r, clk := ttftPool(t, 3, 0)
+	g, s, r := alikePool(t)
 	ups := r.Pool.Upstreams
-	for _, u := range ups {
-		engine{perToken: 100 * time.Microsecond, perAhead: 100 * time.Millisecond}.teach(u, clk.Now())
-	}
 	var p fastjson.Parser
 	var system string
 	for i := 0; system == ""; i++ { // a prompt whose place is not b

@@ -296,7 +296,7 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 	req.Spent = rec.Timeline.Now()
 	c, rej := snap.Choose(req, except)
 	if rej == nil && except == nil {
-		if rej = gateway.RefuseSLO(&c, x.lease.slo, rec.Timeline.Now()); rej != nil && req.Route.Fallback != nil {
+		if rej = gateway.RefuseSLO(&c, x.lease.slo, req.Spent); rej != nil && req.Route.Fallback != nil {
 			req.Route, rec.SLOFallback = req.Route.Fallback, true
 			c, rej = snap.Choose(req, nil)
 		}
