@@ -110,6 +110,18 @@ func served(t testing.TB, g *Gateway, s *Snapshot, p *fastjson.Parser, system st
 	req.Release()
 }
 
+// hashHome is the upstream of ups rendezvous hashing prefers for req's first
+// message: where place puts a new prompt.
+func hashHome(req *Request, ups []*Upstream) *Upstream {
+	key, home := req.prompt.chain[req.prompt.lead-1], ups[0]
+	for _, u := range ups[1:] {
+		if prefix.Weight(key, u.hash) > prefix.Weight(key, home.hash) {
+			home = u
+		}
+	}
+	return home
+}
+
 // ttftRequest is a valid request on r of tokens, with no prompt known.
 func ttftRequest(r *Route, tokens int) *Request { return &Request{Route: r, PromptTokens: tokens} }
 
@@ -518,14 +530,8 @@ func TestLeastTTFTPlace(t *testing.T) {
 	homed := func(u *Upstream) string { // a new system prompt whose home is u
 		for i := next; ; i++ {
 			req := chatRequest(t, s, &p, systemPrompt(i, 1500), "?")
-			key := req.prompt.chain[req.prompt.lead-1]
+			home := hashHome(&req, ups)
 			req.Release()
-			home := ups[0]
-			for _, v := range ups {
-				if prefix.Weight(key, v.hash) > prefix.Weight(key, home.hash) {
-					home = v
-				}
-			}
 			if home == u {
 				next = i + 1
 				return systemPrompt(i, 1500)
@@ -569,13 +575,7 @@ func TestLeastTTFTPlace(t *testing.T) {
 			if rej != nil {
 				t.Fatal(rej)
 			}
-			key := req.prompt.chain[req.prompt.lead-1]
-			home := ups[0]
-			for _, v := range ups {
-				if prefix.Weight(key, v.hash) > prefix.Weight(key, home.hash) {
-					home = v
-				}
-			}
+			home := hashHome(&req, ups)
 			req.Release()
 			if home == ups[2] {
 				return string(body)
@@ -986,13 +986,7 @@ func TestLeastTTFTOpeningIsNoHome(t *testing.T) {
 	var system string
 	for i := 0; system == ""; i++ { // a prompt whose place is not b
 		req := chatRequest(t, s, &p, systemPrompt(i, 1500), "First?")
-		key, best := req.prompt.chain[req.prompt.lead-1], ups[0]
-		for _, u := range ups[1:] {
-			if prefix.Weight(key, u.hash) > prefix.Weight(key, best.hash) {
-				best = u
-			}
-		}
-		if best != ups[1] {
+		if hashHome(&req, ups) != ups[1] {
 			system = systemPrompt(i, 1500)
 			g.index.Record(req.prompt.chain[:1], ups[1].id, ups[1].computed.Load())
 		}
