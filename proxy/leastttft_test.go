@@ -263,3 +263,49 @@ func TestTTFTSLO(t *testing.T) {
 		})
 	}
 }
+
+// TestLeastTTFTWaitsForPrefill: two requests of a new long system prompt
+// to a least_ttft pool of one reference engine, which holds each request in
+// its queue for a while (queue_delay); the second is sent while the first
+// is held. The second waits in the proxy for the first's first token (its
+// record's prefill_wait_ms, inside its queue stage) and then finds the
+// prompt in the engine's cache; the first waited for nothing.
+func TestLeastTTFTWaitsForPrefill(t *testing.T) {
+	eng, url := startEngine(t, refengine.Config{ModelConfig: smallModel})
+	yaml := "routes:\n  - model: ttftlens-ref\n    pool: p\npools:\n  - name: p\n    upstreams: [UP_A]\n    policy: least_ttft\n"
+	addr, sink, p := startGateway(t, yaml, map[string]string{"UP_A": url}, func(c *Config) { c.Engine = engines.KindReference })
+	up := p.Gateway().Snapshot().Pools()[0].Upstreams[0]
+	warm(t, addr, sink, []*gateway.Upstream{up})
+	if err := eng.SetFaults("queue_delay=200ms"); err != nil {
+		t.Fatal(err)
+	}
+	system := strings.Repeat("Answer in the house style. ", 50)
+	chat := func(q string) string {
+		return `{"model":"ttftlens-ref","stream":true,"max_tokens":2,"messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"` + q + `"}]}`
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := post(t, addr, chat("First?"))
+		first <- err
+	}()
+	waitFor(t, func() bool { return up.Outstanding() == 1 })
+	if n := up.Outstanding(); n != 1 {
+		t.Fatalf("%d requests outstanding; want the first", n)
+	}
+	if _, _, err := post(t, addr, chat("Second?")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	recs := []gotRecord{sink.next(t), sink.next(t)}
+	slices.SortFunc(recs, func(a, b gotRecord) int { return int(a.PrefillWait - b.PrefillWait) })
+	leader, follower := recs[0], recs[1]
+	if leader.PrefillWait != 0 || leader.CachedTokens*2 >= leader.TokensIn {
+		t.Fatalf("the first: waited %v, %d of %d prompt tokens cached; want no wait, computed", leader.PrefillWait, leader.CachedTokens, leader.TokensIn)
+	}
+	if follower.PrefillWait <= 0 || follower.bd.Stages[stages.Queue] < follower.PrefillWait || follower.CachedTokens*2 < follower.TokensIn {
+		t.Fatalf("the second: waited %v, queue %v, %d of %d prompt tokens cached; want a wait, in its queue, then a hit",
+			follower.PrefillWait, follower.bd.Stages[stages.Queue], follower.CachedTokens, follower.TokensIn)
+	}
+}
