@@ -82,14 +82,11 @@ type Record struct {
 	CachedReported bool
 	// Predicted says Prediction holds the predicted stages, queue to
 	// transport (predicted_stages_ms); Probe and Inputs are the choice's
-	// (probe, prediction_inputs: Inputs.Set when present). PrefillWait is
-	// the request's wait for another's prefill of its prompt
-	// (prefill_wait_ms), in its queue stage.
-	Predicted   bool
-	Prediction  [stages.NumStages]time.Duration
-	Probe       bool
-	Inputs      record.PredictionInputs
-	PrefillWait time.Duration
+	// (probe, prediction_inputs: Inputs.Set when present).
+	Predicted  bool
+	Prediction [stages.NumStages]time.Duration
+	Probe      bool
+	Inputs     record.PredictionInputs
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -107,10 +104,7 @@ func ParseRecord(b []byte) (Record, error) {
 	if r.RequestID == "" || r.EndReason == "" {
 		return Record{}, errors.New("not a request record (no request_id or end_reason)")
 	}
-	r.E2E, r.PrefillWait = ms(j.e2e), ms(j.prefillWait)
-	if r.PrefillWait < 0 {
-		return Record{}, fmt.Errorf("%s: negative", record.FieldPrefillWait)
-	}
+	r.E2E = ms(j.e2e)
 	if j.ttft != nil {
 		if j.stages == nil {
 			return Record{}, errors.New("ttft_ms without stages_ms")
@@ -139,12 +133,11 @@ func ParseRecord(b []byte) (Record, error) {
 		r.CachedTokens, r.CachedReported = *j.cached, true
 	}
 	if in := j.inputs; in != nil {
-		if in.PromptTokens < 0 || in.InFlight < 0 || in.BacklogMs < 0 || in.PrefixTokens < 0 || in.PrefillWaitMs < 0 {
+		if in.PromptTokens < 0 || in.InFlight < 0 || in.BacklogMs < 0 || in.PrefixTokens < 0 {
 			return Record{}, fmt.Errorf("%s: a negative count", record.FieldPredictionInputs)
 		}
 		r.Inputs = record.PredictionInputs{Set: true, PromptTokens: in.PromptTokens, InFlight: in.InFlight,
-			Backlog: ms(in.BacklogMs), PrefixTokens: in.PrefixTokens, PrefixDistance: in.PrefixDistance,
-			PrefillWait: ms(in.PrefillWaitMs)}
+			Backlog: ms(in.BacklogMs), PrefixTokens: in.PrefixTokens, PrefixDistance: in.PrefixDistance}
 		if in.Waiting != nil {
 			r.Inputs.Waiting, r.Inputs.WaitingKnown = *in.Waiting, true
 		}
@@ -160,7 +153,6 @@ type inputsJSON struct {
 	BacklogMs      float64 `json:"backlog_ms"`
 	PrefixTokens   int     `json:"prefix_tokens"`
 	PrefixDistance uint64  `json:"prefix_distance"`
-	PrefillWaitMs  float64 `json:"prefill_wait_ms"`
 }
 
 // recordJSON is what ParseRecord reads of a record's JSON form: the fields
@@ -174,7 +166,6 @@ type recordJSON struct {
 	predicted      map[string]float64
 	cached         *int
 	inputs         *inputsJSON
-	prefillWait    float64
 }
 
 // decode reads j's fields from b, a JSON object.
@@ -213,7 +204,6 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldPredictedStages, &j.predicted},
 		{record.FieldProbe, &r.Probe},
 		{record.FieldPredictionInputs, &j.inputs},
-		{record.FieldPrefillWait, &j.prefillWait},
 	} {
 		if raw, ok := fields[f.name.String()]; ok {
 			if err := json.Unmarshal(raw, f.into); err != nil {

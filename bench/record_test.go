@@ -96,8 +96,6 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 				{record.FieldPredictionInputs, r.Inputs.Backlog, msOf(raw[record.FieldPredictionInputs], "backlog_ms")},
 				{record.FieldPredictionInputs, r.Inputs.PrefixTokens, int(number(member(raw[record.FieldPredictionInputs], "prefix_tokens")))},
 				{record.FieldPredictionInputs, r.Inputs.PrefixDistance, uint64(number(member(raw[record.FieldPredictionInputs], "prefix_distance")))},
-				{record.FieldPredictionInputs, r.Inputs.PrefillWait, msOf(raw[record.FieldPredictionInputs], "prefill_wait_ms")},
-				{record.FieldPrefillWait, r.PrefillWait, millis(record.FieldPrefillWait)},
 			} {
 				if !reflect.DeepEqual(c.got, c.want) {
 					t.Errorf("%s: parsed %v, the line has %v", c.field, c.got, c.want)

@@ -70,7 +70,6 @@ var fieldForms = [record.NumFields]form{
 	record.FieldPrefixAffinity:           detailed,
 	record.FieldCachedExpected:           detailed,
 	record.FieldProbe:                    detailed,
-	record.FieldPrefillWait:              detailed,
 	record.FieldPredictionInputs:         detailed,
 
 	record.FieldTokensOut:         listed,
@@ -288,11 +287,6 @@ func writeFields(e *zerolog.Event, src *fieldSource, in form, sc *scratch) {
 			if r.Probe {
 				e.Bool(name, true)
 			}
-		case record.FieldPrefillWait:
-			if r.PrefillWait > 0 {
-				sc.b = appendDuration(sc.b[:0], r.PrefillWait)
-				e.RawJSON(name, sc.b)
-			}
 		case record.FieldPredictionInputs:
 			if r.Inputs.Set {
 				sc.b = appendInputs(sc.b[:0], &r.Inputs)
@@ -407,7 +401,7 @@ func appendOff(b []byte, st stages.Stage, by time.Duration) []byte {
 
 // appendInputs appends a least_ttft choice's inputs to the model: the
 // engine's waiting requests only when known, the prefix only when the
-// index matched one, the wait for another's prefill only when counted.
+// index matched one.
 func appendInputs(b []byte, in *record.PredictionInputs) []byte {
 	b = strconv.AppendInt(append(b, `{"prompt_tokens":`...), int64(in.PromptTokens), 10)
 	b = strconv.AppendInt(append(b, `,"in_flight":`...), in.InFlight, 10)
@@ -418,9 +412,6 @@ func appendInputs(b []byte, in *record.PredictionInputs) []byte {
 	if in.PrefixTokens > 0 {
 		b = strconv.AppendInt(append(b, `,"prefix_tokens":`...), int64(in.PrefixTokens), 10)
 		b = strconv.AppendUint(append(b, `,"prefix_distance":`...), in.PrefixDistance, 10)
-	}
-	if in.PrefillWait > 0 {
-		b = appendDuration(append(b, `,"prefill_wait_ms":`...), in.PrefillWait)
 	}
 	return append(b, '}')
 }

@@ -233,10 +233,9 @@ var reasoningFixture = fixture{"reasoning_stream", func(r *record.Record) {
 }}
 
 // routedFixture is a request a least_ttft pool routed with a prediction:
-// its queue took 3 ms longer than predicted (1.5 ms of it predicted, 3 ms
-// of it taken, waiting for another request's prefill of its prompt), and
-// its engine reported 384 of its 512 prompt tokens cached, where the
-// prefix index expected 400; it asked for a 2 s TTFT SLO. Kept out of fixtures and allFixtures:
+// its queue took 3 ms longer than predicted, and its engine reported
+// 384 of its 512 prompt tokens cached, where the prefix index expected
+// 400; it asked for a 2 s TTFT SLO. Kept out of fixtures and allFixtures:
 // the log golden has it (loggedFixtures), TestMetricsRouting checks its
 // metrics.
 var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
@@ -251,9 +250,8 @@ var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
 	r.Prediction[stages.Transport] = 100 * us
 	r.PredictionOff, r.PredictionOffBy = stages.Queue, -3*ms-15*us
 	r.CachedTokens, r.CachedReported = 384, true
-	r.PrefillWait = 3 * ms
 	r.Inputs = record.PredictionInputs{Set: true, PromptTokens: 530, InFlight: 1, Waiting: 1, WaitingKnown: true,
-		Backlog: 12500 * us, PrefixTokens: 400, PrefixDistance: 9216, PrefillWait: 1500 * us}
+		Backlog: 12500 * us, PrefixTokens: 400, PrefixDistance: 9216}
 }}
 
 // probeFixture is a request a least_ttft pool sent as a probe: to an

@@ -44,15 +44,6 @@ type Choice struct {
 	// prediction took it, in a least_ttft pool): the request's
 	// Observation.Load. It is filled in every pool.
 	Load predict.Load
-	// Follow is, when not 0, the prompt whose prefill another request is
-	// computing on the upstream (gateway/prefill.go): the request waits
-	// for its first token (Upstream.AwaitPrefill), predicted Wait away,
-	// which the prediction's queue counts. Lead is, when not 0, the
-	// request's own lead of its prompt there (set by Commit), which
-	// Upstream.PrefillDone ends.
-	Follow uint64
-	Wait   time.Duration
-	Lead   uint64
 }
 
 // Choose chooses the upstream for req (a valid Request of this Snapshot) as
@@ -96,12 +87,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	start := p.rr.Add(1)
 	now := p.g.now()
 	var m prefix.Match
-	var lead uint64 // the prompt's first message, as leaders are known by (0: none)
 	if pr != nil && len(pr.chain) > 0 {
 		m = p.index.Lookup(pr.chain)
-		if pr.lead > 0 {
-			lead = pr.chain[pr.lead-1]
-		}
 	}
 	ups := p.Upstreams
 	n := uint32(len(ups))
@@ -129,15 +116,6 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		}
 		load, x := u.loadAt(now), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
-		var follow uint64
-		var wait time.Duration
-		if ok && x.Cached > 0 && !pred.Evicted {
-			var led bool
-			if wait, led = u.prefills.wait(lead, now); led {
-				follow = lead
-				pred.AddWait(wait)
-			}
-		}
 		if !ok {
 			// Unpredicted: the request is its one way to learn. A model
 			// it has (of hits) cannot vouch for an SLO; one it has not
@@ -149,14 +127,14 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 			continue
 		}
 		if 2*x.Cached >= tokens && x.Cached > 0 && !pred.Evicted && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
-			home = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load, Follow: follow, Wait: wait}
+			home = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 		}
 		fresh = fresh || pred.Age < probeAge
 		if stale.Upstream == nil && slo <= 0 && (pred.Age >= probeAge || u.reprobe.Load()) && u.outstanding.Load() == 0 {
-			stale = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load, Follow: follow, Wait: wait}
+			stale = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, Expected: x, Load: load}
 		}
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
-			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load, Follow: follow, Wait: wait}
+			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
 	if c.Upstream == nil {
@@ -207,9 +185,6 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 	computed := tokens
 	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
 		computed = max(tokens-c.Expected.Cached, 0)
-	}
-	if c.Predicted && c.Follow == 0 && 2*computed > tokens && pr != nil && pr.lead > 0 && pr.lead < len(pr.chain) {
-		c.Lead = c.Upstream.prefills.lead(pr.chain[pr.lead-1], p.g.now(), c.Prediction.Total)
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
 	var work time.Duration

@@ -135,7 +135,6 @@ type Upstream struct {
 	computed  atomic.Uint64
 	busyUntil atomic.Int64
 	reprobe   atomic.Bool
-	prefills  prefills // leaders of prompts computing on u (gateway/prefill.go)
 	// With share_routing: leastTTFT says u is in a least_ttft pool (its
 	// requests' ends are published); remote is the other replicas'
 	// requests on u as they last published them (by replica, under

@@ -101,9 +101,6 @@ func (x *exchange) firstTokenParsed(now time.Duration) {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
 	x.fl.firstToken()
-	if up := x.lease.up; up != nil {
-		up.PrefillDone(&x.lease.choice) // its prompt is cached now: whoever waits for it goes on
-	}
 	x.firstTokenSeen(now)
 }
 
@@ -271,7 +268,6 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req
 	err := x.roundTrip(ctx, up, completion, stripAuth)
 	if connectFailed(err) && x.ctl.aborted() == nil {
 		failed := x.lease.up
-		failed.PrefillDone(&x.lease.choice)
 		x.p.gw.Done(failed, false)
 		x.lease.up = nil
 		x.lease.releaseSlot()
@@ -317,7 +313,6 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 	recordChoice(rec, &c, req)
 	client, err := x.p.client(up)
 	if err != nil {
-		up.PrefillDone(&c)
 		x.rejectGateway(ctx, &gateway.Rejection{Status: fasthttp.StatusBadGateway, Type: "upstream_error",
 			Message: err.Error(), Reason: endreason.WorkerFailure, Detail: endreason.DetailConnectFailed})
 		return nil, false
@@ -337,15 +332,6 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 		return nil, false
 	}
 	x.lease.release = release
-	if c.Follow != 0 {
-		at := rec.Timeline.Now()
-		ok := up.AwaitPrefill(&c, x.ctl.aborts())
-		rec.PrefillWait = rec.Timeline.Now() - at
-		if !ok {
-			x.failAborted(ctx, x.ctl.aborted()) // the client left, or a deadline fired, while it waited
-			return nil, false
-		}
-	}
 	rec.Timeline.Mark(stages.Admitted)
 	return client, true
 }

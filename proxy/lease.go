@@ -40,7 +40,6 @@ func (l *lease) releaseSlot() {
 // a request that was refused or never reached the engine).
 func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Record) {
 	if l.up != nil {
-		l.up.PrefillDone(&l.choice) // (ended without a first token)
 		gw.Done(l.up, !upstreamFault(f, l.closing))
 	}
 	l.releaseSlot()

@@ -30,7 +30,7 @@ func recordChoice(rec *record.Record, c *gateway.Choice, req *gateway.Request) {
 		l, x := &c.Load, &c.Expected
 		rec.Inputs = record.PredictionInputs{Set: true, PromptTokens: req.PromptTokens,
 			InFlight: l.InFlight, Waiting: l.Waiting, WaitingKnown: l.EngineKnown, Backlog: l.Backlog,
-			PrefixTokens: x.Cached, PrefixDistance: x.Distance, PrefillWait: c.Wait}
+			PrefixTokens: x.Cached, PrefixDistance: x.Distance}
 	}
 }
 
@@ -54,7 +54,7 @@ func (x *exchange) learn() {
 	o := predict.Observation{
 		End: x.p.gw.Now(), FirstToken: true, Unsplit: bd.Unsplit, PromptTokens: x.lease.promptEst,
 		CachedTokens: rec.CachedTokens, CachedReported: rec.CachedReported, Expected: x.lease.choice.Expected,
-		Load: x.lease.choice.Load, Waited: rec.PrefillWait,
+		Load: x.lease.choice.Load,
 	}
 	copy(o.Parts[:], bd.Stages[stages.Queue:])
 	if rec.UsageReported && rec.TokensIn > 0 {

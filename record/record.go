@@ -136,10 +136,6 @@ type Record struct {
 	// request, or nothing had been measured there for a while, or its
 	// last probe came sooner than the prediction it passed over.
 	Probe bool
-	// PrefillWait is how long the request waited, in its queue stage, for
-	// the first token of another request computing its prompt on its
-	// upstream (gateway/prefill.go), so as to find the prompt cached.
-	PrefillWait time.Duration
 	// Inputs are what a least_ttft pool asked the chosen upstream's model
 	// (gateway/predict) when it routed the request, so that a replay of
 	// the records can ask another model the same (bench/replay).
@@ -238,9 +234,6 @@ type PredictionInputs struct {
 	// is then 0).
 	PrefixTokens   int
 	PrefixDistance uint64
-	// PrefillWait is the wait for another request's prefill of the prompt
-	// that the prediction counted in its queue (gateway.Choice.Wait).
-	PrefillWait time.Duration
 }
 
 // Reset clears r for reuse, keeping buffers.

@@ -54,7 +54,6 @@ const (
 	FieldPrefixAffinity
 	FieldCachedExpected
 	FieldProbe
-	FieldPrefillWait
 	FieldPredictionInputs
 	FieldTokensOut
 	FieldTokensIn
@@ -118,7 +117,6 @@ var fieldNames = [NumFields]string{
 	FieldPrefixAffinity:           "prefix_affinity",
 	FieldCachedExpected:           "cached_tokens_expected",
 	FieldProbe:                    "probe",
-	FieldPrefillWait:              "prefill_wait_ms",
 	FieldPredictionInputs:         "prediction_inputs",
 	FieldTokensOut:                "tokens_out",
 	FieldTokensIn:                 "tokens_in",

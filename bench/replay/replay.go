@@ -171,7 +171,6 @@ func Run(recs []bench.Record, o Options) Result {
 				load.Backlog = max(busy[r.Upstream]-ev.at, 0)
 			}
 			pred, ok := m.Predict(ev.at, in.PromptTokens, x, load)
-			pred.AddWait(in.PrefillWait) // the gateway's, not the model's
 			if ok {
 				busy[r.Upstream] = max(busy[r.Upstream], ev.at) + pred.Work()
 			}
@@ -183,8 +182,7 @@ func Run(recs []bench.Record, o Options) Result {
 		}
 		// Taught as the proxy's learn does.
 		obs := predict.Observation{End: ev.at, FirstToken: true, Unsplit: r.Unsplit, PromptTokens: in.PromptTokens,
-			CachedTokens: r.CachedTokens, CachedReported: r.CachedReported, Expected: x, Load: asked[ev.i].Load,
-			Waited: r.PrefillWait}
+			CachedTokens: r.CachedTokens, CachedReported: r.CachedReported, Expected: x, Load: asked[ev.i].Load}
 		if !in.Set {
 			obs.PromptTokens = r.TokensIn // no estimate recorded: the engine's count stands for it
 		} else if r.TokensIn > 0 {

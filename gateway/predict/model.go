@@ -158,7 +158,7 @@ func (m *Model) Observe(o Observation) {
 	m.wAll += w
 
 	part := func(p Part) float64 { return float64(o.Parts[p]) }
-	queue := max(part(Queue)-float64(o.Waited), 0)
+	queue := part(Queue)
 	m.fits[fitQueueFlight].add(w, float64(max(o.Load.InFlight, 0)), queue)
 	m.fits[fitQueueBacklog].add(w, msOf(o.Load.Backlog), queue)
 	if o.Load.EngineKnown {
@@ -260,13 +260,6 @@ type Prediction struct {
 	// evicted by now (its Distance past what the engine's reports showed
 	// its cache keeps), and computed: none of it was predicted cached.
 	Evicted bool
-}
-
-// AddWait adds w, a wait before the request is sent (for another
-// request's prefill of its prompt), to p's queue.
-func (p *Prediction) AddWait(w time.Duration) {
-	p.Parts[Queue] += w
-	p.Total += w
 }
 
 // Work is the engine time of a request predicted as p: the time it holds

@@ -120,10 +120,6 @@ type Observation struct {
 	Expected Expected
 	// Load is the upstream's load when the request was routed.
 	Load Load
-	// Waited is the part of Parts[Queue] the request waited for another
-	// request's prefill of its prompt (the gateway's prefill wait): the
-	// queue's lines do not learn it, as it is not the engine's queue.
-	Waited time.Duration
 }
 
 // uncached is the prompt tokens the engine had to compute.
