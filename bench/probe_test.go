@@ -186,8 +186,12 @@ func TestProbe(t *testing.T) {
 			}},
 		{"by duration", Config{Duration: 100 * time.Millisecond, Concurrency: 2, OutputTokens: Dist{1, 1}},
 			func(t *testing.T, run *Run, s Summary) {
-				if s.Requests < 4 || s.Requests > 12 {
-					t.Errorf("%d requests in 100ms of 2 clients at ~20ms each", s.Requests)
+				// Each client sends its first request, and starts no
+				// other past 100 ms; a request takes the server's 20 ms at
+				// least, so a client starts at most 6. (How many between
+				// depends on how busy the machine is.)
+				if s.Requests < 2 || s.Requests > 12 {
+					t.Errorf("%d requests in 100ms of 2 clients at 20ms or more each", s.Requests)
 				}
 			}},
 	}
