@@ -21,7 +21,6 @@ func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
 	resp := e.post(t, ctx, "/v1/chat/completions",
 		chatBody("a long story please", `"stream":true,"ignore_eos":true,"max_tokens":1500`), "X-Request-Id", "abort-1")
 	// Read until the first content chunk: the request is decoding.
-	start := time.Now()
 	buf := make([]byte, 4096)
 	var got strings.Builder
 	for !strings.Contains(got.String(), `"content":"`) || strings.Count(got.String(), "data:") < 3 {
@@ -52,9 +51,6 @@ func TestAbortOnDisconnectFreesBlocks(t *testing.T) {
 	tr, ok := e.Truth("abort-1")
 	if !ok || tr.FinishReason != "abort" || !tr.ClientGone || tr.Detail != "client_cancel" {
 		t.Errorf("truth %+v", tr)
-	}
-	if time.Since(start) > 10*time.Second {
-		t.Errorf("took %v", time.Since(start))
 	}
 	x := scrape(t, e)
 	for _, c := range []struct {
