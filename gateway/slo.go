@@ -28,9 +28,9 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // request of TTFT SLO slo that spent elapsed before routing, when c, the
 // choice of its least_ttft pool (the lowest prediction the load bound
 // allowed, unless one within what is left of the SLO was chosen to stay
-// home or to place a prompt), is predicted to miss it; nil when it is predicted to meet it,
-// when there is no SLO, or when there is no prediction (a cold model
-// refuses nothing). Retry-After is the predicted excess, at least a
+// home or to place a prompt), is predicted to miss it; nil when it is
+// predicted to meet it, when there is no SLO, or when there is no
+// prediction (a cold model refuses nothing). Retry-After is the predicted excess, at least a
 // second: roughly how long the queue that makes it needs to drain.
 func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
 	if slo <= 0 || !c.Predicted {
