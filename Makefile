@@ -73,7 +73,8 @@ scale: ## cost at scale: ttftlens and nginx side by side (SCALEFLAGS=-quick)
 # Routing for the first token (BENCHMARKS.md): three reference engines in
 # this process, one with a prefill twice as slow, behind ttftlens as one
 # pool; each pool policy in turn on the same workload (eight shared system
-# prompts, many users) at a calibrated rate. Go alone; prints Markdown.
+# prompts, many users) at a calibrated rate, for three seeds (about half an
+# hour), then the targets seed by seed. Go alone; prints Markdown.
 # ROUTINGFLAGS='-quick' checks that it works (go run ./bench/routing -h).
 ROUTINGFLAGS ?=
 

@@ -23,8 +23,10 @@ type options struct {
 	duration, calibrate time.Duration
 	// rate, when positive, is the arrival rate; otherwise load times the
 	// capacity the calibration measures.
-	rate, load  float64
-	seed        uint64
+	rate, load float64
+	seed       uint64
+	// seeds is how many seeds run, from seed on: each the whole set.
+	seeds       int
 	maxRunning  int
 	kvBlocks    int
 	maxTokens   int

@@ -71,21 +71,28 @@ func TestReport(t *testing.T) {
 			tc.edit(&r)
 			var b bytes.Buffer
 			r.write(&b)
-			path := filepath.Join("testdata", tc.golden+".golden")
-			if *update {
-				if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test ./bench/routing -run TestReport -update writes it)", err)
-			}
-			if got := b.String(); got != string(want) {
-				t.Errorf("the report differs from %s:\n%s", path, firstDifference(got, string(want)))
-			}
+			golden(t, tc.golden, b.String())
 		})
+	}
+}
+
+// golden compares got with testdata/<name>.golden, or rewrites that file
+// with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./bench/routing -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("the output differs from %s:\n%s", path, firstDifference(got, string(want)))
 	}
 }
 

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// seedReport is a seed's report with least_load and least_ttft and, when
+// held, an SLO run whose slow engine served 20, 2 of them past the SLO by
+// at most worst, at a prediction error p90 of 0.34.
+func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCached int, errP50 float64, worst float64) report {
+	r := baseReport()
+	r.seed = seed
+	ttft := result("least_ttft", 60*time.Millisecond, ttftP99, ttftCached, 0, 50*time.Millisecond, 200, 150, 48)
+	ttft.predicted, ttft.errP50, ttft.errP90 = 390, errP50, 0.9
+	r.results = []policyResult{
+		result("round_robin", 900*time.Millisecond, 9*time.Second, 400*300, time.Second, time.Second, 134, 133, 131),
+		result("least_load", 700*time.Millisecond, loadP99, loadCached, time.Second, time.Second, 150, 148, 100),
+		ttft,
+	}
+	if worst >= 0 {
+		held := ttft
+		held.errP90, held.perEngine, held.unpredicted = 0.34, []int{30, 25, 20}, []int{1, 0, 2}
+		held.sloMissed, held.worstMiss = []int{1, 0, 0}, []float64{0.9, 0, 0}
+		if worst > 0 {
+			held.sloMissed[2], held.worstMiss[2] = 2, worst
+		}
+		r.held = &held
+	}
+	return r
+}
+
+func TestTargetsOf(t *testing.T) {
+	r := seedReport(4, 10*time.Second, 2500*time.Millisecond, 400*500, 400*1200, 0.27, 0.5)
+	got, ok := targetsOf(&r)
+	if !ok {
+		t.Fatal("not read")
+	}
+	want := seedTargets{seed: 4, loadP99: 10 * time.Second, ttftP99: 2500 * time.Millisecond, loadHit: 500.0 / 1480, ttftHit: 1200.0 / 1480,
+		predicted: 390, errP50: 0.27, errP90: 0.9, held: true, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
+	if got != want {
+		t.Errorf("targetsOf = %+v, want %+v", got, want)
+	}
+	r.results = r.results[:2] // no least_ttft
+	if _, ok := targetsOf(&r); ok {
+		t.Error("read without least_ttft")
+	}
+	r = seedReport(4, 10*time.Second, 2500*time.Millisecond, 400*500, 400*1200, 0.27, -1)
+	r.results[1].errors = r.results[1].requests // least_load completed nothing
+	if _, ok := targetsOf(&r); ok {
+		t.Error("read without a complete least_load request")
+	}
+}
+
+func TestVerdicts(t *testing.T) {
+	base := seedTargets{loadP99: 10 * time.Second, ttftP99: 7 * time.Second, loadHit: 0.4, ttftHit: 0.8, predicted: 200, errP50: 0.2,
+		held: true, slowMissed: 2, slowWorst: 0.34, heldP90: 0.34}
+	tests := []struct {
+		name                  string
+		edit                  func(t *seedTargets)
+		p99, hit, errP50, slo bool
+	}{
+		{"each at its bound", func(*seedTargets) {}, true, true, true, true},
+		{"p99 cut 29 %", func(t *seedTargets) { t.ttftP99 = 7100 * time.Millisecond }, false, true, true, true},
+		{"hit share 1.95x", func(t *seedTargets) { t.ttftHit = 0.78 }, true, false, true, true},
+		{"error p50 21 %", func(t *seedTargets) { t.errP50 = 0.21 }, true, true, false, true},
+		{"no prediction", func(t *seedTargets) { t.predicted, t.errP50 = 0, 0 }, true, true, false, true},
+		{"the latest past the SLO by more than the p90", func(t *seedTargets) { t.slowWorst = 0.5 }, true, true, true, false},
+		{"none past the SLO", func(t *seedTargets) { t.slowMissed, t.slowWorst = 0, 0 }, true, true, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			tc.edit(&s)
+			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
+				t.Errorf("met (p99, hit share, error, SLO) = %v, want %v", got, [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo})
+			}
+		})
+	}
+}
+
+func TestWriteTargets(t *testing.T) {
+	var ts []seedTargets
+	for _, r := range []report{
+		seedReport(1, 12*time.Second, 760*time.Millisecond, 400*520, 400*1420, 0.21, 0),
+		seedReport(2, 8*time.Second, 3400*time.Millisecond, 400*610, 400*1060, 0.41, 0.5),
+		seedReport(3, 10*time.Second, 2500*time.Millisecond, 400*550, 400*1260, 0.17, 0.2),
+		seedReport(4, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0.18, -1),
+		seedReport(5, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0, -1),
+	} {
+		tg, ok := targetsOf(&r)
+		if !ok {
+			t.Fatalf("seed %d not read", r.seed)
+		}
+		ts = append(ts, tg)
+	}
+	ts[4].predicted = 0 // its error p50 is left out of the median
+	var b bytes.Buffer
+	writeTargets(&b, ts)
+	golden(t, "targets", b.String())
+
+	b.Reset()
+	writeTargets(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("no seed printed %q", b.String())
+	}
+}
