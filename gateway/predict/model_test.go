@@ -330,6 +330,33 @@ func TestCachedShares(t *testing.T) {
 	}
 }
 
+// TestRemainderLine: the engine's count of a hit's remainder (the part past
+// what the index expected cached) is a fixed part, the chat framing and
+// the last partial block, and a share of the question the estimate counts:
+// here 32 tokens and half the estimate's. A remainder the hits have not
+// shown (60 estimated) is predicted from the line, 62 tokens; a ratio of
+// the two counts, the mean of theirs, gave about 115.
+func TestRemainderLine(t *testing.T) {
+	const (
+		perToken = 500 * time.Microsecond
+		fixed    = 10 * time.Millisecond
+	)
+	engine := func(rest int) int { return 32 + rest/2 }
+	m := New(Config{})
+	for i := range 30 {
+		rest := 10 * (1 + i%5)
+		m.Observe(Observation{
+			End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
+			PromptTokens: 1250 + engine(rest), EstimatedTokens: 1000 + rest, CachedTokens: 1250, CachedReported: true,
+			Expected: Expected{Cached: 1000}, Parts: Parts{Prefill: fixed + time.Duration(engine(rest))*perToken},
+		})
+	}
+	p, _ := m.Predict(3*time.Second, 1060, Expected{Cached: 1000}, Load{})
+	if want := fixed + time.Duration(engine(60))*perToken; !within(p.Parts[Prefill], want, 0.05) {
+		t.Errorf("a hit of 60 tokens past the expected prefix (the estimate's): prefill %v, want %v (%d of the engine's)", p.Parts[Prefill], want, engine(60))
+	}
+}
+
 // TestEstimatedTokens: the fits learn in the engine's tokens, a request is
 // predicted from the gateway's estimate: an engine whose tokenizer counts
 // a quarter more than the estimate (the reference engine's counts about

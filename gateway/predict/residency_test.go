@@ -130,6 +130,37 @@ func TestHitPrefill(t *testing.T) {
 	}
 }
 
+// TestHitPrefillPairs: on an engine whose attention is most of a hit's
+// cost (the reference engine's), a hit's prefill grows with the cached
+// context its tokens attend to: hits of 30 to 50 tokens past 1,000 and
+// 2,000 cached cost 1 µs a (token, context token) pair. The hits' line over
+// pairs fits them better than the line over the tokens computed and is
+// taken: a hit past 2,000 is predicted twice the cost of one past 1,000
+// (the line over tokens gives both the mean), and one of 40 past 1,500
+// between.
+func TestHitPrefillPairs(t *testing.T) {
+	const (
+		fixed   = 5 * time.Millisecond
+		perPair = time.Microsecond
+	)
+	cost := func(n, c int) time.Duration { return fixed + time.Duration(n*(2*c+n)/2)*perPair }
+	m := New(Config{})
+	for i := range 40 {
+		n, c := 30+(i*7)%21, 1000*(1+i%2)
+		m.Observe(Observation{
+			End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true,
+			PromptTokens: c + n, EstimatedTokens: c + n, CachedTokens: c, CachedReported: true,
+			Expected: Expected{Cached: c}, Parts: Parts{Prefill: cost(n, c)},
+		})
+	}
+	for _, c := range []int{1000, 1500, 2000} {
+		p, _ := m.Predict(2*time.Second, c+40, Expected{Cached: c}, Load{})
+		if want := cost(40, c); !within(p.Parts[Prefill], want, 0.05) {
+			t.Errorf("a hit of 40 tokens past %d cached: prefill %v, want %v", c, p.Parts[Prefill], want)
+		}
+	}
+}
+
 // TestBacklogQueue: where the queue follows the work ahead rather than the
 // number of requests ahead (a miss ahead holds a request as long as ten
 // hits), the backlog's line is taken, and predicts it.
