@@ -39,6 +39,7 @@ const (
 	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
 	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
 	fitQueueBacklog        // queue against the backlog (Load.Backlog, in milliseconds), where it fits best
+	fitQueueIdle           // a mean: the queue of a request routed with nothing ahead (idle)
 	fitPreparation         // a mean
 	// The prefill against uncached prompt tokens, twice: over the hits
 	// (the engine reported at least half the prompt cached), and over the
@@ -183,6 +184,9 @@ func (m *Model) Observe(o Observation) {
 	if o.Load.EngineKnown {
 		m.wEngine += w
 		m.fits[fitQueueEngine].add(w, float64(max(o.Load.Waiting, 0)), queue)
+	}
+	if idle(o.Load) {
+		m.fits[fitQueueIdle].add(w, 0, queue)
 	}
 	cached := 0
 	// hit: the engine served at least half the prompt from its cache.
@@ -337,6 +341,8 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 		return time.Duration(max(lines[f][0]+lines[f][1]*x, 0))
 	}
 	switch {
+	case idle(load) && flags&observed(fitQueueIdle) != 0:
+		p.Parts[Queue] = line(fitQueueIdle, 0)
 	case flags&flagBacklogQueue != 0:
 		p.Parts[Queue] = line(fitQueueBacklog, msOf(load.Backlog))
 	case load.EngineKnown && flags&flagEngineQueue != 0:
@@ -394,6 +400,13 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	p.Total = p.Parts.Sum()
 	p.Age = now - time.Duration(at)
 	return p, true
+}
+
+// idle says nothing was ahead of a request routed with load: nothing of
+// this replica's in flight there, and none waiting at the engine when its
+// load is known.
+func idle(load Load) bool {
+	return load.InFlight <= 0 && (!load.EngineKnown || load.Waiting <= 0)
 }
 
 // pairs is the attention work of computing n prompt tokens past c cached:

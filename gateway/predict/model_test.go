@@ -357,6 +357,43 @@ func TestRemainderLine(t *testing.T) {
 	}
 }
 
+// TestIdleQueue: a request routed with nothing ahead (nothing of this
+// replica's in flight, none waiting at the engine) waits as the requests
+// routed so waited, 0.2 ms here, whatever line the busy ones drew: the
+// backlog's line here starts at 16 ms (40 ms for the busy requests, 0.2 for
+// the idle ones, at no backlog). A request with something ahead is
+// predicted on the line.
+func TestIdleQueue(t *testing.T) {
+	m := New(Config{})
+	for i := range 60 {
+		o := Observation{End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true, PromptTokens: 100,
+			Parts: Parts{Prefill: 10 * time.Millisecond}}
+		if i%3 == 0 { // idle
+			o.Load = Load{EngineKnown: true}
+			o.Parts[Queue] = 200 * time.Microsecond
+		} else {
+			backlog := time.Duration(i%5) * 100 * time.Millisecond
+			o.Load = Load{InFlight: 2, Waiting: 1, EngineKnown: true, Backlog: backlog}
+			o.Parts[Queue] = 40*time.Millisecond + backlog/2
+		}
+		m.Observe(o)
+	}
+	predict := func(load Load) time.Duration {
+		p, _ := m.Predict(3*time.Second, 100, Expected{}, load)
+		return p.Parts[Queue]
+	}
+	for _, load := range []Load{{EngineKnown: true}, {}} {
+		if got, want := predict(load), 200*time.Microsecond; !within(got, want, 0.1) {
+			t.Errorf("idle, %+v: queue %v, want %v", load, got, want)
+		}
+	}
+	for _, load := range []Load{{Waiting: 1, EngineKnown: true}, {InFlight: 1}, {InFlight: 2, Waiting: 1, EngineKnown: true, Backlog: 200 * time.Millisecond}} {
+		if got := predict(load); got < 10*time.Millisecond {
+			t.Errorf("something ahead, %+v: queue %v, want the line's (over 10 ms)", load, got)
+		}
+	}
+}
+
 // TestEstimatedTokens: the fits learn in the engine's tokens, a request is
 // predicted from the gateway's estimate: an engine whose tokenizer counts
 // a quarter more than the estimate (the reference engine's counts about
