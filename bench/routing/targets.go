@@ -27,11 +27,13 @@ type seedTargets struct {
 	// errP50 and errP90 their error's percentiles.
 	predicted      int
 	errP50, errP90 float64
-	// held says the SLO run ran: the requests its slow engine served; of
+	// held says the SLO run ran: its requests and those refused; the
+	// requests its slow engine served; of
 	// those routed there with a prediction, how many passed the SLO and
 	// the latest by how much (a share of the SLO); heldP90 is that run's
 	// prediction error p90, what the latest may pass the SLO by.
 	held                   bool
+	heldRequests, refused  int
 	slowServed, slowMissed int
 	slowWorst, heldP90     float64
 }
@@ -56,7 +58,7 @@ func targetsOf(r *report) (t seedTargets, ok bool) {
 		predicted: ttft.predicted, errP50: ttft.errP50, errP90: ttft.errP90}
 	if h := r.held; h != nil {
 		slow := len(h.perEngine) - 1
-		t.held, t.heldP90 = true, h.errP90
+		t.held, t.heldP90, t.heldRequests, t.refused = true, h.errP90, h.requests, h.refused
 		t.slowServed, t.slowMissed, t.slowWorst = h.perEngine[slow], h.sloMissed[slow], h.worstMiss[slow]
 	}
 	return t, true
@@ -79,6 +81,10 @@ func (t *seedTargets) hitMet() bool { return t.hitRatio() >= targetHitRatio }
 func (t *seedTargets) errMet() bool { return t.predicted > 0 && t.errP50 <= targetErrP50 }
 func (t *seedTargets) sloMet() bool { return t.slowMissed == 0 || t.slowWorst <= t.heldP90 }
 
+// sloJudged says the SLO run served a request: one that refused them all
+// shows nothing of where the requests it served would have gone.
+func (t *seedTargets) sloJudged() bool { return t.held && t.refused < t.heldRequests }
+
 // writeTargets prints each seed's figures, their medians, and how many
 // seeds met each target: a run is one draw of a spread the investigation
 // measured at twenty points of hit share for one seed and code, so the
@@ -88,7 +94,7 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		return
 	}
 	fmt.Fprint(w, "\nThe targets (docs/routing.md), `least_ttft` against `least_load`, seed by seed:\n\n"+
-		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share | prediction error p50 / p90 | held to the SLO: the slow engine served, past the SLO, the latest; the error p90 |\n"+
+		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
 		"| --- | --- | --- | --- | --- | --- | --- |\n")
 	for i := range ts {
 		t := &ts[i]
@@ -138,9 +144,18 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	fmt.Fprintf(w, "| prediction error p50 at most %.0f %% (a seed without predictions misses it) | %d of %d | %s |\n",
 		100*targetErrP50, count((*seedTargets).errMet), len(ts), errP50)
 	if held := count(func(t *seedTargets) bool { return t.held }); held > 0 {
-		fmt.Fprintf(w, "| held to an SLO below the slow engine's TTFT, none it served past the SLO by more than the prediction error p90 | %d of %d | — |\n",
-			count(func(t *seedTargets) bool { return t.held && t.sloMet() }), held)
+		judged := count((*seedTargets).sloJudged)
+		fmt.Fprintf(w, "| held to an SLO below the slow engine's TTFT, none it served past the SLO by more than the prediction error p90 (a run that refused every request shows nothing) | %d of %d%s | — |\n",
+			count(func(t *seedTargets) bool { return t.sloJudged() && t.sloMet() }), judged, refusedAll(held-judged))
 	}
+}
+
+// refusedAll says how many SLO runs refused every request, if any did.
+func refusedAll(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d more refused every request)", n)
 }
 
 // heldText is the SLO run's column: — when none ran.
@@ -148,11 +163,14 @@ func (t *seedTargets) heldText() string {
 	if !t.held {
 		return "—"
 	}
+	if !t.sloJudged() {
+		return fmt.Sprintf("refused all %d", t.heldRequests)
+	}
 	latest := "—"
 	if t.slowMissed > 0 {
 		latest = fmt.Sprintf("+%.0f %%", 100*t.slowWorst)
 	}
-	return fmt.Sprintf("%d, %d, %s; %.0f %%", t.slowServed, t.slowMissed, latest, 100*t.heldP90)
+	return fmt.Sprintf("%d of %d refused; %d, %d, %s; %.0f %%", t.refused, t.heldRequests, t.slowServed, t.slowMissed, latest, 100*t.heldP90)
 }
 
 // signedPct renders a change as a signed percentage, a minus sign for a fall.

@@ -21,6 +21,7 @@ func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCac
 	}
 	if worst >= 0 {
 		held := ttft
+		held.refused = 325
 		held.errP90, held.perEngine, held.unpredicted = 0.34, []int{30, 25, 20}, []int{1, 0, 2}
 		held.sloMissed, held.worstMiss = []int{1, 0, 0}, []float64{0.9, 0, 0}
 		if worst > 0 {
@@ -38,7 +39,7 @@ func TestTargetsOf(t *testing.T) {
 		t.Fatal("not read")
 	}
 	want := seedTargets{seed: 4, loadP99: 10 * time.Second, ttftP99: 2500 * time.Millisecond, loadHit: 500.0 / 1480, ttftHit: 1200.0 / 1480,
-		predicted: 390, errP50: 0.27, errP90: 0.9, held: true, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
+		predicted: 390, errP50: 0.27, errP90: 0.9, held: true, heldRequests: 400, refused: 325, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
 	if got != want {
 		t.Errorf("targetsOf = %+v, want %+v", got, want)
 	}
@@ -55,7 +56,7 @@ func TestTargetsOf(t *testing.T) {
 
 func TestVerdicts(t *testing.T) {
 	base := seedTargets{loadP99: 10 * time.Second, ttftP99: 7 * time.Second, loadHit: 0.4, ttftHit: 0.8, predicted: 200, errP50: 0.2,
-		held: true, slowMissed: 2, slowWorst: 0.34, heldP90: 0.34}
+		held: true, heldRequests: 300, refused: 200, slowMissed: 2, slowWorst: 0.34, heldP90: 0.34}
 	tests := []struct {
 		name                  string
 		edit                  func(t *seedTargets)
@@ -68,12 +69,13 @@ func TestVerdicts(t *testing.T) {
 		{"no prediction", func(t *seedTargets) { t.predicted, t.errP50 = 0, 0 }, true, true, false, true},
 		{"the latest past the SLO by more than the p90", func(t *seedTargets) { t.slowWorst = 0.5 }, true, true, true, false},
 		{"none past the SLO", func(t *seedTargets) { t.slowMissed, t.slowWorst = 0, 0 }, true, true, true, true},
+		{"every request refused", func(t *seedTargets) { t.refused = t.heldRequests }, true, true, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := base
 			tc.edit(&s)
-			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
+			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloJudged() && s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
 				t.Errorf("met (p99, hit share, error, SLO) = %v, want %v", got, [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo})
 			}
 		})
@@ -95,7 +97,8 @@ func TestWriteTargets(t *testing.T) {
 		}
 		ts = append(ts, tg)
 	}
-	ts[4].predicted = 0 // its error p50 is left out of the median
+	ts[4].predicted = 0                                            // its error p50 is left out of the median
+	ts[3].held, ts[3].heldRequests, ts[3].refused = true, 400, 400 // refused all: not judged
 	var b bytes.Buffer
 	writeTargets(&b, ts)
 	golden(t, "targets", b.String())
