@@ -34,7 +34,7 @@ type Config struct {
 	HalfLife time.Duration
 }
 
-// The fits a Model keeps: each part's, the queue's three times over.
+// The fits a Model keeps: each part's, the queue's four times over.
 const (
 	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
 	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
@@ -64,7 +64,10 @@ const (
 	fitWhole        // Unattributed of an engine that reports no split, against uncached prompt tokens
 	fitTransport    // a mean
 	// The share of what the prefix index expected cached that the engine
-	// reported cached (at most 1), over the hits among requests it
+	// reported cached (at most 1; the expectation taken in the engine's
+	// count by the request's ratio of its two counts, so that an engine
+	// counting fewer tokens than the estimate is not taken to have held
+	// less of it), over the hits among requests it
 	// expected some on (whether it will hit is residency's); and the share
 	// of the prompt the engine reported cached where the index expected
 	// none (an engine that kept a prefix the index has not seen it serve).
@@ -76,17 +79,28 @@ const (
 	// estimate, and the cached tokens the index expects in the estimate's
 	// terms, are scaled by it to the tokens the fits were learned in.
 	fitTokens
-	// The engine's count of the part of a prompt past what the index
-	// expected cached, on requests the engine reported it had cached (a
-	// hit), as a line over the estimate's: a fixed part (the chat framing,
-	// the last partial block, which the engine computes again) and a share
-	// of the rest (the question), each counted by the estimate otherwise
-	// than a whole prompt. (In the routing benchmark's records the ratio of
-	// the two, a line through the origin, was 21 % off the engine's count
-	// at the median; a line 10 %.)
+	// The part of a hit's prompt past what the index expected cached: the
+	// engine's count of it less the estimate's scaled by the prompt's
+	// ratio of the two, a mean: the fixed part the engine computes there
+	// beyond the question (the chat framing, the last partial block,
+	// which it computes again). A remainder is predicted as that part
+	// plus the estimate's remainder scaled by fitTokens' ratio. In the
+	// routing benchmark's records, the estimate's remainder times a ratio
+	// of its own (the model's until 2026-12-06) was 22 % off the engine's
+	// count at the median, a line fitted after the fact 10 %, about 39
+	// tokens and a third of the estimate's; that third, taken for the
+	// slope, would predict a conversation's long new turn at a third of
+	// its tokens, so the prompts' ratio is the slope.
 	fitRemainder
 	numFits
 )
+
+// pairsMargin is how much better than the hits' line over tokens the one
+// over pairs must fit their recent observations to be taken: where the
+// cached context barely varies the two fit alike, and the pairs' line,
+// taken on noise, extrapolates a longer context's cost from a slope over
+// the tokens computed.
+const pairsMargin = 0.8
 
 // The flags a Model publishes with its lines.
 const (
@@ -97,6 +111,9 @@ const (
 	flagPairs                    // the hits' line over pairs fits them better than the one over tokens: fitPrefillPairs applies
 	flagObserved                 // the first of numFits flags, one a fit: observed (observed(f))
 )
+
+// Every fit's observed flag fits in the flags word.
+const _ = uint32(flagObserved << (numFits - 1))
 
 // observed is the flag saying fit f has taken an observation.
 func observed(f int) uint32 { return flagObserved << f }
@@ -134,12 +151,11 @@ func New(c Config) *Model {
 		c.HalfLife = DefaultHalfLife
 	}
 	m := &Model{halfLife: float64(c.HalfLife)}
-	// A prompt's cost, and its remainder's count, have no fixed part below
-	// zero. (A line kept below the axis, fitted across a slowdown, the old
+	// A prompt's cost has no fixed part below zero. (A line kept below the axis, fitted across a slowdown, the old
 	// fast requests at small prompts and the new slow ones at larger,
 	// predicted no prefill at all for small prompts, and the slowed engine
 	// kept getting them.)
-	for _, f := range [...]int{fitPrefill, fitPrefillHit, fitPrefillPairs, fitWhole, fitRemainder} {
+	for _, f := range [...]int{fitPrefill, fitPrefillHit, fitPrefillPairs, fitWhole} {
 		m.fits[f].costed = true
 	}
 	return m
@@ -191,18 +207,24 @@ func (m *Model) Observe(o Observation) {
 	cached := 0
 	// hit: the engine served at least half the prompt from its cache.
 	hit := o.CachedReported && o.PromptTokens > 0 && o.CachedTokens*2 >= o.PromptTokens
+	// expected is what the index expected cached, in the engine's count as
+	// far as this request's two counts tell.
+	expected := float64(o.Expected.Cached)
+	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
+		expected *= float64(o.PromptTokens) / float64(o.EstimatedTokens)
+	}
 	if o.CachedReported {
 		m.wCached += w
 		cached = o.CachedTokens
-		switch x := o.Expected; {
-		case x.Cached > 0:
+		switch {
+		case o.Expected.Cached > 0:
 			// Borne out: the engine served at least half of what was
 			// expected (the rest may be the partial block the engine
 			// recomputes, or the estimate's count against the engine's).
-			bornOut := cached*2 >= x.Cached
-			m.resident.add(w, x.Distance, bornOut)
+			bornOut := float64(cached)*2 >= expected
+			m.resident.add(w, o.Expected.Distance, bornOut)
 			if bornOut {
-				m.fits[fitHitExpected].add(w, 0, min(float64(cached)/float64(x.Cached), 1))
+				m.fits[fitHitExpected].add(w, 0, min(float64(cached)/expected, 1))
 			}
 		case o.PromptTokens > 0:
 			m.fits[fitHitUnexpected].add(w, 0, min(float64(cached)/float64(o.PromptTokens), 1))
@@ -211,7 +233,7 @@ func (m *Model) Observe(o Observation) {
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
 		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
 		if rest := o.EstimatedTokens - o.Expected.Cached; o.Expected.Cached > 0 && rest > 0 && hit {
-			m.fits[fitRemainder].add(w, float64(rest), uncached(o.PromptTokens, cached))
+			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)-float64(rest)*float64(o.PromptTokens)/float64(o.EstimatedTokens))
 		}
 	}
 	tokens := uncached(o.PromptTokens, cached)
@@ -250,7 +272,7 @@ func (m *Model) publish() {
 	if m.wCached*2 > m.wAll {
 		flags |= flagCached
 	}
-	if hp := &m.fits[fitPrefillPairs]; hp.n >= warm && hp.residual() < m.fits[fitPrefillHit].residual() {
+	if hp := &m.fits[fitPrefillPairs]; hp.n >= warm && hp.residual() < pairsMargin*m.fits[fitPrefillHit].residual() {
 		flags |= flagPairs
 	}
 	for f := range m.fits {
@@ -353,7 +375,9 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	// The tokens to compute, in the engine's: the prompt past what is
 	// predicted cached, scaled by the prompts' ratio; where the index
 	// expects a prefix cached and the engine's hits have shown how their
-	// remainder is counted, that remainder by its own line.
+	// remainder is counted, that remainder, scaled, and its fixed part
+	// (which holds what the engine did not have of the expected prefix
+	// as well, where its hits lacked some).
 	ratio := 1.0
 	if flags&observed(fitTokens) != 0 {
 		ratio = max(lines[fitTokens][0], 0)
@@ -365,7 +389,7 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	cached := cachedExpected(flags, &lines, promptTokens, cachedTokens)
 	var tokens float64
 	if cachedTokens > 0 && flags&observed(fitRemainder) != 0 {
-		tokens = max(lines[fitRemainder][0]+lines[fitRemainder][1]*uncached(promptTokens, cachedTokens), 0) + max(float64(cachedTokens)-cached, 0)*ratio
+		tokens = max(lines[fitRemainder][0]+ratio*uncached(promptTokens, cachedTokens), 0)
 	} else {
 		tokens = uncached(promptTokens, cached) * ratio
 	}

@@ -332,28 +332,44 @@ func TestCachedShares(t *testing.T) {
 
 // TestRemainderLine: the engine's count of a hit's remainder (the part past
 // what the index expected cached) is a fixed part, the chat framing and
-// the last partial block, and a share of the question the estimate counts:
-// here 32 tokens and half the estimate's. A remainder the hits have not
-// shown (60 estimated) is predicted from the line, 62 tokens; a ratio of
-// the two counts, the mean of theirs, gave about 115.
+// the last partial block, and the question, counted as the engine counts
+// the estimate's tokens anywhere: here 32 tokens and the question's
+// estimate times the engine's ratio. A remainder the hits have not shown
+// (60 estimated) is predicted as that; a ratio of the two counts, the
+// mean of theirs, puts the fixed part on the question (about 160 tokens
+// for 107). An engine counting fewer tokens than the estimate (0.8) is
+// not taken to have held less of the prefix than it did: counted in the
+// estimate's terms, its full hits read as 80 % of the expectation, and
+// the fifth left predicted computed came to about 170 tokens more.
 func TestRemainderLine(t *testing.T) {
 	const (
 		perToken = 500 * time.Microsecond
 		fixed    = 10 * time.Millisecond
 	)
-	engine := func(rest int) int { return 32 + rest/2 }
-	m := New(Config{})
-	for i := range 30 {
-		rest := 10 * (1 + i%5)
-		m.Observe(Observation{
-			End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
-			PromptTokens: 1250 + engine(rest), EstimatedTokens: 1000 + rest, CachedTokens: 1250, CachedReported: true,
-			Expected: Expected{Cached: 1000}, Parts: Parts{Prefill: fixed + time.Duration(engine(rest))*perToken},
+	for _, tc := range []struct {
+		name  string
+		ratio float64 // the engine's tokens per estimated token
+	}{
+		{"an engine counting a quarter more than the estimate", 1.25},
+		{"an engine counting a fifth fewer", 0.8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			engine := func(n int) int { return int(math.Round(tc.ratio * float64(n))) }
+			remainder := func(rest int) int { return 32 + engine(rest) }
+			m := New(Config{})
+			for i := range 30 {
+				rest := 10 * (1 + i%5)
+				m.Observe(Observation{
+					End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
+					PromptTokens: engine(1000) + remainder(rest), EstimatedTokens: 1000 + rest, CachedTokens: engine(1000), CachedReported: true,
+					Expected: Expected{Cached: 1000}, Parts: Parts{Prefill: fixed + time.Duration(remainder(rest))*perToken},
+				})
+			}
+			p, _ := m.Predict(3*time.Second, 1060, Expected{Cached: 1000}, Load{})
+			if want := fixed + time.Duration(remainder(60))*perToken; !within(p.Parts[Prefill], want, 0.05) {
+				t.Errorf("a hit of 60 tokens past the expected prefix (the estimate's): prefill %v, want %v (%d of the engine's)", p.Parts[Prefill], want, remainder(60))
+			}
 		})
-	}
-	p, _ := m.Predict(3*time.Second, 1060, Expected{Cached: 1000}, Load{})
-	if want := fixed + time.Duration(engine(60))*perToken; !within(p.Parts[Prefill], want, 0.05) {
-		t.Errorf("a hit of 60 tokens past the expected prefix (the estimate's): prefill %v, want %v (%d of the engine's)", p.Parts[Prefill], want, engine(60))
 	}
 }
 

@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -157,6 +158,36 @@ func TestHitPrefillPairs(t *testing.T) {
 		p, _ := m.Predict(2*time.Second, c+40, Expected{Cached: c}, Load{})
 		if want := cost(40, c); !within(p.Parts[Prefill], want, 0.05) {
 			t.Errorf("a hit of 40 tokens past %d cached: prefill %v, want %v", c, p.Parts[Prefill], want)
+		}
+	}
+}
+
+// TestHitPrefillTokens: on an engine whose per-token layers are a hit's
+// cost (a large model on an accelerator: attention over the context is a
+// small share), hits of 30 to 50 tokens past one prompt of 1,000 cached,
+// with 5 % noise, fit both lines alike, and the pairs' line must not be
+// taken on that noise: it would put a hit past 4,000 cached at about
+// three times its cost. Fifty noise draws, each held to 20 %.
+func TestHitPrefillTokens(t *testing.T) {
+	const (
+		fixed    = 5 * time.Millisecond
+		perToken = 400 * time.Microsecond
+	)
+	for seed := range uint64(50) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		m := New(Config{})
+		for i := range 40 {
+			n := 30 + rng.IntN(21)
+			cost := float64(fixed+time.Duration(n)*perToken) * (0.95 + 0.1*rng.Float64())
+			m.Observe(Observation{
+				End: time.Duration(i) * 50 * time.Millisecond, FirstToken: true,
+				PromptTokens: 1000 + n, EstimatedTokens: 1000 + n, CachedTokens: 1000, CachedReported: true,
+				Expected: Expected{Cached: 1000}, Parts: Parts{Prefill: time.Duration(cost)},
+			})
+		}
+		p, _ := m.Predict(2*time.Second, 4040, Expected{Cached: 4000}, Load{})
+		if want := fixed + 40*perToken; !within(p.Parts[Prefill], want, 0.2) {
+			t.Errorf("noise draw %d: a hit of 40 tokens past 4,000 cached: prefill %v, want %v", seed, p.Parts[Prefill], want)
 		}
 	}
 }
