@@ -146,7 +146,15 @@ func run(ctx context.Context, o *options) error {
 		base.capacity, base.clients, base.calibrate = c, clients, o.calibrate
 		fmt.Fprintf(os.Stderr, "capacity %.2f requests/s; sending %.2f/s\n", c, base.rate)
 	}
+	// The targets are read where both policies they compare ran; those of
+	// the seeds done are printed even when a later one fails.
+	judge := slices.Contains(o.policies, gateway.PolicyLeastLoad) && slices.Contains(o.policies, gateway.PolicyLeastTTFT)
 	var targets []seedTargets
+	defer func() {
+		if judge {
+			writeTargets(os.Stdout, targets)
+		}
+	}()
 	for i := range o.seeds {
 		so := *o
 		so.seed += uint64(i)
@@ -164,11 +172,8 @@ func run(ctx context.Context, o *options) error {
 			return fmt.Errorf("seed %d: %w", so.seed, err)
 		}
 		rep.write(os.Stdout)
-		if t, ok := targetsOf(&rep); ok {
-			targets = append(targets, t)
-		}
+		targets = append(targets, targetsOf(&rep))
 	}
-	writeTargets(os.Stdout, targets)
 	return nil
 }
 

@@ -10,8 +10,8 @@ import (
 	"github.com/ttftlens/ttftlens/gateway"
 )
 
-// The issue's targets for least_ttft (docs/routing.md), each read from one
-// seed's runs.
+// The targets least_ttft is held to (BENCHMARKS.md, "Routing for the
+// first token"), each read from one seed's runs.
 const (
 	targetP99Cut   = 0.30 // TTFT p99 at least this share below least_load's
 	targetHitRatio = 2.0  // the prefix-cache hit share at least this many times least_load's
@@ -20,7 +20,10 @@ const (
 
 // seedTargets are one seed's figures the targets are judged on.
 type seedTargets struct {
-	seed             uint64
+	seed uint64
+	// complete says least_load and least_ttft each completed a request:
+	// a seed without is shown, and meets no target.
+	complete         bool
 	loadP99, ttftP99 time.Duration
 	loadHit, ttftHit float64
 	// predicted is how many least_ttft requests had a prediction, and
@@ -38,9 +41,8 @@ type seedTargets struct {
 	slowWorst, heldP90     float64
 }
 
-// targetsOf reads a seed's report: ok is false unless both least_load and
-// least_ttft ran with complete requests.
-func targetsOf(r *report) (t seedTargets, ok bool) {
+// targetsOf reads a seed's report.
+func targetsOf(r *report) seedTargets {
 	var load, ttft *policyResult
 	for i := range r.results {
 		switch res := &r.results[i]; {
@@ -52,19 +54,22 @@ func targetsOf(r *report) (t seedTargets, ok bool) {
 		}
 	}
 	if load == nil || ttft == nil {
-		return t, false
+		return seedTargets{seed: r.seed}
 	}
-	t = seedTargets{seed: r.seed, loadP99: load.ttftP99, ttftP99: ttft.ttftP99, loadHit: load.hitShare(), ttftHit: ttft.hitShare(),
+	t := seedTargets{seed: r.seed, complete: true, loadP99: load.ttftP99, ttftP99: ttft.ttftP99, loadHit: load.hitShare(), ttftHit: ttft.hitShare(),
 		predicted: ttft.predicted, errP50: ttft.errP50, errP90: ttft.errP90}
 	if h := r.held; h != nil {
 		slow := len(h.perEngine) - 1
 		t.held, t.heldP90, t.heldRequests, t.refused = true, h.errP90, h.requests, h.refused
 		t.slowServed, t.slowMissed, t.slowWorst = h.perEngine[slow], h.sloMissed[slow], h.worstMiss[slow]
 	}
-	return t, true
+	return t
 }
 
 func (t *seedTargets) p99Change() float64 {
+	if t.loadP99 <= 0 {
+		return 0
+	}
 	return float64(t.ttftP99-t.loadP99) / float64(t.loadP99)
 }
 
@@ -75,15 +80,20 @@ func (t *seedTargets) hitRatio() float64 {
 	return t.ttftHit / t.loadHit
 }
 
-// The verdicts.
-func (t *seedTargets) p99Met() bool { return -t.p99Change() >= targetP99Cut }
-func (t *seedTargets) hitMet() bool { return t.hitRatio() >= targetHitRatio }
-func (t *seedTargets) errMet() bool { return t.predicted > 0 && t.errP50 <= targetErrP50 }
-func (t *seedTargets) sloMet() bool { return t.slowMissed == 0 || t.slowWorst <= t.heldP90 }
+// The verdicts: a seed without a complete request under either policy
+// meets none; an SLO run that refused every request shows nothing, and
+// does not meet its target either.
+func (t *seedTargets) p99Met() bool { return t.complete && -t.p99Change() >= targetP99Cut }
+func (t *seedTargets) hitMet() bool { return t.complete && t.hitRatio() >= targetHitRatio }
+func (t *seedTargets) errMet() bool {
+	return t.complete && t.predicted > 0 && t.errP50 <= targetErrP50
+}
+func (t *seedTargets) sloMet() bool {
+	return t.complete && t.held && !t.refusedAll() && (t.slowMissed == 0 || t.slowWorst <= t.heldP90)
+}
 
-// sloJudged says the SLO run served a request: one that refused them all
-// shows nothing of where the requests it served would have gone.
-func (t *seedTargets) sloJudged() bool { return t.held && t.refused < t.heldRequests }
+// refusedAll says the SLO run refused every request it measured.
+func (t *seedTargets) refusedAll() bool { return t.held && t.refused >= t.heldRequests }
 
 // writeTargets prints each seed's figures, their medians, and how many
 // seeds met each target: a run is one draw of a spread the investigation
@@ -93,11 +103,15 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	if len(ts) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nThe targets (docs/routing.md), `least_ttft` against `least_load`, seed by seed:\n\n"+
+	fmt.Fprint(w, "\nThe targets (BENCHMARKS.md), `least_ttft` against `least_load`, seed by seed, each seed at the rate calibrated once on the first one's workload:\n\n"+
 		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
 		"| --- | --- | --- | --- | --- | --- | --- |\n")
 	for i := range ts {
 		t := &ts[i]
+		if !t.complete {
+			fmt.Fprintf(w, "| %d | no complete request under `least_load` or `least_ttft` | | | | | |\n", t.seed)
+			continue
+		}
 		errs := "—"
 		if t.predicted > 0 {
 			errs = fmt.Sprintf("%.0f %% / %.0f %%", 100*t.errP50, 100*t.errP90)
@@ -123,7 +137,7 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 			return v[n/2]
 		}
 	}
-	all := func(*seedTargets) bool { return true }
+	complete := func(t *seedTargets) bool { return t.complete }
 	count := func(f func(t *seedTargets) bool) (n int) {
 		for i := range ts {
 			if f(&ts[i]) {
@@ -134,28 +148,27 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	}
 	fmt.Fprint(w, "\n| target | seeds that met it | the median over the seeds |\n| --- | --- | --- |\n")
 	fmt.Fprintf(w, "| TTFT p99 at least %.0f %% below `least_load`'s | %d of %d | %s |\n",
-		100*targetP99Cut, count((*seedTargets).p99Met), len(ts), signedPct(med((*seedTargets).p99Change, all)))
+		100*targetP99Cut, count((*seedTargets).p99Met), len(ts), signedPct(med((*seedTargets).p99Change, complete)))
 	fmt.Fprintf(w, "| prefix-cache hit share at least %g× `least_load`'s | %d of %d | %.2f× |\n",
-		targetHitRatio, count((*seedTargets).hitMet), len(ts), med((*seedTargets).hitRatio, all))
+		targetHitRatio, count((*seedTargets).hitMet), len(ts), med((*seedTargets).hitRatio, complete))
 	errP50 := "—"
-	if v := med(func(t *seedTargets) float64 { return t.errP50 }, func(t *seedTargets) bool { return t.predicted > 0 }); !math.IsNaN(v) {
-		errP50 = fmt.Sprintf("%.0f %%", 100*v)
+	if v := med(func(t *seedTargets) float64 { return t.errP50 }, func(t *seedTargets) bool { return t.complete && t.predicted > 0 }); !math.IsNaN(v) {
+		errP50 = fmt.Sprintf("%.1f %%", 100*v)
 	}
 	fmt.Fprintf(w, "| prediction error p50 at most %.0f %% (a seed without predictions misses it) | %d of %d | %s |\n",
 		100*targetErrP50, count((*seedTargets).errMet), len(ts), errP50)
 	if held := count(func(t *seedTargets) bool { return t.held }); held > 0 {
-		judged := count((*seedTargets).sloJudged)
-		fmt.Fprintf(w, "| held to an SLO below the slow engine's TTFT, none it served past the SLO by more than the prediction error p90 (a run that refused every request shows nothing) | %d of %d%s | — |\n",
-			count(func(t *seedTargets) bool { return t.sloJudged() && t.sloMet() }), judged, refusedAll(held-judged))
+		fmt.Fprintf(w, "| held to an SLO below the slow engine's TTFT, none it served past the SLO by more than the prediction error p90 (an SLO run that refused every request does not meet it) | %d of %d%s | — |\n",
+			count((*seedTargets).sloMet), held, refusedAllText(count((*seedTargets).refusedAll)))
 	}
 }
 
-// refusedAll says how many SLO runs refused every request, if any did.
-func refusedAll(n int) string {
+// refusedAllText says how many SLO runs refused every request, if any did.
+func refusedAllText(n int) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (%d more refused every request)", n)
+	return fmt.Sprintf(" (%d refused every request)", n)
 }
 
 // heldText is the SLO run's column: — when none ran.
@@ -163,7 +176,7 @@ func (t *seedTargets) heldText() string {
 	if !t.held {
 		return "—"
 	}
-	if !t.sloJudged() {
+	if t.refusedAll() {
 		return fmt.Sprintf("refused all %d", t.heldRequests)
 	}
 	latest := "—"

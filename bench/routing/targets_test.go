@@ -34,28 +34,28 @@ func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCac
 
 func TestTargetsOf(t *testing.T) {
 	r := seedReport(4, 10*time.Second, 2500*time.Millisecond, 400*500, 400*1200, 0.27, 0.5)
-	got, ok := targetsOf(&r)
-	if !ok {
-		t.Fatal("not read")
-	}
-	want := seedTargets{seed: 4, loadP99: 10 * time.Second, ttftP99: 2500 * time.Millisecond, loadHit: 500.0 / 1480, ttftHit: 1200.0 / 1480,
+	want := seedTargets{seed: 4, complete: true, loadP99: 10 * time.Second, ttftP99: 2500 * time.Millisecond, loadHit: 500.0 / 1480, ttftHit: 1200.0 / 1480,
 		predicted: 390, errP50: 0.27, errP90: 0.9, held: true, heldRequests: 400, refused: 325, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
-	if got != want {
+	if got := targetsOf(&r); got != want {
 		t.Errorf("targetsOf = %+v, want %+v", got, want)
 	}
 	r.results = r.results[:2] // no least_ttft
-	if _, ok := targetsOf(&r); ok {
-		t.Error("read without least_ttft")
+	if got := targetsOf(&r); got.complete {
+		t.Errorf("complete without least_ttft: %+v", got)
 	}
 	r = seedReport(4, 10*time.Second, 2500*time.Millisecond, 400*500, 400*1200, 0.27, -1)
 	r.results[1].errors = r.results[1].requests // least_load completed nothing
-	if _, ok := targetsOf(&r); ok {
-		t.Error("read without a complete least_load request")
+	got := targetsOf(&r)
+	if got.complete {
+		t.Errorf("complete without a complete least_load request: %+v", got)
+	}
+	if got.p99Met() || got.hitMet() || got.errMet() || got.sloMet() {
+		t.Errorf("an incomplete seed met a target: %+v", got)
 	}
 }
 
 func TestVerdicts(t *testing.T) {
-	base := seedTargets{loadP99: 10 * time.Second, ttftP99: 7 * time.Second, loadHit: 0.4, ttftHit: 0.8, predicted: 200, errP50: 0.2,
+	base := seedTargets{complete: true, loadP99: 10 * time.Second, ttftP99: 7 * time.Second, loadHit: 0.4, ttftHit: 0.8, predicted: 200, errP50: 0.2,
 		held: true, heldRequests: 300, refused: 200, slowMissed: 2, slowWorst: 0.34, heldP90: 0.34}
 	tests := []struct {
 		name                  string
@@ -70,12 +70,13 @@ func TestVerdicts(t *testing.T) {
 		{"the latest past the SLO by more than the p90", func(t *seedTargets) { t.slowWorst = 0.5 }, true, true, true, false},
 		{"none past the SLO", func(t *seedTargets) { t.slowMissed, t.slowWorst = 0, 0 }, true, true, true, true},
 		{"every request refused", func(t *seedTargets) { t.refused = t.heldRequests }, true, true, true, false},
+		{"no SLO run", func(t *seedTargets) { t.held = false }, true, true, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := base
 			tc.edit(&s)
-			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloJudged() && s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
+			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
 				t.Errorf("met (p99, hit share, error, SLO) = %v, want %v", got, [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo})
 			}
 		})
@@ -91,14 +92,11 @@ func TestWriteTargets(t *testing.T) {
 		seedReport(4, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0.18, -1),
 		seedReport(5, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0, -1),
 	} {
-		tg, ok := targetsOf(&r)
-		if !ok {
-			t.Fatalf("seed %d not read", r.seed)
-		}
-		ts = append(ts, tg)
+		ts = append(ts, targetsOf(&r))
 	}
 	ts[4].predicted = 0                                            // its error p50 is left out of the median
-	ts[3].held, ts[3].heldRequests, ts[3].refused = true, 400, 400 // refused all: not judged
+	ts[3].held, ts[3].heldRequests, ts[3].refused = true, 400, 400 // refused all: not met
+	ts = append(ts, seedTargets{seed: 6})                          // least_ttft completed nothing: a miss everywhere
 	var b bytes.Buffer
 	writeTargets(&b, ts)
 	golden(t, "targets", b.String())
