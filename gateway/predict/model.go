@@ -50,14 +50,15 @@ const (
 	fitPrefillHit
 	// The hits' prefill against their attention work (pairs: the tokens
 	// computed times the context each attends to), taken in place of the
-	// hits' line where it fits them better (flagPairs): on an engine whose
+	// hits' line where it fits them clearly better (flagPairs: its
+	// residual under pairsMargin of the other's). On an engine whose
 	// attention dominates a hit's cost (the reference engine's small
-	// model), the cost grows with the cached context, which a line over the
+	// model) the cost grows with the cached context, which a line over the
 	// tokens computed cannot see; on one whose per-token layers dominate
-	// (a large model on an accelerator), it does not. In the routing
+	// (a large model on an accelerator) it does not. In the routing
 	// benchmark's records, lines fitted after the fact over each upstream's
-	// hits were 13 % off their prefill at the median over the tokens
-	// computed, 10 % over pairs.
+	// hits (the engine's counts) were 13 % off their prefill at the median
+	// over the tokens computed, 10 % over pairs.
 	fitPrefillPairs
 	fitFirstDecode  // a mean
 	fitUnattributed // a mean: the network, for an engine that splits its time
@@ -85,12 +86,12 @@ const (
 	// beyond the question (the chat framing, the last partial block,
 	// which it computes again). A remainder is predicted as that part
 	// plus the estimate's remainder scaled by fitTokens' ratio. In the
-	// routing benchmark's records, the estimate's remainder times a ratio
-	// of its own (the model's until 2026-12-06) was 22 % off the engine's
-	// count at the median, a line fitted after the fact 10 %, about 39
-	// tokens and a third of the estimate's; that third, taken for the
-	// slope, would predict a conversation's long new turn at a third of
-	// its tokens, so the prompts' ratio is the slope.
+	// routing benchmark's records, a ratio of the two counts fitted after
+	// the fact (the model's way until 2026-12-06) was 21 % off the
+	// engine's count at the median, a line 10 %, about 39 tokens and a
+	// third of the estimate's; that third, taken for the slope, would
+	// predict a conversation's long new turn at a third of its tokens, so
+	// the prompts' ratio is the slope.
 	fitRemainder
 	numFits
 )
