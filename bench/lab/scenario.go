@@ -91,7 +91,7 @@ func Scenarios() []Scenario {
 			Name: "buffered_downstream", Cause: "a reverse proxy between the client and ttftlens holds each response whole",
 			// 64 tokens: the held response adds about 100 ms, well past a
 			// slow moment of the client's side in the baseline (24 added
-			// ~30 ms, and once only 2.4 ms beside a baseline whose outside
+			// 29 to 57 ms, and once only 2.4 ms beside a baseline whose outside
 			// was 17 ms: the share fell to 69 %).
 			Load: load(1, 5, 64), Downstream: true, Expect: bench.Outside,
 			Note: "ttftlens flushed the first token on time: the wait is outside it, between its socket and the client",
