@@ -47,8 +47,17 @@ func (t *hubTransport) Publish(ctx context.Context, msgs [][]byte) error {
 	t.h.mu.Unlock()
 	for _, msg := range msgs {
 		for _, s := range subs {
+			m := append([]byte(nil), msg...)
+			// Delivered at once where there is room, whatever ctx says: a
+			// publish stopped half-way through its subscribers, some of
+			// which had the message, would be counted as never sent.
 			select {
-			case s.in <- append([]byte(nil), msg...):
+			case s.in <- m:
+				continue
+			default:
+			}
+			select {
+			case s.in <- m:
 			case <-s.closed: // gone: nothing for it
 			case <-ctx.Done():
 				return ctx.Err()

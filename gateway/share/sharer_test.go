@@ -266,3 +266,31 @@ func (g *gatedTransport) Receive(ctx context.Context) ([]byte, error) {
 }
 
 func (g *gatedTransport) Close() error { return nil }
+
+// TestHubDeliversWhatHasRoom: a publish whose context ends while it
+// delivers still delivers to every subscriber with room, and says so:
+// the replica stopping as its message went out counted it dropped though
+// the others had it (TestSharersApplyEachOthers failed under load, "sent
+// 2 and 0"). With the context already done, twenty publishes to two
+// subscribers each deliver both and report no error.
+func TestHubDeliversWhatHasRoom(t *testing.T) {
+	h := &Hub{}
+	a, b := h.Transport(), h.Transport()
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		if err := a.Publish(ctx, [][]byte{{byte(i)}}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	for _, tr := range []Transport{a, b} {
+		for i := range 20 {
+			msg, err := tr.Receive(context.Background())
+			if err != nil || len(msg) != 1 || msg[0] != byte(i) {
+				t.Fatalf("message %d: %v, %v", i, msg, err)
+			}
+		}
+	}
+}
