@@ -30,8 +30,9 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // allowed, unless one within what is left of the SLO was chosen to stay
 // home or to place a prompt), is predicted to miss it; nil when it is
 // predicted to meet it, when there is no SLO, or when there is no
-// prediction (a cold model refuses nothing). Retry-After is the predicted excess, at least a
-// second: roughly how long the queue that makes it needs to drain.
+// prediction (a cold model refuses nothing). Retry-After is the predicted
+// excess, at least a second: roughly how long the queue that makes it
+// needs to drain.
 func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
 	if slo <= 0 || !c.Predicted {
 		return nil

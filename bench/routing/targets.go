@@ -31,10 +31,10 @@ type seedTargets struct {
 	predicted      int
 	errP50, errP90 float64
 	// held says the SLO run ran: its requests and those refused; the
-	// requests its slow engine served; of
-	// those routed there with a prediction, how many passed the SLO and
-	// the latest by how much (a share of the SLO); heldP90 is that run's
-	// prediction error p90, what the latest may pass the SLO by.
+	// requests its slow engine served; of those routed there with a
+	// prediction, how many passed the SLO and the latest by how much (a
+	// share of the SLO); heldP90 is that run's prediction error p90, what
+	// the latest may pass the SLO by.
 	held                   bool
 	heldRequests, refused  int
 	slowServed, slowMissed int

@@ -68,8 +68,8 @@ const (
 	// reported cached (at most 1; the expectation taken in the engine's
 	// count by the request's ratio of its two counts, so that an engine
 	// counting fewer tokens than the estimate is not taken to have held
-	// less of it), over the hits among requests it
-	// expected some on (whether it will hit is residency's); and the share
+	// less of it), over the hits among requests it expected some on
+	// (whether it will hit is residency's); and the share
 	// of the prompt the engine reported cached where the index expected
 	// none (an engine that kept a prefix the index has not seen it serve).
 	// Means; Predict's cached tokens are scaled by them.
@@ -152,10 +152,10 @@ func New(c Config) *Model {
 		c.HalfLife = DefaultHalfLife
 	}
 	m := &Model{halfLife: float64(c.HalfLife)}
-	// A prompt's cost has no fixed part below zero. (A line kept below the axis, fitted across a slowdown, the old
-	// fast requests at small prompts and the new slow ones at larger,
-	// predicted no prefill at all for small prompts, and the slowed engine
-	// kept getting them.)
+	// A prompt's cost has no fixed part below zero. (A line kept below the
+	// axis, fitted across a slowdown, the old fast requests at small
+	// prompts and the new slow ones at larger, predicted no prefill at all
+	// for small prompts, and the slowed engine kept getting them.)
 	for _, f := range [...]int{fitPrefill, fitPrefillHit, fitPrefillPairs, fitWhole} {
 		m.fits[f].costed = true
 	}
@@ -208,12 +208,14 @@ func (m *Model) Observe(o Observation) {
 	cached := 0
 	// hit: the engine served at least half the prompt from its cache.
 	hit := o.CachedReported && o.PromptTokens > 0 && o.CachedTokens*2 >= o.PromptTokens
-	// expected is what the index expected cached, in the engine's count as
-	// far as this request's two counts tell.
-	expected := float64(o.Expected.Cached)
+	// ratio is this request's engine tokens per estimated token (1 without
+	// both counts); expected, what the index expected cached, in the
+	// engine's count as far as that ratio tells.
+	ratio := 1.0
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
-		expected *= float64(o.PromptTokens) / float64(o.EstimatedTokens)
+		ratio = float64(o.PromptTokens) / float64(o.EstimatedTokens)
 	}
+	expected := float64(o.Expected.Cached) * ratio
 	if o.CachedReported {
 		m.wCached += w
 		cached = o.CachedTokens
@@ -232,9 +234,9 @@ func (m *Model) Observe(o Observation) {
 		}
 	}
 	if o.EstimatedTokens > 0 && o.PromptTokens > 0 {
-		m.fits[fitTokens].add(w, 0, float64(o.PromptTokens)/float64(o.EstimatedTokens))
+		m.fits[fitTokens].add(w, 0, ratio)
 		if rest := o.EstimatedTokens - o.Expected.Cached; o.Expected.Cached > 0 && rest > 0 && hit {
-			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)-float64(rest)*float64(o.PromptTokens)/float64(o.EstimatedTokens))
+			m.fits[fitRemainder].add(w, 0, uncached(o.PromptTokens, cached)-float64(rest)*ratio)
 		}
 	}
 	tokens := uncached(o.PromptTokens, cached)
