@@ -33,8 +33,12 @@ type Choice struct {
 	// measured long ago, or its last probe came sooner than the
 	// prediction it passed over (probeAge). Passed is then the soonest
 	// prediction of the others (before a new prompt's placement).
-	Probe  bool
-	Passed time.Duration
+	// PastSLO says the probe is a request whose SLO its (stale)
+	// prediction misses, sent rather than refused (sloProbeAge); Passed
+	// is then what was left of the SLO.
+	Probe   bool
+	PastSLO bool
+	Passed  time.Duration
 	// Expected is what the prefix index expected of the chosen upstream's
 	// prefix cache: the blocks it matched there, 16 tokens each (none when
 	// it has not seen the upstream serve them), and the distance the
@@ -80,9 +84,15 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // nothing in flight; a request that states an SLO probes only one with no
 // model at all. Otherwise it is passed over. Failing such a probe, an
 // upstream whose model was measured long ago, or is to be probed again,
-// is probed (probeAge), unless it is the soonest already. While no
-// upstream has a prediction, prefix affinity chooses (affinity). Commit
-// records the choice.
+// is probed (probeAge), unless it is the soonest already. A request whose
+// SLO the soonest prediction misses is sent there as a probe, not
+// refused (RefuseSLO), when that upstream's model was measured
+// sloProbeAge ago or more, or its last such probe met the SLO, and it
+// has nothing in flight: refused requests teach no model, and a route
+// whose every request states the SLO would otherwise stay refused on
+// what its engines did long ago. While no upstream has a
+// prediction, prefix affinity chooses (affinity). Commit records the
+// choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -157,6 +167,10 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	if probe.Upstream != nil && c.Predicted && probe.Upstream != c.Upstream {
 		probe.Passed = soonest
 		c = probe
+	}
+	if u := c.Upstream; c.Predicted && !c.Probe && slo > 0 && spent+c.Prediction.Total > slo &&
+		(c.Prediction.Age >= sloProbeAge(u) || u.reprobe.Load()) && u.outstanding.Load() == 0 {
+		c.Probe, c.PastSLO, c.Passed = true, true, slo-spent // not refused on a stale prediction (docs/routing.md, "TTFT SLOs")
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -234,6 +248,21 @@ func (p *Pool) bound(total int64, avail int) int64 {
 // again: the model forgets what it learned before the quiet spell over a
 // few half-lives of new observations, not at the first.
 const probeAge = 5 * predict.DefaultHalfLife
+
+// maxSLOBackoff bounds sloProbeAge's doubling: at most 16 probeAges
+// (160 s) between probes past an SLO.
+const maxSLOBackoff = 4
+
+// sloProbeAge is how long u's model must go unobserved before a request
+// whose SLO its prediction misses is sent there as a probe rather than
+// refused: probeAge, doubled for each such probe in a row that missed the
+// SLO as predicted (up to maxSLOBackoff times). A route whose SLO no
+// upstream can meet then sends a probe at 10, 20, 40, 80 s, and every
+// 160 s after, not one each 10 s; one admitted on its prediction, or a
+// probe that met the SLO, starts the count again.
+func sloProbeAge(u *Upstream) time.Duration {
+	return probeAge << min(max(u.sloBackoff.Load(), 0), maxSLOBackoff)
+}
 
 // placeWithin bounds what placing a prompt, or keeping a request where
 // its prefix is held, may cost the request: twice the soonest prediction.
@@ -342,8 +371,10 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     reported, if it did; Expected: Choice.Expected.
 //   - Load: Choice.Load, the load the request was routed with.
 //
-// A probe (c.Probe) that came sooner than the prediction it passed over
-// has u probed again (probeAge). A prefix the choice counted as cached on
+// A probe (c.Probe) that came sooner than the prediction it passed over,
+// or a probe past an SLO (c.PastSLO) that met it, has u probed again
+// (probeAge, sloProbeAge); one past an SLO that missed it doubles the
+// wait for the next such probe. A prefix the choice counted as cached on
 // u, which the engine reported it computed, is counted into u's computed
 // tokens now: the distances of the prefixes behind it must see what the
 // engine's cache really took, or a thrashing engine's would stay short,
@@ -358,10 +389,20 @@ func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	if o.FirstToken && u.leastTTFT.Load() {
 		u.g.publishObserved(u, &o)
 	}
-	if c.Probe {
+	switch {
+	case c.PastSLO:
+		met := o.FirstToken && o.Parts.Sum() <= c.Passed
+		u.reprobe.Store(met)
+		if met {
+			u.sloBackoff.Store(0)
+		} else if n := u.sloBackoff.Load(); n < maxSLOBackoff {
+			u.sloBackoff.Store(n + 1)
+		}
+	case c.Probe:
 		u.reprobe.Store(o.FirstToken && o.Parts.Sum() < c.Passed)
-	} else if c.Predicted {
+	case c.Predicted:
 		u.reprobe.Store(false)
+		u.sloBackoff.Store(0)
 	}
 	if x := c.Expected; x.Cached > 0 && !c.Prediction.Evicted && o.CachedReported && o.CachedTokens*2 < x.Cached {
 		u.computed.Add(uint64(x.Cached))

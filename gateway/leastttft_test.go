@@ -373,6 +373,113 @@ func TestLeastTTFTProbe(t *testing.T) {
 	}
 }
 
+// TestLeastTTFTStaleRefusal: a route whose every request states an SLO is
+// not refused for ever on what its engines did long ago. While the models
+// are fresh, a request predicted past its SLO is refused; once the soonest
+// was measured probeAge ago, the next is sent there as a probe (never
+// while one is in flight there), and while probes come sooner than
+// predicted they follow one another until the model predicts the SLO met
+// and requests are admitted on their prediction.
+func TestLeastTTFTStaleRefusal(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 3, 0)
+	ups := r.Pool.Upstreams
+	slow := engine{perToken: time.Millisecond, perAhead: 100 * time.Millisecond} // ~1 s for 1,000 tokens
+	for _, u := range ups {
+		slow.teach(u, clk.Now())
+	}
+	const slo = 500 * time.Millisecond
+	ask := func() (Choice, *Rejection) {
+		t.Helper()
+		req := ttftRequest(r, 1000)
+		req.SLO = slo
+		c, rej := s.Choose(req, nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		return c, RefuseSLO(&c, slo, 0)
+	}
+	if c, rej := ask(); rej == nil {
+		t.Fatalf("fresh models predicting %v: not refused (%+v)", c.Prediction.Total, c)
+	}
+	clk.Advance(probeAge)
+	fast := engine{perToken: 50 * time.Microsecond} // ~80 ms now
+	var probes int
+	for {
+		if probes > 40 {
+			t.Fatalf("still probing after %d probes", probes)
+		}
+		c, rej := ask()
+		if rej != nil {
+			t.Fatalf("refused after %d probes (predicted %v, last observed %v ago)", probes, c.Prediction.Total, c.Prediction.Age)
+		}
+		if !c.Probe {
+			if c.Prediction.Total > slo {
+				t.Fatalf("admitted unprobed, predicted %v past the SLO", c.Prediction.Total)
+			}
+			t.Logf("admitted on its prediction (%v) after %d probes", c.Prediction.Total, probes)
+			break
+		}
+		probes++
+		if !c.Predicted || c.Prediction.Total <= slo {
+			t.Fatalf("probe %d: predicted %v (%v); want a prediction past the SLO", probes, c.Predicted, c.Prediction.Total)
+		}
+		release, rej := c.Upstream.Acquire(nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		if again, _ := ask(); again.Probe && again.Upstream == c.Upstream {
+			t.Fatalf("%s probed again while a probe is in flight", c.Upstream.Name)
+		}
+		clk.Advance(100 * time.Millisecond)
+		c.Upstream.Observe(&c, fast.observation(clk.Now(), 1000, 0, 0))
+		release()
+	}
+	if probes == 0 {
+		t.Fatal("admitted with no probe")
+	}
+}
+
+// TestLeastTTFTSLOProbeBackoff: on a route whose SLO no upstream can
+// meet, a probe past the SLO that misses it, as predicted, doubles the
+// wait before the next (sloProbeAge): probes come 10, 20, 40, 80, 160 and
+// 160 s apart, not every 10 s. Counting probes, the test asks each 10 s.
+func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	slow := engine{perToken: time.Millisecond}
+	slow.teach(u, clk.Now())
+	const slo = 500 * time.Millisecond
+	var gaps []time.Duration
+	last := clk.Now()
+	for len(gaps) < 6 {
+		clk.Advance(probeAge)
+		req := ttftRequest(r, 1000)
+		req.SLO = slo
+		c, rej := s.Choose(req, nil)
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		if refused := RefuseSLO(&c, slo, 0); refused != nil {
+			continue
+		}
+		if !c.PastSLO {
+			t.Fatalf("admitted, not as a probe past the SLO: %+v", c)
+		}
+		gaps = append(gaps, clk.Now()-last)
+		clk.Advance(time.Second)
+		u.Observe(&c, slow.observation(clk.Now(), 1000, 0, 0)) // as slow as predicted
+		last = clk.Now()
+	}
+	want := []time.Duration{probeAge, 2 * probeAge, 4 * probeAge, 8 * probeAge, 16 * probeAge, 16 * probeAge}
+	for i := range want {
+		// Asked each probeAge, a probe comes at the first ask at least its
+		// age after the last probe's end (a second after it was sent).
+		if gaps[i] < want[i] || gaps[i] >= want[i]+probeAge {
+			t.Fatalf("probes came %v apart; want %v (each up to %v later)", gaps, want, probeAge)
+		}
+	}
+}
+
 // TestLeastTTFTBound: an upstream predicted at zero is not buried: no
 // choice takes an upstream at or over the bound, ⌈1.25·(total+1)/n⌉ plus
 // the pool's slack. With the default slack it takes the first requests

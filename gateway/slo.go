@@ -29,12 +29,13 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // choice of its least_ttft pool (the lowest prediction the load bound
 // allowed, unless one within what is left of the SLO was chosen to stay
 // home or to place a prompt), is predicted to miss it; nil when it is
-// predicted to meet it, when there is no SLO, or when there is no
-// prediction (a cold model refuses nothing). Retry-After is the predicted
+// predicted to meet it, when there is no SLO, when there is no
+// prediction (a cold model refuses nothing), or when c is a probe (a model
+// measured long ago refuses nothing either). Retry-After is the predicted
 // excess, at least a second: roughly how long the queue that makes it
 // needs to drain.
 func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
-	if slo <= 0 || !c.Predicted {
+	if slo <= 0 || !c.Predicted || c.Probe {
 		return nil
 	}
 	predicted := elapsed + c.Prediction.Total

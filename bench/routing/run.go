@@ -129,16 +129,17 @@ type policyResult struct {
 	// and their prediction error p50.
 	cache [2][2]cacheCell
 	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
-	// and per engine, of those routed with a prediction, the ones served
+	// and per engine, of those routed on a prediction, the ones served
 	// later than the SLO and the latest, by how much over the SLO (a share
-	// of it); of those routed without one (a cold model: nothing to
-	// refuse on), how many, and how many came later than the SLO.
-	slo               time.Duration
-	refused           int
-	sloMissed         []int
-	worstMiss         []float64
-	unpredicted       []int
-	unpredictedMissed []int
+	// of it); of the probes (routed without a prediction, a cold model
+	// refusing nothing, or past a stale one), how many, and how many came
+	// later than the SLO.
+	slo          time.Duration
+	refused      int
+	sloMissed    []int
+	worstMiss    []float64
+	probes       []int
+	probesMissed []int
 }
 
 // hitShare is the cached share of the prompt tokens (0 when none).
@@ -213,7 +214,7 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) policyResult {
 	n := len(st.engines)
 	res := policyResult{policy: policy, slo: slo, perEngine: make([]int, n), engineP50: make([]time.Duration, n),
-		sloMissed: make([]int, n), worstMiss: make([]float64, n), unpredicted: make([]int, n), unpredictedMissed: make([]int, n)}
+		sloMissed: make([]int, n), worstMiss: make([]float64, n), probes: make([]int, n), probesMissed: make([]int, n)}
 	var ttft []time.Duration
 	var byStage [stages.NumStages][]time.Duration
 	byEngine := make([][]time.Duration, n)
@@ -271,10 +272,10 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 		byEngine[e] = append(byEngine[e], f.ttft)
 		late := slo > 0 && f.ttft > slo
 		switch {
-		case slo > 0 && !f.predicted:
-			res.unpredicted[e]++
+		case slo > 0 && (!f.predicted || f.probe):
+			res.probes[e]++
 			if late {
-				res.unpredictedMissed[e]++
+				res.probesMissed[e]++
 			}
 		case late:
 			res.sloMissed[e]++

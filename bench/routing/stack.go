@@ -282,6 +282,9 @@ type recordFacts struct {
 	// cachedExpected is the prompt tokens the prediction took as cached
 	// (cached_tokens_expected).
 	cachedExpected int
+	// probe says it was routed as a probe (probe): under an SLO, past its
+	// prediction, which was stale (or there was none).
+	probe bool
 	// refused says it was refused for its TTFT SLO.
 	refused bool
 }
@@ -295,7 +298,7 @@ type recordSink struct {
 func (k *recordSink) Emit(r *record.Record) {
 	bd := r.Breakdown()
 	f := recordFacts{upstream: r.Upstream, ok: bd.OK, stages: bd.Stages, ttft: bd.TTFT,
-		predicted: r.Predicted, prediction: r.PredictedTTFT(), predStages: r.Prediction, cachedExpected: r.CachedExpected, refused: r.Detail == endreason.DetailSLOUnmeetable}
+		predicted: r.Predicted, prediction: r.PredictedTTFT(), predStages: r.Prediction, cachedExpected: r.CachedExpected, probe: r.Probe, refused: r.Detail == endreason.DetailSLOUnmeetable}
 	k.mu.Lock()
 	k.m[r.RequestID] = f
 	k.mu.Unlock()

@@ -98,8 +98,14 @@ func (f *fit) far(r, bound float64) float64 {
 // solve fits the line to the sums. With x spread by less than half a unit
 // (one prompt size, one queue length) the slope cannot be told: the cost is
 // taken as proportional to x (a = 0), or as the mean when x is zero. A
-// slope below zero (a cost that falls as x grows) is taken as none, and,
-// when costed, a fixed part below zero as none.
+// slope below zero (a cost that falls as x grows) cannot be told either: a
+// costed line, and one whose fixed part would be below zero, is then the
+// best one through the origin; any other, the mean.
+//
+// (A costed line taken as the mean predicted every prompt alike: an
+// engine's model that had seen two misses, the longer prompt the faster,
+// predicted a hit of a few tokens at a whole prompt's prefill, and an SLO
+// route refused every request after them, none of which it learned from.)
 func (f *fit) solve() {
 	mx, my := f.sx/f.w, f.sy/f.w
 	vx := f.sxx/f.w - mx*mx
@@ -109,10 +115,13 @@ func (f *fit) solve() {
 	case vx < 0.25:
 		f.a, f.b = my, 0
 	default:
-		f.b = max((f.sxy/f.w-mx*my)/vx, 0)
+		f.b = (f.sxy/f.w - mx*my) / vx
 		f.a = my - f.b*mx
-		if f.a < 0 && f.costed {
+		switch {
+		case f.costed && (f.a < 0 || f.b < 0):
 			f.a, f.b = 0, f.sxy/f.sxx
+		case f.b < 0:
+			f.a, f.b = my, 0
 		}
 	}
 }

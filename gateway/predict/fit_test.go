@@ -56,3 +56,20 @@ func TestFitCosted(t *testing.T) {
 		t.Fatalf("a small prompt predicted %v", f.at(262))
 	}
 }
+
+// TestFitCostedFalling: a costed line whose observations fall as x grows
+// (two misses, the longer prompt the faster) is the best line through the
+// origin, not their mean: a prompt of a few tokens is predicted a few
+// tokens' cost, not a whole prompt's.
+func TestFitCostedFalling(t *testing.T) {
+	f := fit{costed: true}
+	f.add(1, 1200, 1300)
+	f.add(1, 1800, 1200)
+	want := (1200*1300 + 1800*1200) / (1200.0*1200 + 1800*1800)
+	if f.a != 0 || math.Abs(f.b-want) > 1e-9 {
+		t.Fatalf("line %v + %v·x, want 0 + %v·x", f.a, f.b, want)
+	}
+	if got := f.at(60); got > 100 {
+		t.Fatalf("60 tokens predicted %v, a whole prompt's cost", got)
+	}
+}
