@@ -28,14 +28,14 @@ type Choice struct {
 	// the request stayed where its prefix is held though another upstream
 	// was predicted sooner (placeWithin).
 	Affinity bool
-	// Probe says the upstream was chosen to learn how it is now, not for
-	// its prediction: it had none for the request, or its model was
+	// Probe says the upstream was chosen to learn how it is now, past
+	// the predictions: it had none for the request, or its model was
 	// measured long ago, or its last probe came sooner than the
 	// prediction it passed over (probeAge). Passed is then the soonest
 	// prediction of the others (before a new prompt's placement).
-	// PastSLO says the probe is a request whose SLO its (stale)
-	// prediction misses, sent rather than refused (sloProbeAge); Passed
-	// is then what was left of the SLO.
+	// PastSLO says the probe is a request whose SLO every prediction
+	// misses, sent to a model measured long ago rather than refused
+	// (sloProbeAge); Passed is then what was left of the SLO.
 	Probe   bool
 	PastSLO bool
 	Passed  time.Duration
@@ -85,12 +85,12 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // model at all. Otherwise it is passed over. Failing such a probe, an
 // upstream whose model was measured long ago, or is to be probed again,
 // is probed (probeAge), unless it is the soonest already. A request whose
-// SLO the soonest prediction misses is sent there as a probe, not
-// refused (RefuseSLO), when that upstream's model was measured
-// sloProbeAge ago or more, or its last such probe met the SLO, and it
-// has nothing in flight: refused requests teach no model, and a route
-// whose every request states the SLO would otherwise stay refused on
-// what its engines did long ago. While no upstream has a
+// SLO the choice is predicted to miss (RefuseSLO would refuse it) is sent
+// instead, as a probe past its SLO, to the soonest of the upstreams that
+// may take one (mayProbePastSLO: measured long ago, nothing ahead), when
+// it is a first choice (not a retry's, except nil): refused requests
+// teach no model, and a route whose every request states the SLO would
+// otherwise stay refused on what its engines did long ago. While no upstream has a
 // prediction, prefix affinity chooses (affinity). Commit records the
 // choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, except *Upstream) (Choice, *Rejection) {
@@ -116,8 +116,9 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	bound := p.bound(total, avail)
 	// probe: one with no prediction; stale: one measured long ago, or to
 	// probe again; home: the soonest of those predicted to hold most of
-	// pr.
-	var c, probe, stale, home Choice
+	// pr; pastSLO: the soonest of those that may take a request past its
+	// SLO (mayProbePastSLO).
+	var c, probe, stale, home, pastSLO Choice
 	fresh := false // some upstream has been measured within probeAge
 	for i := range n {
 		u := ups[(start+i)%n]
@@ -146,6 +147,9 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
+		if slo > spent && except == nil && (pastSLO.Upstream == nil || pred.Total < pastSLO.Prediction.Total) && mayProbePastSLO(u, now, &pred, load) {
+			pastSLO = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, PastSLO: true, Passed: slo - spent, Expected: x, Load: load}
+		}
 	}
 	if c.Upstream == nil {
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
@@ -168,9 +172,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		probe.Passed = soonest
 		c = probe
 	}
-	if u := c.Upstream; c.Predicted && !c.Probe && slo > 0 && spent+c.Prediction.Total > slo &&
-		(c.Prediction.Age >= sloProbeAge(u) || u.reprobe.Load()) && u.outstanding.Load() == 0 {
-		c.Probe, c.PastSLO, c.Passed = true, true, slo-spent // not refused on a stale prediction (docs/routing.md, "TTFT SLOs")
+	if pastSLO.Upstream != nil && c.Predicted && !c.Probe && spent+c.Prediction.Total > slo {
+		c = pastSLO // not refused on stale predictions (docs/routing.md, "TTFT SLOs")
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -205,6 +208,13 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 	if c.Predicted {
 		work = c.Prediction.Work()
 		c.Upstream.addBacklog(p.g.now(), work)
+	}
+	if c.PastSLO { // counted as missed until it is seen to meet it (Observe)
+		c.Upstream.sloProbed.Store(p.g.now())
+		c.Upstream.sloReprobe.Store(false)
+		if c.Upstream.sloBackoff.Add(1) > maxSLOBackoff {
+			c.Upstream.sloBackoff.Store(maxSLOBackoff)
+		}
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
@@ -253,15 +263,33 @@ const probeAge = 5 * predict.DefaultHalfLife
 // (160 s) between probes past an SLO.
 const maxSLOBackoff = 4
 
-// sloProbeAge is how long u's model must go unobserved before a request
-// whose SLO its prediction misses is sent there as a probe rather than
-// refused: probeAge, doubled for each such probe in a row that missed the
-// SLO as predicted (up to maxSLOBackoff times). A route whose SLO no
-// upstream can meet then sends a probe at 10, 20, 40, 80 s, and every
-// 160 s after, not one each 10 s; one admitted on its prediction, or a
-// probe that met the SLO, starts the count again.
+// sloProbeAge is how long both u's model must have gone unobserved and
+// its last probe past an SLO been sent before it takes another: probeAge,
+// doubled for each sent since one met its SLO or a request was routed to
+// u on its prediction (up to maxSLOBackoff times). On a route whose SLO
+// no upstream can meet an upstream takes one at 10, 20, 40, 80 s, then
+// every 160 s, not one each 10 s; a probe that ends without a first
+// token counts as one that missed.
 func sloProbeAge(u *Upstream) time.Duration {
 	return probeAge << min(max(u.sloBackoff.Load(), 0), maxSLOBackoff)
+}
+
+// mayProbePastSLO says u, predicted pred at load when routing at now, may
+// take a request whose SLO the predictions miss: it has nothing ahead
+// (nothing of this replica's, or of the others' it has heard of, in
+// flight there, none waiting at the engine: its queue is measured now,
+// not stale), and its last probe past an SLO met it, or its model was
+// measured and its last such probe sent sloProbeAge ago or more.
+func mayProbePastSLO(u *Upstream, now int64, pred *predict.Prediction, load predict.Load) bool {
+	if !load.Idle() || u.outstanding.Load() != 0 {
+		return false
+	}
+	if u.sloReprobe.Load() {
+		return true
+	}
+	age := sloProbeAge(u)
+	at := u.sloProbed.Load()
+	return pred.Age >= age && (at == 0 || time.Duration(now-at) >= age)
 }
 
 // placeWithin bounds what placing a prompt, or keeping a request where
@@ -371,10 +399,10 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 //     reported, if it did; Expected: Choice.Expected.
 //   - Load: Choice.Load, the load the request was routed with.
 //
-// A probe (c.Probe) that came sooner than the prediction it passed over,
-// or a probe past an SLO (c.PastSLO) that met it, has u probed again
-// (probeAge, sloProbeAge); one past an SLO that missed it doubles the
-// wait for the next such probe. A prefix the choice counted as cached on
+// A probe (c.Probe) that came sooner than the prediction it passed over
+// has u probed again (probeAge); a probe past an SLO (c.PastSLO) that met
+// it has u take the next request past its SLO, and a request routed on
+// its prediction (not a probe) ends the doubling of sloProbeAge. A prefix the choice counted as cached on
 // u, which the engine reported it computed, is counted into u's computed
 // tokens now: the distances of the prefixes behind it must see what the
 // engine's cache really took, or a thrashing engine's would stay short,
@@ -391,18 +419,16 @@ func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	}
 	switch {
 	case c.PastSLO:
-		met := o.FirstToken && o.Parts.Sum() <= c.Passed
-		u.reprobe.Store(met)
-		if met {
+		if o.FirstToken && o.Parts.Sum() <= c.Passed {
 			u.sloBackoff.Store(0)
-		} else if n := u.sloBackoff.Load(); n < maxSLOBackoff {
-			u.sloBackoff.Store(n + 1)
+			u.sloReprobe.Store(true)
 		}
 	case c.Probe:
 		u.reprobe.Store(o.FirstToken && o.Parts.Sum() < c.Passed)
 	case c.Predicted:
 		u.reprobe.Store(false)
 		u.sloBackoff.Store(0)
+		u.sloReprobe.Store(false)
 	}
 	if x := c.Expected; x.Cached > 0 && !c.Prediction.Evicted && o.CachedReported && o.CachedTokens*2 < x.Cached {
 		u.computed.Add(uint64(x.Cached))

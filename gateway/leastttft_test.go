@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -373,13 +374,27 @@ func TestLeastTTFTProbe(t *testing.T) {
 	}
 }
 
+// sloAsk asks s for a request of 1,000 tokens on r holding an SLO of slo,
+// spent before routing, chosen after except (nil: a first choice); refused
+// says RefuseSLO refused it.
+func sloAsk(t *testing.T, s *Snapshot, r *Route, slo, spent time.Duration, except *Upstream) (req *Request, c Choice, refused bool) {
+	t.Helper()
+	req = ttftRequest(r, 1000)
+	req.SLO, req.Spent = slo, spent
+	c, rej := s.Choose(req, except)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	return req, c, RefuseSLO(&c, slo, spent) != nil
+}
+
 // TestLeastTTFTStaleRefusal: a route whose every request states an SLO is
 // not refused for ever on what its engines did long ago. While the models
 // are fresh, a request predicted past its SLO is refused; once the soonest
-// was measured probeAge ago, the next is sent there as a probe (never
-// while one is in flight there), and while probes come sooner than
-// predicted they follow one another until the model predicts the SLO met
-// and requests are admitted on their prediction.
+// was measured probeAge ago, the next is sent there as a probe past its
+// SLO (never while one is in flight there), and while those meet the SLO
+// they follow one another until the model predicts it met and requests
+// are admitted on their prediction.
 func TestLeastTTFTStaleRefusal(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 3, 0)
 	ups := r.Pool.Upstreams
@@ -388,17 +403,7 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 		slow.teach(u, clk.Now())
 	}
 	const slo = 500 * time.Millisecond
-	ask := func() (Choice, *Rejection) {
-		t.Helper()
-		req := ttftRequest(r, 1000)
-		req.SLO = slo
-		c, rej := s.Choose(req, nil)
-		if rej != nil {
-			t.Fatal(rej)
-		}
-		return c, RefuseSLO(&c, slo, 0)
-	}
-	if c, rej := ask(); rej == nil {
+	if _, c, refused := sloAsk(t, s, r, slo, 0, nil); !refused {
 		t.Fatalf("fresh models predicting %v: not refused (%+v)", c.Prediction.Total, c)
 	}
 	clk.Advance(probeAge)
@@ -408,26 +413,24 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 		if probes > 40 {
 			t.Fatalf("still probing after %d probes", probes)
 		}
-		c, rej := ask()
-		if rej != nil {
+		req, c, refused := sloAsk(t, s, r, slo, 0, nil)
+		if refused {
 			t.Fatalf("refused after %d probes (predicted %v, last observed %v ago)", probes, c.Prediction.Total, c.Prediction.Age)
 		}
 		if !c.Probe {
-			if c.Prediction.Total > slo {
-				t.Fatalf("admitted unprobed, predicted %v past the SLO", c.Prediction.Total)
-			}
 			t.Logf("admitted on its prediction (%v) after %d probes", c.Prediction.Total, probes)
 			break
 		}
 		probes++
-		if !c.Predicted || c.Prediction.Total <= slo {
-			t.Fatalf("probe %d: predicted %v (%v); want a prediction past the SLO", probes, c.Predicted, c.Prediction.Total)
+		if !c.PastSLO || !c.Predicted || c.Prediction.Total <= slo || c.Passed != slo {
+			t.Fatalf("probe %d: %+v; want a probe past the SLO, predicted past it", probes, c)
 		}
+		s.Commit(req, &c)
 		release, rej := c.Upstream.Acquire(nil)
 		if rej != nil {
 			t.Fatal(rej)
 		}
-		if again, _ := ask(); again.Probe && again.Upstream == c.Upstream {
+		if _, again, _ := sloAsk(t, s, r, slo, 0, nil); again.Upstream == c.Upstream && again.Probe {
 			t.Fatalf("%s probed again while a probe is in flight", c.Upstream.Name)
 		}
 		clk.Advance(100 * time.Millisecond)
@@ -440,43 +443,79 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 }
 
 // TestLeastTTFTSLOProbeBackoff: on a route whose SLO no upstream can
-// meet, a probe past the SLO that misses it, as predicted, doubles the
-// wait before the next (sloProbeAge): probes come 10, 20, 40, 80, 160 and
-// 160 s apart, not every 10 s. Counting probes, the test asks each 10 s.
+// meet, each probe past the SLO that misses it, as predicted, or ends
+// without a first token, doubles the wait before the next
+// (sloProbeAge): probes are sent 10, 20, 40, 80, 160 and 160 s apart,
+// not every 10 s; a request routed on its prediction starts the count
+// again. The test asks each 10 s.
 func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 1, 0)
 	u := r.Pool.Upstreams[0]
 	slow := engine{perToken: time.Millisecond}
 	slow.teach(u, clk.Now())
 	const slo = 500 * time.Millisecond
-	var gaps []time.Duration
-	last := clk.Now()
-	for len(gaps) < 6 {
-		clk.Advance(probeAge)
-		req := ttftRequest(r, 1000)
-		req.SLO = slo
-		c, rej := s.Choose(req, nil)
-		if rej != nil {
-			t.Fatal(rej)
+	probes := func(n int) []time.Duration {
+		var gaps []time.Duration
+		last := clk.Now()
+		for asks := 0; len(gaps) < n; asks++ {
+			if asks > 200 {
+				t.Fatalf("%d asks, %d probes past the SLO, %v apart", asks, len(gaps), gaps)
+			}
+			clk.Advance(probeAge)
+			req, c, refused := sloAsk(t, s, r, slo, 0, nil)
+			if refused {
+				continue
+			}
+			if !c.PastSLO {
+				t.Fatalf("admitted, not as a probe past the SLO: %+v", c)
+			}
+			s.Commit(req, &c)
+			gaps = append(gaps, clk.Now()-last)
+			last = clk.Now()
+			if len(gaps)%2 == 0 { // as slow as predicted; the others end without a first token
+				u.Observe(&c, slow.observation(clk.Now(), 1000, 0, 0))
+			}
 		}
-		if refused := RefuseSLO(&c, slo, 0); refused != nil {
-			continue
-		}
-		if !c.PastSLO {
-			t.Fatalf("admitted, not as a probe past the SLO: %+v", c)
-		}
-		gaps = append(gaps, clk.Now()-last)
-		clk.Advance(time.Second)
-		u.Observe(&c, slow.observation(clk.Now(), 1000, 0, 0)) // as slow as predicted
-		last = clk.Now()
+		return gaps
 	}
 	want := []time.Duration{probeAge, 2 * probeAge, 4 * probeAge, 8 * probeAge, 16 * probeAge, 16 * probeAge}
-	for i := range want {
-		// Asked each probeAge, a probe comes at the first ask at least its
-		// age after the last probe's end (a second after it was sent).
-		if gaps[i] < want[i] || gaps[i] >= want[i]+probeAge {
-			t.Fatalf("probes came %v apart; want %v (each up to %v later)", gaps, want, probeAge)
-		}
+	if gaps := probes(6); !slices.Equal(gaps, want) {
+		t.Fatalf("probes past the SLO sent %v apart; want %v", gaps, want)
+	}
+	u.Observe(&Choice{Predicted: true}, slow.observation(clk.Now(), 1000, 0, 0)) // routed on its prediction
+	if gaps := probes(2); !slices.Equal(gaps, want[:2]) {
+		t.Fatalf("after a request routed on its prediction: probes %v apart; want %v", gaps, want[:2])
+	}
+}
+
+// TestLeastTTFTSLOProbeOthers: the probe past an SLO goes to the soonest
+// upstream that may take one, not only to the soonest: an upstream
+// predicted slower than the soonest, from long ago, is measured once the
+// soonest has been probed and missed as predicted. A retry's choice
+// (except set) and a request that has spent its SLO before routing are
+// never sent past it.
+func TestLeastTTFTSLOProbeOthers(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 2, 0)
+	a, b := r.Pool.Upstreams[0], r.Pool.Upstreams[1]
+	engine{perToken: 750 * time.Microsecond}.teach(a, clk.Now()) // ~800 ms for 1,000 tokens
+	engine{perToken: 2 * time.Millisecond}.teach(b, clk.Now())   // ~2 s
+	const slo = 500 * time.Millisecond
+	clk.Advance(probeAge)
+	if _, c, _ := sloAsk(t, s, r, slo, 0, a); c.PastSLO {
+		t.Fatalf("a retry's choice: %+v; want no probe past the SLO", c)
+	}
+	if _, c, refused := sloAsk(t, s, r, slo, slo, nil); !refused || c.PastSLO {
+		t.Fatalf("the SLO spent before routing: refused %v, %+v; want refused", refused, c)
+	}
+	req, c, _ := sloAsk(t, s, r, slo, 0, nil)
+	if !c.PastSLO || c.Upstream != a {
+		t.Fatalf("first probe past the SLO: %+v; want it on %s, the soonest", c, a.Name)
+	}
+	s.Commit(req, &c)
+	a.Observe(&c, engine{perToken: 750 * time.Microsecond}.observation(clk.Now(), 1000, 0, 0))
+	clk.Advance(probeAge)
+	if _, c, _ := sloAsk(t, s, r, slo, 0, nil); !c.PastSLO || c.Upstream != b {
+		t.Fatalf("after %s missed as predicted: %+v; want a probe past the SLO on %s", a.Name, c, b.Name)
 	}
 }
 

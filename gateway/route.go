@@ -127,16 +127,20 @@ type Upstream struct {
 	// cached there (the prefix index's marks: predict.Expected.Distance);
 	// busyUntil is when, on the gateway's clock, the engine time routed to
 	// u is predicted done (predict.Load.Backlog); reprobe says u's last
-	// probe came sooner than the prediction it passed over, or met the SLO
-	// its prediction missed (least_ttft's probeAge); sloBackoff counts the
-	// probes past an SLO in a row that missed it, as predicted (sloProbeAge).
+	// probe came sooner than the prediction it passed over (least_ttft's
+	// probeAge). For the probes past an SLO (sloProbeAge): sloProbed is
+	// when the last was sent (gateway clock; 0: never), sloBackoff counts
+	// those sent since one met its SLO or a request was routed on its
+	// prediction, and sloReprobe says the last met its SLO.
 	id         uint32
 	hash       uint64
 	model      *predict.Model
 	computed   atomic.Uint64
 	busyUntil  atomic.Int64
 	reprobe    atomic.Bool
+	sloProbed  atomic.Int64
 	sloBackoff atomic.Int32
+	sloReprobe atomic.Bool
 	// With share_routing: leastTTFT says u is in a least_ttft pool (its
 	// requests' ends are published); remote is the other replicas'
 	// requests on u as they last published them (by replica, under

@@ -10,8 +10,9 @@ import (
 // HeaderTTFTSLO is the request header stating the time to first token the
 // client needs, in milliseconds (a positive integer): in a least_ttft pool
 // a request no upstream is predicted to answer within it is refused at
-// once (Refuse) rather than queued to miss it. It replaces the route's
-// ttft_slo, shorter or longer.
+// once (RefuseSLO) rather than queued to miss it, unless it is sent past
+// it as a probe of models measured long ago (Choice.PastSLO). It replaces
+// the route's ttft_slo, shorter or longer.
 const HeaderTTFTSLO = "X-Ttftlens-TTFT-SLO-Ms"
 
 // SLO is the TTFT SLO of a request on r: h, the raw HeaderTTFTSLO value,
@@ -30,12 +31,12 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // allowed, unless one within what is left of the SLO was chosen to stay
 // home or to place a prompt), is predicted to miss it; nil when it is
 // predicted to meet it, when there is no SLO, when there is no
-// prediction (a cold model refuses nothing), or when c is a probe (a model
-// measured long ago refuses nothing either). Retry-After is the predicted
-// excess, at least a second: roughly how long the queue that makes it
-// needs to drain.
+// prediction (a cold model refuses nothing), or when c is a probe past
+// the SLO (Choice.PastSLO: models measured long ago refuse nothing
+// either). Retry-After is the predicted excess, at least a second:
+// roughly how long the queue that makes it needs to drain.
 func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
-	if slo <= 0 || !c.Predicted || c.Probe {
+	if slo <= 0 || !c.Predicted || c.PastSLO {
 		return nil
 	}
 	predicted := elapsed + c.Prediction.Total

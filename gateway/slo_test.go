@@ -63,7 +63,7 @@ func TestRefuseSLO(t *testing.T) {
 		{"met exactly", predicted(450 * time.Millisecond), 500 * time.Millisecond, 50 * time.Millisecond, 0},
 		{"missed by the time spent", predicted(480 * time.Millisecond), 500 * time.Millisecond, 30 * time.Millisecond, 1},
 		{"missed by 2.2 s", predicted(2700 * time.Millisecond), 500 * time.Millisecond, 0, 3},
-		{"a probe", &Choice{Predicted: true, Probe: true, Prediction: predict.Prediction{Total: time.Hour}}, 500 * time.Millisecond, 0, 0},
+		{"a probe past it", &Choice{Predicted: true, Probe: true, PastSLO: true, Prediction: predict.Prediction{Total: time.Hour}}, 500 * time.Millisecond, 0, 0},
 	} {
 		rej := RefuseSLO(tt.c, tt.slo, tt.spent)
 		switch {

@@ -286,9 +286,9 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req
 
 // admit chooses an upstream for req (not except) and waits for a slot in
 // its admission queue: the route and queue stages. The first choice is
-// held to the request's TTFT SLO: one predicted to miss it goes to the
-// route's fallback pool (req.Route becomes the fallback route, for a
-// retry too) or is refused. It answers the request itself when that
+// held to the request's TTFT SLO: one predicted to miss it (not a probe
+// past it) goes to the route's fallback pool (req.Route becomes the
+// fallback route, for a retry too, and req.SLO none) or is refused. It answers the request itself when that
 // fails, except when a retry (except != nil) finds no other upstream: then
 // it returns false with nothing sent.
 func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *gateway.Request, except *gateway.Upstream) (*upstream, bool) {
@@ -297,7 +297,9 @@ func (x *exchange) admit(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req *
 	c, rej := snap.Choose(req, except)
 	if rej == nil && except == nil {
 		if rej = gateway.RefuseSLO(&c, x.lease.slo, req.Spent); rej != nil && req.Route.Fallback != nil {
-			req.Route, rec.SLOFallback = req.Route.Fallback, true
+			// Nothing more is asked of it there: no SLO to place within,
+			// nor to probe past.
+			req.Route, req.SLO, rec.SLOFallback = req.Route.Fallback, 0, true
 			c, rej = snap.Choose(req, nil)
 		}
 	}

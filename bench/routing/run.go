@@ -212,7 +212,7 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 // summarize reads a run's measured requests with their records and the
 // engines' truth.
 func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) policyResult {
-	n := len(st.engines)
+	n := len(st.hosts)
 	res := policyResult{policy: policy, slo: slo, perEngine: make([]int, n), engineP50: make([]time.Duration, n),
 		sloMissed: make([]int, n), worstMiss: make([]float64, n), probes: make([]int, n), probesMissed: make([]int, n)}
 	var ttft []time.Duration
@@ -255,7 +255,7 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 		for s := range byStage {
 			byStage[s] = append(byStage[s], f.stages[s])
 		}
-		if f.predicted && f.ttft > 0 {
+		if f.predicted && f.ttft > 0 && (slo <= 0 || !f.probe) { // a held run's probes were sent past their prediction
 			err := math.Abs(float64(f.prediction-f.ttft)) / float64(f.ttft)
 			errs = append(errs, err)
 			if truth {

@@ -60,3 +60,34 @@ func TestReplicasSpreadTheLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarizeHeld: in a run held to an SLO, a request routed on its
+// prediction and served late counts as past the SLO, by how much; a probe
+// (a cold model's, or one sent past the SLO on a stale prediction) counts
+// apart, and its prediction is left out of the error figures the SLO
+// target reads (it was sent past it).
+func TestSummarizeHeld(t *testing.T) {
+	const slo = 100 * time.Millisecond
+	st := &stack{hosts: []string{"e1", "e2"}, recs: &recordSink{m: map[string]recordFacts{
+		"on-time": {upstream: "e1", ok: true, ttft: 90 * time.Millisecond, predicted: true, prediction: 90 * time.Millisecond},
+		"late":    {upstream: "e1", ok: true, ttft: 120 * time.Millisecond, predicted: true, prediction: 80 * time.Millisecond},
+		"cold":    {upstream: "e2", ok: true, ttft: 300 * time.Millisecond},
+		"past":    {upstream: "e2", ok: true, ttft: 80 * time.Millisecond, predicted: true, prediction: 2 * time.Second, probe: true},
+		"refused": {refused: true},
+	}}}
+	run := &bench.Run{}
+	for _, id := range []string{"on-time", "late", "cold", "past", "refused"} {
+		f := st.recs.m[id]
+		run.Results = append(run.Results, bench.Result{ID: id, End: "done", HasTTFT: f.ok, TTFT: f.ttft})
+	}
+	res := summarize("least_ttft", slo, run, st)
+	if res.refused != 1 || res.sloMissed[0] != 1 || res.sloMissed[1] != 0 || res.probes[0] != 0 || res.probes[1] != 2 || res.probesMissed[1] != 1 {
+		t.Fatalf("refused %d, past the SLO %v, probes %v (past it %v); want 1, [1 0], [0 2] ([0 1])", res.refused, res.sloMissed, res.probes, res.probesMissed)
+	}
+	if res.worstMiss[0] != 0.2 {
+		t.Fatalf("the latest past the SLO by %v; want 0.2", res.worstMiss[0])
+	}
+	if res.predicted != 2 || res.errP90 != 1.0/3 {
+		t.Fatalf("%d predicted, error p90 %v; want the two routed on a prediction, 1/3 (the probe's 24 left out)", res.predicted, res.errP90)
+	}
+}

@@ -254,8 +254,9 @@ const heldDefinitions = `- Held to a TTFT SLO: refused, the requests answered 42
   upstream was predicted to meet the SLO; per engine, the requests it
   served, those routed with a prediction whose TTFT (the proxy's) passed
   the SLO, and the latest of them by how much, a share of the SLO:
-  against the prediction error p90; then the probes, routed without a
-  prediction (while a model is cold, nothing refuses) or past a stale
-  one (a model not measured for 10 s refuses nothing either), and how
-  many of them passed the SLO.
+  against the prediction error p90 (over the requests routed on a
+  prediction); then the probes, routed without a prediction (while a
+  model is cold, nothing refuses) or past the SLO on models measured
+  long ago (10 s or more: docs/routing.md, "TTFT SLOs"), and how many of
+  them passed the SLO.
 `

@@ -33,7 +33,10 @@ type fit struct {
 	// best line would start below zero, the best one through the origin
 	// is taken. Unset, such a line is kept (a knee: a queue that starts
 	// only past the engine's free slots) and read as zero below the axis.
-	costed bool
+	// proportional says a slope below zero is read as a cost in
+	// proportion to x too (the line through the origin), not as none (the
+	// mean).
+	costed, proportional bool
 }
 
 // residual is the mean absolute residual of the observations taken (0
@@ -98,14 +101,10 @@ func (f *fit) far(r, bound float64) float64 {
 // solve fits the line to the sums. With x spread by less than half a unit
 // (one prompt size, one queue length) the slope cannot be told: the cost is
 // taken as proportional to x (a = 0), or as the mean when x is zero. A
-// slope below zero (a cost that falls as x grows) cannot be told either: a
-// costed line, and one whose fixed part would be below zero, is then the
-// best one through the origin; any other, the mean.
-//
-// (A costed line taken as the mean predicted every prompt alike: an
-// engine's model that had seen two misses, the longer prompt the faster,
-// predicted a hit of a few tokens at a whole prompt's prefill, and an SLO
-// route refused every request after them, none of which it learned from.)
+// slope below zero (a cost that falls as x grows) cannot be told either:
+// it is taken as none (the mean), or, when proportional, the best line
+// through the origin is taken; so is it when costed and the fixed part
+// would be below zero.
 func (f *fit) solve() {
 	mx, my := f.sx/f.w, f.sy/f.w
 	vx := f.sxx/f.w - mx*mx
@@ -116,12 +115,12 @@ func (f *fit) solve() {
 		f.a, f.b = my, 0
 	default:
 		f.b = (f.sxy/f.w - mx*my) / vx
+		if f.b < 0 && !f.proportional {
+			f.b = 0
+		}
 		f.a = my - f.b*mx
-		switch {
-		case f.costed && (f.a < 0 || f.b < 0):
+		if f.b < 0 || (f.a < 0 && f.costed) {
 			f.a, f.b = 0, f.sxy/f.sxx
-		case f.b < 0:
-			f.a, f.b = my, 0
 		}
 	}
 }

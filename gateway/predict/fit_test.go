@@ -57,19 +57,25 @@ func TestFitCosted(t *testing.T) {
 	}
 }
 
-// TestFitCostedFalling: a costed line whose observations fall as x grows
-// (two misses, the longer prompt the faster) is the best line through the
-// origin, not their mean: a prompt of a few tokens is predicted a few
-// tokens' cost, not a whole prompt's.
+// TestFitCostedFalling: a proportional line whose observations fall as x
+// grows (two misses, the longer prompt the faster) is the best line
+// through the origin, not their mean: a prompt of a few tokens is
+// predicted a few tokens' cost, not a whole prompt's. A costed line that
+// is not proportional (a hit's cost, mostly its fixed part) keeps the mean.
 func TestFitCostedFalling(t *testing.T) {
-	f := fit{costed: true}
-	f.add(1, 1200, 1300)
-	f.add(1, 1800, 1200)
-	want := (1200*1300 + 1800*1200) / (1200.0*1200 + 1800*1800)
-	if f.a != 0 || math.Abs(f.b-want) > 1e-9 {
-		t.Fatalf("line %v + %v·x, want 0 + %v·x", f.a, f.b, want)
-	}
-	if got := f.at(60); got > 100 {
-		t.Fatalf("60 tokens predicted %v, a whole prompt's cost", got)
+	for _, tc := range []struct {
+		name string
+		f    fit
+		a, b float64
+	}{
+		{"proportional", fit{costed: true, proportional: true}, 0, (1200*1300 + 1800*1200) / (1200.0*1200 + 1800*1800)},
+		{"costed", fit{costed: true}, 1250, 0},
+	} {
+		f := tc.f
+		f.add(1, 1200, 1300)
+		f.add(1, 1800, 1200)
+		if math.Abs(f.a-tc.a) > 1e-9 || math.Abs(f.b-tc.b) > 1e-9 {
+			t.Errorf("%s: line %v + %v·x, want %v + %v·x", tc.name, f.a, f.b, tc.a, tc.b)
+		}
 	}
 }

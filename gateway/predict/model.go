@@ -39,7 +39,7 @@ const (
 	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
 	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
 	fitQueueBacklog        // queue against the backlog (Load.Backlog, in milliseconds), where it fits best
-	fitQueueIdle           // a mean: the queue of a request routed with nothing ahead (idle)
+	fitQueueIdle           // a mean: the queue of a request routed with nothing ahead (Load.Idle)
 	fitPreparation         // a mean
 	// The prefill against uncached prompt tokens, twice: over the hits
 	// (the engine reported at least half the prompt cached), and over the
@@ -159,6 +159,15 @@ func New(c Config) *Model {
 	for _, f := range [...]int{fitPrefill, fitPrefillHit, fitPrefillPairs, fitWhole} {
 		m.fits[f].costed = true
 	}
+	// A whole prompt's cost that falls as the prompt grows is noise, and
+	// is read in proportion to the tokens: these lines predict a hit's few
+	// tokens until a hit has been seen, and their mean predicted it at a
+	// whole prompt's prefill (an engine's model that had seen two misses,
+	// the longer prompt the faster, predicted every hit past an SLO, and
+	// the route refused every request after them). A hit's cost is mostly
+	// its fixed part, and its lines keep the mean.
+	m.fits[fitPrefill].proportional = true
+	m.fits[fitWhole].proportional = true
 	return m
 }
 
@@ -202,7 +211,7 @@ func (m *Model) Observe(o Observation) {
 		m.wEngine += w
 		m.fits[fitQueueEngine].add(w, float64(max(o.Load.Waiting, 0)), queue)
 	}
-	if idle(o.Load) {
+	if o.Load.Idle() {
 		m.fits[fitQueueIdle].add(w, 0, queue)
 	}
 	cached := 0
@@ -366,7 +375,7 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 		return time.Duration(max(lines[f][0]+lines[f][1]*x, 0))
 	}
 	switch {
-	case idle(load) && flags&observed(fitQueueIdle) != 0:
+	case load.Idle() && flags&observed(fitQueueIdle) != 0:
 		p.Parts[Queue] = line(fitQueueIdle, 0)
 	case flags&flagBacklogQueue != 0:
 		p.Parts[Queue] = line(fitQueueBacklog, msOf(load.Backlog))
@@ -427,13 +436,6 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	p.Total = p.Parts.Sum()
 	p.Age = now - time.Duration(at)
 	return p, true
-}
-
-// idle says nothing was ahead of a request routed with load: nothing of
-// this replica's in flight there, and none waiting at the engine when its
-// load is known.
-func idle(load Load) bool {
-	return load.InFlight <= 0 && (!load.EngineKnown || load.Waiting <= 0)
 }
 
 // pairs is the attention work of computing n prompt tokens past c cached:

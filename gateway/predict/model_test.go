@@ -169,6 +169,26 @@ func TestMissAfterHits(t *testing.T) {
 	}
 }
 
+// TestHitAfterFallingMisses: a model that has seen only two misses, the
+// longer prompt the faster, predicts a hit (its prefix expected cached) at
+// a few tokens' cost, in proportion to the misses', not at their mean: a
+// whole prompt's prefill predicted for every hit had an SLO route refuse
+// every request after its first misses, and so learn nothing.
+func TestHitAfterFallingMisses(t *testing.T) {
+	m := New(Config{})
+	for i, miss := range []struct {
+		tokens  int
+		prefill time.Duration
+	}{{1200, 1300 * time.Millisecond}, {1800, 1200 * time.Millisecond}} {
+		m.Observe(Observation{End: time.Duration(i) * time.Second, FirstToken: true, PromptTokens: miss.tokens,
+			CachedTokens: 16, CachedReported: true, Parts: Parts{Prefill: miss.prefill}})
+	}
+	p, ok := m.Predict(2*time.Second, 1500, Expected{Cached: 1456}, Load{})
+	if !ok || p.Parts[Prefill] > 100*time.Millisecond {
+		t.Fatalf("a hit of 44 tokens to compute predicted %+v (ok %v); want the misses' cost of 44 tokens, about 35 ms", p, ok)
+	}
+}
+
 // TestCachedTokens: the expected cached tokens shorten the predicted
 // prefill when the engine reports what it cached, and count for nothing
 // when it does not (its prefill was learned against whole prompts).

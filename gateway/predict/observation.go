@@ -68,6 +68,13 @@ type Load struct {
 	Backlog time.Duration
 }
 
+// Idle says nothing was ahead of a request routed with load: nothing of
+// the replicas' in flight on the upstream, and none waiting at the engine
+// when its load is known.
+func (l Load) Idle() bool {
+	return l.InFlight <= 0 && (!l.EngineKnown || l.Waiting <= 0)
+}
+
 // Expected is what the prefix index expects of an upstream's prefix cache
 // for a request.
 type Expected struct {
