@@ -251,6 +251,7 @@ type Metrics struct {
 // (endreason's ConnDiscards, each pre-created);
 // ttftlens_build_info{version, revision, goversion};
 // ttftlens_ttft_prediction_ratio{upstream},
+// ttftlens_ttft_slo_probes_total{upstream, met},
 // ttftlens_cache_reported_prompt_tokens_total{policy} and
 // ttftlens_cached_prompt_tokens_total{policy} (routing.go).
 func NewMetrics(reg prometheus.Registerer, opts MetricOptions) *Metrics {

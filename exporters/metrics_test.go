@@ -59,6 +59,7 @@ var ourMetrics = []string{
 	"ttftlens_upstream_tokens_after_cancel_total",
 	"ttftlens_upstream_aborted_requests_total",
 	"ttftlens_ttft_prediction_ratio",
+	"ttftlens_ttft_slo_probes_total",
 	"ttftlens_cache_reported_prompt_tokens_total",
 	"ttftlens_cached_prompt_tokens_total",
 }
@@ -740,5 +741,35 @@ func TestMetricsRouting(t *testing.T) {
 		if got := [2]float64{testutil.ToFloat64(m.routing.prompt[pi]), testutil.ToFloat64(m.routing.cached[pi])}; got != want {
 			t.Errorf("%s: prompt, cached tokens %v, want %v", policy, got, want)
 		}
+	}
+}
+
+// TestMetricsSLOProbes: a least_ttft probe of a request with a TTFT SLO
+// and a prediction (sent past the SLO) counts by whether its first token
+// came within the SLO, none counting as missed; a probe without an SLO,
+// and one with an SLO but no prediction (a cold model's), count nowhere.
+func TestMetricsSLOProbes(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), testMetricOpts)
+	ttft := probeFixture.record().Breakdown().TTFT
+	for _, tc := range []struct {
+		slo                  time.Duration
+		unpredicted, noToken bool
+	}{
+		{slo: ttft},                // met, exactly
+		{slo: ttft - 1},            // missed
+		{slo: ttft, noToken: true}, // missed: no first token
+		{slo: 0},                   // no SLO
+		{slo: ttft, unpredicted: true},
+	} {
+		r := probeFixture.record()
+		r.TTFTSLO, r.Predicted = tc.slo, !tc.unpredicted
+		if tc.noToken {
+			r.Timeline = stages.Timeline{}
+		}
+		m.Emit(r)
+	}
+	ui := m.upstreamIndex(probeFixture.record().Upstream)
+	if got := [2]float64{testutil.ToFloat64(m.routing.sloProbes[ui][0]), testutil.ToFloat64(m.routing.sloProbes[ui][1])}; got != [2]float64{2, 1} {
+		t.Errorf("probes past the SLO (missed, met) %v, want [2 1]", got)
 	}
 }

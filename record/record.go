@@ -134,7 +134,9 @@ type Record struct {
 	// Probe says the upstream was chosen past the predictions to measure
 	// it (a least_ttft probe): its model had no prediction for the
 	// request, or nothing had been measured there for a while, or its
-	// last probe came sooner than the prediction it passed over.
+	// last probe came sooner than the prediction it passed over; or the
+	// request's TTFT SLO, which every prediction missed, was passed to
+	// measure models measured long ago (gateway.Choice.PastSLO).
 	Probe bool
 	// Inputs are what a least_ttft pool asked the chosen upstream's model
 	// (gateway/predict) when it routed the request, so that a replay of

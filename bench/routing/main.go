@@ -160,6 +160,8 @@ func run(ctx context.Context, o *options) error {
 		so.seed += uint64(i)
 		if o.records != "" && o.seeds > 1 {
 			so.records = filepath.Join(o.records, "seed-"+strconv.FormatUint(so.seed, 10))
+		}
+		if so.records != "" {
 			if err := os.MkdirAll(so.records, 0o755); err != nil {
 				return err
 			}

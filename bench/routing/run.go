@@ -131,15 +131,16 @@ type policyResult struct {
 	// For a run held to a TTFT SLO (slo > 0): the requests refused for it,
 	// and per engine, of those routed on a prediction, the ones served
 	// later than the SLO and the latest, by how much over the SLO (a share
-	// of it); of the probes (routed without a prediction, a cold model
-	// refusing nothing, or past a stale one), how many, and how many came
-	// later than the SLO.
-	slo          time.Duration
-	refused      int
-	sloMissed    []int
-	worstMiss    []float64
-	probes       []int
-	probesMissed []int
+	// of it); of the rest, routed not on a prediction (none yet: a cold
+	// model refuses nothing, and affinity chooses while no model predicts;
+	// or a probe past the SLO, of models measured long ago), how many, and
+	// how many came later than the SLO.
+	slo               time.Duration
+	refused           int
+	sloMissed         []int
+	worstMiss         []float64
+	unpredicted       []int
+	unpredictedMissed []int
 }
 
 // hitShare is the cached share of the prompt tokens (0 when none).
@@ -214,7 +215,7 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) policyResult {
 	n := len(st.hosts)
 	res := policyResult{policy: policy, slo: slo, perEngine: make([]int, n), engineP50: make([]time.Duration, n),
-		sloMissed: make([]int, n), worstMiss: make([]float64, n), probes: make([]int, n), probesMissed: make([]int, n)}
+		sloMissed: make([]int, n), worstMiss: make([]float64, n), unpredicted: make([]int, n), unpredictedMissed: make([]int, n)}
 	var ttft []time.Duration
 	var byStage [stages.NumStages][]time.Duration
 	byEngine := make([][]time.Duration, n)
@@ -273,9 +274,9 @@ func summarize(policy string, slo time.Duration, run *bench.Run, st *stack) poli
 		late := slo > 0 && f.ttft > slo
 		switch {
 		case slo > 0 && (!f.predicted || f.probe):
-			res.probes[e]++
+			res.unpredicted[e]++
 			if late {
-				res.probesMissed[e]++
+				res.unpredictedMissed[e]++
 			}
 		case late:
 			res.sloMissed[e]++

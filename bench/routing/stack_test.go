@@ -62,10 +62,10 @@ func TestReplicasSpreadTheLoad(t *testing.T) {
 }
 
 // TestSummarizeHeld: in a run held to an SLO, a request routed on its
-// prediction and served late counts as past the SLO, by how much; a probe
-// (a cold model's, or one sent past the SLO on a stale prediction) counts
-// apart, and its prediction is left out of the error figures the SLO
-// target reads (it was sent past it).
+// prediction and served late counts as past the SLO, by how much; one
+// routed not on a prediction (none, or a probe sent past it) counts
+// apart, and a probe's prediction is left out of the error figures the
+// SLO target reads (it was sent past it).
 func TestSummarizeHeld(t *testing.T) {
 	const slo = 100 * time.Millisecond
 	st := &stack{hosts: []string{"e1", "e2"}, recs: &recordSink{m: map[string]recordFacts{
@@ -81,8 +81,8 @@ func TestSummarizeHeld(t *testing.T) {
 		run.Results = append(run.Results, bench.Result{ID: id, End: "done", HasTTFT: f.ok, TTFT: f.ttft})
 	}
 	res := summarize("least_ttft", slo, run, st)
-	if res.refused != 1 || res.sloMissed[0] != 1 || res.sloMissed[1] != 0 || res.probes[0] != 0 || res.probes[1] != 2 || res.probesMissed[1] != 1 {
-		t.Fatalf("refused %d, past the SLO %v, probes %v (past it %v); want 1, [1 0], [0 2] ([0 1])", res.refused, res.sloMissed, res.probes, res.probesMissed)
+	if res.refused != 1 || res.sloMissed[0] != 1 || res.sloMissed[1] != 0 || res.unpredicted[0] != 0 || res.unpredicted[1] != 2 || res.unpredictedMissed[1] != 1 {
+		t.Fatalf("refused %d, past the SLO %v, not on a prediction %v (past it %v); want 1, [1 0], [0 2] ([0 1])", res.refused, res.sloMissed, res.unpredicted, res.unpredictedMissed)
 	}
 	if res.worstMiss[0] != 0.2 {
 		t.Fatalf("the latest past the SLO by %v; want 0.2", res.worstMiss[0])

@@ -94,7 +94,7 @@ func (r *report) writeHeld(w io.Writer) {
 	fmt.Fprintf(w, "\n`%s` held to a TTFT SLO of %s (the route's `ttft_slo`):\n\n", h.policy, ms(h.slo))
 	fmt.Fprintf(w, "| requests | refused (429) | TTFT p50 | TTFT p99 | prediction error p50 / p90 |")
 	for _, l := range r.labels {
-		fmt.Fprintf(w, " engine %s: served, past the SLO, the latest; probes, past the SLO |", l)
+		fmt.Fprintf(w, " engine %s: served, past the SLO, the latest; not on a prediction, past the SLO |", l)
 	}
 	fmt.Fprintf(w, "\n|%s\n", strings.Repeat(" --- |", 5+len(r.labels)))
 	fmt.Fprintf(w, "| %d | %d | %s | %s | %s |", h.requests, h.refused, ms(h.ttftP50), ms(h.ttftP99), predictionError(h))
@@ -107,7 +107,7 @@ func (r *report) writeHeld(w io.Writer) {
 		if h.sloMissed[e] > 0 {
 			latest = fmt.Sprintf("+%.0f %%", 100*h.worstMiss[e])
 		}
-		fmt.Fprintf(w, " %d, %d, %s; %d, %d |", h.perEngine[e], h.sloMissed[e], latest, h.probes[e], h.probesMissed[e])
+		fmt.Fprintf(w, " %d, %d, %s; %d, %d |", h.perEngine[e], h.sloMissed[e], latest, h.unpredicted[e], h.unpredictedMissed[e])
 	}
 	fmt.Fprintln(w)
 }
@@ -255,8 +255,9 @@ const heldDefinitions = `- Held to a TTFT SLO: refused, the requests answered 42
   served, those routed with a prediction whose TTFT (the proxy's) passed
   the SLO, and the latest of them by how much, a share of the SLO:
   against the prediction error p90 (over the requests routed on a
-  prediction); then the probes, routed without a prediction (while a
-  model is cold, nothing refuses) or past the SLO on models measured
-  long ago (10 s or more: docs/routing.md, "TTFT SLOs"), and how many of
-  them passed the SLO.
+  prediction); then those routed not on a prediction: without one (a
+  cold model refuses nothing, and affinity chooses while no model
+  predicts) or as probes past the SLO, of models measured long ago (10 s
+  or more: docs/routing.md, "TTFT SLOs"); and how many of them passed
+  the SLO.
 `

@@ -60,7 +60,7 @@ func TestReport(t *testing.T) {
 			held := ttft
 			held.slo, held.refused, held.errors = 600*time.Millisecond, 41, 43
 			held.perEngine, held.sloMissed, held.worstMiss = []int{190, 150, 19}, []int{12, 9, 2}, []float64{0.42, 0.3, 0.18}
-			held.probes, held.probesMissed = []int{2, 1, 3}, []int{0, 1, 3}
+			held.unpredicted, held.unpredictedMissed = []int{2, 1, 3}, []int{0, 1, 3}
 			r.held = &held
 		}},
 		{"none-ran", func(r *report) {}},

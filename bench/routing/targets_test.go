@@ -22,7 +22,7 @@ func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCac
 	if worst >= 0 {
 		held := ttft
 		held.refused = 325
-		held.errP90, held.perEngine, held.probes = 0.34, []int{30, 25, 20}, []int{1, 0, 2}
+		held.errP90, held.perEngine, held.unpredicted = 0.34, []int{30, 25, 20}, []int{1, 0, 2}
 		held.sloMissed, held.worstMiss = []int{1, 0, 0}, []float64{0.9, 0, 0}
 		if worst > 0 {
 			held.sloMissed[2], held.worstMiss[2] = 2, worst
