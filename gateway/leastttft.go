@@ -34,8 +34,9 @@ type Choice struct {
 	// prediction it passed over (probeAge). Passed is then the soonest
 	// prediction of the others (before a new prompt's placement).
 	// PastSLO says the probe is a request whose SLO every prediction
-	// misses, sent to a model measured long ago rather than refused
-	// (sloProbeAge); Passed is then what was left of the SLO.
+	// misses, sent rather than refused to an upstream predicted to hold
+	// most of its prompt whose model was measured long ago (sloProbeAge);
+	// Passed is then what was left of the SLO.
 	Probe   bool
 	PastSLO bool
 	Passed  time.Duration
@@ -86,11 +87,14 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // upstream whose model was measured long ago, or is to be probed again,
 // is probed (probeAge), unless it is the soonest already. A request whose
 // SLO the choice is predicted to miss (RefuseSLO would refuse it) is sent
-// instead, as a probe past its SLO, to the soonest of the upstreams that
-// may take one (mayProbePastSLO: measured long ago, nothing ahead), when
-// it is a first choice (not a retry's, except nil): refused requests
-// teach no model, and a route whose every request states the SLO would
-// otherwise stay refused on what its engines did long ago. While no upstream has a
+// instead, as a probe past its SLO, to the soonest of the upstreams
+// predicted to hold most of its prompt that may take one
+// (mayProbePastSLO: measured long ago, nothing ahead), when it is a first
+// choice (not a retry's, except nil): refused requests teach no model,
+// and a route whose every request states the SLO would otherwise stay
+// refused on what its engines did long ago. (A probe of a prompt to
+// compute would hold the engine for a whole prompt's prefill, and the
+// requests admitted there on their prediction behind it.) While no upstream has a
 // prediction, prefix affinity chooses (affinity). Commit records the
 // choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, except *Upstream) (Choice, *Rejection) {
@@ -137,7 +141,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 			}
 			continue
 		}
-		if 2*x.Cached >= tokens && x.Cached > 0 && !pred.Evicted && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
+		hitThere := 2*x.Cached >= tokens && x.Cached > 0 && !pred.Evicted // u is predicted to hold most of pr
+		if hitThere && (home.Upstream == nil || pred.Total < home.Prediction.Total) {
 			home = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 		}
 		fresh = fresh || pred.Age < probeAge
@@ -147,7 +152,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
-		if slo > spent && except == nil && (pastSLO.Upstream == nil || pred.Total < pastSLO.Prediction.Total) && mayProbePastSLO(u, now, &pred, load) {
+		if slo > spent && except == nil && hitThere && (pastSLO.Upstream == nil || pred.Total < pastSLO.Prediction.Total) && mayProbePastSLO(u, now, &pred, load) {
 			pastSLO = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, PastSLO: true, Passed: slo - spent, Expected: x, Load: load}
 		}
 	}

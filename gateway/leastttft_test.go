@@ -374,50 +374,94 @@ func TestLeastTTFTProbe(t *testing.T) {
 	}
 }
 
-// sloAsk asks s for a request of 1,000 tokens on r holding an SLO of slo,
-// spent before routing, chosen after except (nil: a first choice); refused
-// says RefuseSLO refused it.
-func sloAsk(t *testing.T, s *Snapshot, r *Route, slo, spent time.Duration, except *Upstream) (req *Request, c Choice, refused bool) {
+// hitEngine is a synthetic engine whose hits cost perToken a token past
+// the cached prefix: it is taught hits of 1,500 tokens, 1,460 of them
+// cached; the requests of sloPool's prompt compute about 10.
+type hitEngine struct{ perToken time.Duration }
+
+// observation is a hit of hitEngine ending at end.
+func (e hitEngine) observation(end time.Duration) predict.Observation {
+	return engine{perToken: e.perToken}.observation(end, 1500, 1460, 0)
+}
+
+// teach gives u's model 40 of e's hits ending at end.
+func (e hitEngine) teach(u *Upstream, end time.Duration) {
+	for range 40 {
+		u.Observe(&Choice{}, e.observation(end))
+	}
+}
+
+// sloAsk chooses for req, holding an SLO of slo, spent before routing,
+// after except (nil: a first choice); refused says RefuseSLO refused it.
+func sloAsk(t *testing.T, s *Snapshot, req *Request, slo, spent time.Duration, except *Upstream) (c Choice, refused bool) {
 	t.Helper()
-	req = ttftRequest(r, 1000)
 	req.SLO, req.Spent = slo, spent
 	c, rej := s.Choose(req, except)
 	if rej != nil {
 		t.Fatal(rej)
 	}
-	return req, c, RefuseSLO(&c, slo, spent) != nil
+	return c, RefuseSLO(&c, slo, spent) != nil
+}
+
+// sloPool is ttftPool of the upstreams e taught, each as e says, every one
+// recorded as serving a system prompt's chain; ask chooses for a request
+// of it and a question of its own (Commit left to the caller) and returns
+// it to release.
+func sloPool(t *testing.T, e ...hitEngine) (s *Snapshot, ups []*Upstream, clk *clock.Fake, ask func(slo, spent time.Duration, except *Upstream) (*Request, Choice, bool)) {
+	t.Helper()
+	g, s, r, clk := ttftPool(t, len(e), 0)
+	ups = r.Pool.Upstreams
+	var p fastjson.Parser
+	system := systemPrompt(5, 1500)
+	served(t, g, s, &p, system, ups...)
+	for i, u := range ups {
+		e[i].teach(u, clk.Now())
+	}
+	var asked int
+	ask = func(slo, spent time.Duration, except *Upstream) (*Request, Choice, bool) {
+		asked++ // a question of its own: only the system prompt is held
+		req := chatRequest(t, s, &p, system, fmt.Sprintf("Question %d?", asked))
+		c, refused := sloAsk(t, s, &req, slo, spent, except)
+		return &req, c, refused
+	}
+	return s, ups, clk, ask
 }
 
 // TestLeastTTFTStaleRefusal: a route whose every request states an SLO is
 // not refused for ever on what its engines did long ago. While the models
 // are fresh, a request predicted past its SLO is refused; once the soonest
-// was measured probeAge ago, the next is sent there as a probe past its
-// SLO (never while one is in flight there), and while those meet the SLO
-// they follow one another until the model predicts it met and requests
-// are admitted on their prediction.
+// upstream that holds its prompt was measured probeAge ago, the next is
+// sent there as a probe past its SLO (never while one is in flight
+// there), and while those meet the SLO they follow one another until the
+// model predicts it met and requests are admitted on their prediction. A
+// request of a prompt no upstream holds is refused all the while: probing
+// with it would hold an engine for a whole prompt's prefill.
 func TestLeastTTFTStaleRefusal(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 3, 0)
-	ups := r.Pool.Upstreams
-	slow := engine{perToken: time.Millisecond, perAhead: 100 * time.Millisecond} // ~1 s for 1,000 tokens
-	for _, u := range ups {
-		slow.teach(u, clk.Now())
-	}
+	slow := hitEngine{perToken: 100 * time.Millisecond} // a hit: ~1 s
+	s, ups, clk, ask := sloPool(t, slow, slow)
 	const slo = 500 * time.Millisecond
-	if _, c, refused := sloAsk(t, s, r, slo, 0, nil); !refused {
+	if req, c, refused := ask(slo, 0, nil); !refused {
 		t.Fatalf("fresh models predicting %v: not refused (%+v)", c.Prediction.Total, c)
+	} else {
+		req.Release()
 	}
 	clk.Advance(probeAge)
-	fast := engine{perToken: 50 * time.Microsecond} // ~80 ms now
+	newPrompt := ttftRequest(ups[0].g.Snapshot().Routes()[0], 1000)
+	if c, refused := sloAsk(t, s, newPrompt, slo, 0, nil); c.PastSLO || !refused {
+		t.Fatalf("a prompt no upstream holds, the models stale: %+v, refused %v; want refused", c, refused)
+	}
+	fast := hitEngine{perToken: 2 * time.Millisecond} // ~50 ms now
 	var probes int
 	for {
 		if probes > 40 {
 			t.Fatalf("still probing after %d probes", probes)
 		}
-		req, c, refused := sloAsk(t, s, r, slo, 0, nil)
+		req, c, refused := ask(slo, 0, nil)
 		if refused {
 			t.Fatalf("refused after %d probes (predicted %v, last observed %v ago)", probes, c.Prediction.Total, c.Prediction.Age)
 		}
 		if !c.Probe {
+			req.Release()
 			t.Logf("admitted on its prediction (%v) after %d probes", c.Prediction.Total, probes)
 			break
 		}
@@ -426,15 +470,18 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 			t.Fatalf("probe %d: %+v; want a probe past the SLO, predicted past it", probes, c)
 		}
 		s.Commit(req, &c)
+		req.Release()
 		release, rej := c.Upstream.Acquire(nil)
 		if rej != nil {
 			t.Fatal(rej)
 		}
-		if _, again, _ := sloAsk(t, s, r, slo, 0, nil); again.Upstream == c.Upstream && again.Probe {
+		if again, c2, _ := ask(slo, 0, nil); c2.Upstream == c.Upstream && c2.Probe {
 			t.Fatalf("%s probed again while a probe is in flight", c.Upstream.Name)
+		} else {
+			again.Release()
 		}
 		clk.Advance(100 * time.Millisecond)
-		c.Upstream.Observe(&c, fast.observation(clk.Now(), 1000, 0, 0))
+		c.Upstream.Observe(&c, fast.observation(clk.Now()))
 		release()
 	}
 	if probes == 0 {
@@ -449,10 +496,9 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 // not every 10 s; a request routed on its prediction starts the count
 // again. The test asks each 10 s.
 func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 1, 0)
-	u := r.Pool.Upstreams[0]
-	slow := engine{perToken: time.Millisecond}
-	slow.teach(u, clk.Now())
+	slow := hitEngine{perToken: 100 * time.Millisecond}
+	s, ups, clk, ask := sloPool(t, slow)
+	u := ups[0]
 	const slo = 500 * time.Millisecond
 	probes := func(n int) []time.Duration {
 		var gaps []time.Duration
@@ -462,18 +508,20 @@ func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
 				t.Fatalf("%d asks, %d probes past the SLO, %v apart", asks, len(gaps), gaps)
 			}
 			clk.Advance(probeAge)
-			req, c, refused := sloAsk(t, s, r, slo, 0, nil)
+			req, c, refused := ask(slo, 0, nil)
 			if refused {
+				req.Release()
 				continue
 			}
 			if !c.PastSLO {
 				t.Fatalf("admitted, not as a probe past the SLO: %+v", c)
 			}
 			s.Commit(req, &c)
+			req.Release()
 			gaps = append(gaps, clk.Now()-last)
 			last = clk.Now()
 			if len(gaps)%2 == 0 { // as slow as predicted; the others end without a first token
-				u.Observe(&c, slow.observation(clk.Now(), 1000, 0, 0))
+				u.Observe(&c, slow.observation(clk.Now()))
 			}
 		}
 		return gaps
@@ -482,7 +530,7 @@ func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
 	if gaps := probes(6); !slices.Equal(gaps, want) {
 		t.Fatalf("probes past the SLO sent %v apart; want %v", gaps, want)
 	}
-	u.Observe(&Choice{Predicted: true}, slow.observation(clk.Now(), 1000, 0, 0)) // routed on its prediction
+	u.Observe(&Choice{Predicted: true}, slow.observation(clk.Now())) // routed on its prediction
 	if gaps := probes(2); !slices.Equal(gaps, want[:2]) {
 		t.Fatalf("after a request routed on its prediction: probes %v apart; want %v", gaps, want[:2])
 	}
@@ -495,27 +543,33 @@ func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
 // (except set) and a request that has spent its SLO before routing are
 // never sent past it.
 func TestLeastTTFTSLOProbeOthers(t *testing.T) {
-	_, s, r, clk := ttftPool(t, 2, 0)
-	a, b := r.Pool.Upstreams[0], r.Pool.Upstreams[1]
-	engine{perToken: 750 * time.Microsecond}.teach(a, clk.Now()) // ~800 ms for 1,000 tokens
-	engine{perToken: 2 * time.Millisecond}.teach(b, clk.Now())   // ~2 s
+	aHit, bHit := hitEngine{perToken: 80 * time.Millisecond}, hitEngine{perToken: 200 * time.Millisecond} // ~800 ms, ~2 s
+	s, ups, clk, ask := sloPool(t, aHit, bHit)
+	a, b := ups[0], ups[1]
 	const slo = 500 * time.Millisecond
 	clk.Advance(probeAge)
-	if _, c, _ := sloAsk(t, s, r, slo, 0, a); c.PastSLO {
+	if req, c, _ := ask(slo, 0, a); c.PastSLO {
 		t.Fatalf("a retry's choice: %+v; want no probe past the SLO", c)
+	} else {
+		req.Release()
 	}
-	if _, c, refused := sloAsk(t, s, r, slo, slo, nil); !refused || c.PastSLO {
+	if req, c, refused := ask(slo, slo, nil); !refused || c.PastSLO {
 		t.Fatalf("the SLO spent before routing: refused %v, %+v; want refused", refused, c)
+	} else {
+		req.Release()
 	}
-	req, c, _ := sloAsk(t, s, r, slo, 0, nil)
+	req, c, _ := ask(slo, 0, nil)
 	if !c.PastSLO || c.Upstream != a {
 		t.Fatalf("first probe past the SLO: %+v; want it on %s, the soonest", c, a.Name)
 	}
 	s.Commit(req, &c)
-	a.Observe(&c, engine{perToken: 750 * time.Microsecond}.observation(clk.Now(), 1000, 0, 0))
+	req.Release()
+	a.Observe(&c, aHit.observation(clk.Now()))
 	clk.Advance(probeAge)
-	if _, c, _ := sloAsk(t, s, r, slo, 0, nil); !c.PastSLO || c.Upstream != b {
+	if req, c, _ := ask(slo, 0, nil); !c.PastSLO || c.Upstream != b {
 		t.Fatalf("after %s missed as predicted: %+v; want a probe past the SLO on %s", a.Name, c, b.Name)
+	} else {
+		req.Release()
 	}
 }
 
