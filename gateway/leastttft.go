@@ -93,10 +93,10 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // choice (not a retry's, except nil): refused requests teach no model,
 // and a route whose every request states the SLO would otherwise stay
 // refused on what its engines did long ago. (A probe of a prompt to
-// compute would hold the engine for a whole prompt's prefill, and the
-// requests admitted there on their prediction behind it.) While no upstream has a
-// prediction, prefix affinity chooses (affinity). Commit records the
-// choice.
+// compute would hold the engine for a whole prompt's prefill, and hold
+// up the requests admitted there on their prediction behind it.) While
+// no upstream has a prediction, prefix affinity chooses (affinity).
+// Commit records the choice.
 func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, except *Upstream) (Choice, *Rejection) {
 	start := p.rr.Add(1)
 	now := p.g.now()
@@ -407,11 +407,12 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 // A probe (c.Probe) that came sooner than the prediction it passed over
 // has u probed again (probeAge); a probe past an SLO (c.PastSLO) that met
 // it has u take the next request past its SLO, and a request routed on
-// its prediction (not a probe) ends the doubling of sloProbeAge. A prefix the choice counted as cached on
-// u, which the engine reported it computed, is counted into u's computed
-// tokens now: the distances of the prefixes behind it must see what the
-// engine's cache really took, or a thrashing engine's would stay short,
-// and its prefixes predicted cached.
+// its prediction (not a probe) ends the doubling of sloProbeAge. A prefix
+// the choice counted as cached on u, which the engine reported it
+// computed, is counted into u's computed tokens now: the distances of
+// the prefixes behind it must see what the engine's cache really took,
+// or a thrashing engine's would stay short, and its prefixes predicted
+// cached.
 //
 // With share_routing, the observation is published to the other replicas
 // (gateway/share), whose models of u learn it too.
