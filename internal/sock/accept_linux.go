@@ -16,18 +16,26 @@ import (
 // Conn (Of finds it). A TCP listener's are accepted with raw accept4 calls
 // under the RawConn of a duplicate of its descriptor (net's listener has
 // a RawConn that only controls, never waits), none through the
-// scheduler's system-call state (see tcpConn); their TCP_NODELAY and Go's
-// default keep-alive are inherited from the listening socket, set here
-// once (Linux copies them to each socket it accepts). Another listener's
-// connections (TLS) are Go's, read and written through a Conn when they
-// are TCP. Closing the listener closes both descriptors.
+// scheduler's system-call state (see tcpConn). Each has TCP_NODELAY and
+// Go's default keep-alive (acceptedOptions): inherited from the listening
+// socket when it had them before it listened (Listen), set on each socket
+// accepted otherwise, since a connection that completed its handshake
+// before RawListener set them on the listener inherited none (and would
+// have Nagle's algorithm hold its small writes for the client's delayed
+// acknowledgement, 40 ms on Linux). Another listener's connections (TLS)
+// are Go's, read and written through a Conn when they are TCP. Closing the
+// listener closes both descriptors.
 func RawListener(ln net.Listener) net.Listener {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
 		return rawListener{ln}
 	}
 	lrc, err := tl.SyscallConn()
-	if err != nil || setOptions(lrc, acceptedOptions) != nil {
+	if err != nil {
+		return rawListener{ln}
+	}
+	inherited := hasOptions(lrc, acceptedOptions)
+	if !inherited && setOptions(lrc, acceptedOptions) != nil {
 		return rawListener{ln}
 	}
 	f, err := tl.File() // non-blocking, in the poller
@@ -39,25 +47,24 @@ func RawListener(ln net.Listener) net.Listener {
 		f.Close()
 		return rawListener{ln}
 	}
-	a := &acceptListener{TCPListener: tl, f: f, rc: rc}
+	a := &acceptListener{TCPListener: tl, f: f, rc: rc, setEach: !inherited}
 	if la, ok := tl.Addr().(*net.TCPAddr); ok && !la.IP.IsUnspecified() {
 		a.laddr = la // every socket it accepts has it
 	}
 	return a
 }
 
-// acceptedOptions is what every accepted socket inherits: TCP_NODELAY on,
-// as Go's net sets it on every TCP connection, and Go's keep-alive.
-var acceptedOptions = append([]sockOption{{syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1}}, keepAlive...)
-
 // acceptListener accepts with raw accept4 calls on f, the listening
 // socket's duplicate.
 type acceptListener struct {
 	*net.TCPListener
-	f      *os.File
-	rc     syscall.RawConn // f's
-	laddr  *net.TCPAddr    // nil: a wildcard address, each socket's own asked when wanted
-	closed atomic.Bool
+	f     *os.File
+	rc    syscall.RawConn // f's
+	laddr *net.TCPAddr    // nil: a wildcard address, each socket's own asked when wanted
+	// setEach: acceptedOptions are set on each socket accepted, not
+	// inherited.
+	setEach bool
+	closed  atomic.Bool
 }
 
 // accepted is one Accept's call: the socket taken and its peer's address,
@@ -82,6 +89,11 @@ func (ln *acceptListener) Accept() (net.Conn, error) {
 	}
 	if a.errno != 0 {
 		return nil, ln.opErr(os.NewSyscallError("accept4", a.errno))
+	}
+	if ln.setEach {
+		// As Go's net, which ignores these errors too: a socket just
+		// accepted takes them, and one that does not still works.
+		_ = setRaw(uintptr(a.fd), acceptedOptions)
 	}
 	raddr := tcpAddrOf(&a.sa)
 	if raddr == nil {

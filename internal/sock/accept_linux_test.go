@@ -93,6 +93,55 @@ func TestRawListenerAccepts(t *testing.T) {
 	}
 }
 
+// TestRawListenerQueuedBefore: a connection whose handshake completed
+// before RawListener took the listener (a client that connected while
+// the process was starting) has TCP_NODELAY and Go's keep-alive too,
+// whether the listener is Listen's (they were set before it listened) or
+// any other (they are set on each socket accepted). Without them, Nagle's
+// algorithm held a stream's small writes for the client's delayed
+// acknowledgement, 40 ms each time.
+func TestRawListenerQueuedBefore(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		listen  func(string) (net.Listener, error)
+		setEach bool // not inherited: set on each socket accepted
+	}{
+		{"Listen", Listen, false},
+		{"net.Listen", func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner, err := tc.listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, err := net.Dial("tcp", inner.Addr().String()) // queued: the kernel completed its handshake
+			if err != nil {
+				inner.Close()
+				t.Fatal(err)
+			}
+			defer client.Close()
+			ln := RawListener(inner)
+			defer ln.Close()
+			if a, ok := ln.(*acceptListener); !ok || a.setEach != tc.setEach {
+				t.Fatalf("RawListener made %T %+v, want an acceptListener with setEach %v", ln, ln, tc.setEach)
+			}
+			conn, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if Of(conn) == nil {
+				t.Fatalf("accepted %T: want this package's own connection", conn)
+			}
+			for _, o := range acceptedOptions {
+				if got := intOption(t, conn, o.level, o.opt); got != o.value {
+					t.Errorf("option %d/%d = %d, want %d", o.level, o.opt, got, o.value)
+				}
+			}
+		})
+	}
+}
+
 // TestRawConnErrors: an accepted connection's deadlines, half-close and
 // close, with net.Conn's errors.
 func TestRawConnErrors(t *testing.T) {

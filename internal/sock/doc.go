@@ -46,7 +46,7 @@
 //     the poller, so that starting a connection makes no system call
 //     through the scheduler's system-call state either (its close still
 //     does: Go's poller closes the descriptor). Listen opens a listener
-//     whose sockets inherit its TCP keep-alive; WaitReadable waits for a
+//     whose sockets inherit TCP_NODELAY and keep-alive from it; WaitReadable waits for a
 //     connection's next request without reading it; SegmentCounter reads
 //     the kernel's count of data segments a socket received.
 //
