@@ -508,3 +508,52 @@ func TestRemainderTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyHits: a hit routed with something ahead (a busy engine's step
+// carries other requests' work beside its few tokens) is learned and
+// predicted apart from one routed to an idle upstream; until a kind has
+// been seen, the other kind's line predicts it.
+func TestBusyHits(t *testing.T) {
+	const (
+		idleCost = 50 * time.Millisecond
+		busyCost = 100 * time.Millisecond
+	)
+	busy := Load{InFlight: 2, Waiting: 1, EngineKnown: true}
+	hit := func(i int, load Load, cost time.Duration) Observation {
+		return Observation{End: time.Duration(i) * 100 * time.Millisecond, FirstToken: true,
+			PromptTokens: 1540, CachedTokens: 1500, CachedReported: true, Expected: Expected{Cached: 1500},
+			Load: load, Parts: Parts{Prefill: cost}}
+	}
+	predictHit := func(m *Model, load Load) time.Duration {
+		p, ok := m.Predict(3*time.Second, 1540, Expected{Cached: 1500}, load)
+		if !ok {
+			t.Fatalf("%+v: no prediction", load)
+		}
+		return p.Parts[Prefill]
+	}
+	both, busyOnly, idleOnly := New(Config{}), New(Config{}), New(Config{})
+	for i := range 30 {
+		if i%2 == 0 {
+			both.Observe(hit(i, Load{EngineKnown: true}, idleCost))
+			idleOnly.Observe(hit(i, Load{EngineKnown: true}, idleCost))
+		} else {
+			both.Observe(hit(i, busy, busyCost))
+			busyOnly.Observe(hit(i, busy, busyCost))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		m    *Model
+		load Load
+		want time.Duration
+	}{
+		{"idle", both, Load{EngineKnown: true}, idleCost},
+		{"busy", both, busy, busyCost},
+		{"idle, only busy hits seen", busyOnly, Load{}, busyCost},
+		{"busy, only idle hits seen", idleOnly, busy, idleCost},
+	} {
+		if got := predictHit(tc.m, tc.load); !within(got, tc.want, 0.05) {
+			t.Errorf("%s: prefill %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
