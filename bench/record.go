@@ -133,11 +133,11 @@ func ParseRecord(b []byte) (Record, error) {
 		r.CachedTokens, r.CachedReported = *j.cached, true
 	}
 	if in := j.inputs; in != nil {
-		if in.PromptTokens < 0 || in.InFlight < 0 || in.BacklogMs < 0 || in.PrefixTokens < 0 {
+		if in.PromptTokens < 0 || in.InFlight < 0 || in.BacklogMs < 0 || in.AheadMs < 0 || in.PrefixTokens < 0 {
 			return Record{}, fmt.Errorf("%s: a negative count", record.FieldPredictionInputs)
 		}
 		r.Inputs = record.PredictionInputs{Set: true, PromptTokens: in.PromptTokens, InFlight: in.InFlight,
-			Backlog: ms(in.BacklogMs), PrefixTokens: in.PrefixTokens, PrefixDistance: in.PrefixDistance}
+			Backlog: ms(in.BacklogMs), Ahead: ms(in.AheadMs), PrefixTokens: in.PrefixTokens, PrefixDistance: in.PrefixDistance}
 		if in.Waiting != nil {
 			r.Inputs.Waiting, r.Inputs.WaitingKnown = *in.Waiting, true
 		}
@@ -151,6 +151,7 @@ type inputsJSON struct {
 	InFlight       int64   `json:"in_flight"`
 	Waiting        *int64  `json:"waiting"`
 	BacklogMs      float64 `json:"backlog_ms"`
+	AheadMs        float64 `json:"ahead_ms"`
 	PrefixTokens   int     `json:"prefix_tokens"`
 	PrefixDistance uint64  `json:"prefix_distance"`
 }

@@ -94,6 +94,7 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 				{record.FieldPredictionInputs, r.Inputs.WaitingKnown, member(raw[record.FieldPredictionInputs], "waiting") != nil},
 				{record.FieldPredictionInputs, r.Inputs.Waiting, int64(number(member(raw[record.FieldPredictionInputs], "waiting")))},
 				{record.FieldPredictionInputs, r.Inputs.Backlog, msOf(raw[record.FieldPredictionInputs], "backlog_ms")},
+				{record.FieldPredictionInputs, r.Inputs.Ahead, msOf(raw[record.FieldPredictionInputs], "ahead_ms")},
 				{record.FieldPredictionInputs, r.Inputs.PrefixTokens, int(number(member(raw[record.FieldPredictionInputs], "prefix_tokens")))},
 				{record.FieldPredictionInputs, r.Inputs.PrefixDistance, uint64(number(member(raw[record.FieldPredictionInputs], "prefix_distance")))},
 			} {

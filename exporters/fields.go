@@ -400,7 +400,8 @@ func appendOff(b []byte, st stages.Stage, by time.Duration) []byte {
 }
 
 // appendInputs appends a least_ttft choice's inputs to the model: the
-// engine's waiting requests only when known, the prefix only when the
+// engine's waiting requests only when known, the wait for the requests
+// ahead in their prefill only when there is one, the prefix only when the
 // index matched one.
 func appendInputs(b []byte, in *record.PredictionInputs) []byte {
 	b = strconv.AppendInt(append(b, `{"prompt_tokens":`...), int64(in.PromptTokens), 10)
@@ -409,6 +410,9 @@ func appendInputs(b []byte, in *record.PredictionInputs) []byte {
 		b = strconv.AppendInt(append(b, `,"waiting":`...), in.Waiting, 10)
 	}
 	b = appendDuration(append(b, `,"backlog_ms":`...), in.Backlog)
+	if in.Ahead > 0 {
+		b = appendDuration(append(b, `,"ahead_ms":`...), in.Ahead)
+	}
 	if in.PrefixTokens > 0 {
 		b = strconv.AppendInt(append(b, `,"prefix_tokens":`...), int64(in.PrefixTokens), 10)
 		b = strconv.AppendUint(append(b, `,"prefix_distance":`...), in.PrefixDistance, 10)

@@ -251,7 +251,7 @@ var routedFixture = fixture{"stop_least_ttft", func(r *record.Record) {
 	r.PredictionOff, r.PredictionOffBy = stages.Queue, -3*ms-15*us
 	r.CachedTokens, r.CachedReported = 384, true
 	r.Inputs = record.PredictionInputs{Set: true, PromptTokens: 530, InFlight: 1, Waiting: 1, WaitingKnown: true,
-		Backlog: 12500 * us, PrefixTokens: 400, PrefixDistance: 9216}
+		Backlog: 12500 * us, Ahead: 1500 * us, PrefixTokens: 400, PrefixDistance: 9216}
 }}
 
 // probeFixture is a request a least_ttft pool sent as a probe: to an

@@ -107,7 +107,8 @@ func (u *Upstream) PredictLoad() predict.Load { return u.loadAt(u.g.now()) }
 // loadAt is PredictLoad at now, the gateway's clock as read once for a
 // choice among many upstreams.
 func (u *Upstream) loadAt(now int64) predict.Load {
-	l := predict.Load{InFlight: u.outstanding.Load() + u.remoteInFlight.Load(), Backlog: max(time.Duration(u.busyUntil.Load()-now), 0)}
+	l := predict.Load{InFlight: u.outstanding.Load() + u.remoteInFlight.Load(), Backlog: max(time.Duration(u.busyUntil.Load()-now), 0),
+		Ahead: u.prefilling.Wait(time.Duration(now))}
 	if k, known := u.loadKey(); known {
 		l.Waiting, l.EngineKnown = k.waiting, true
 	}

@@ -49,6 +49,9 @@ type Choice struct {
 	// prediction took it, in a least_ttft pool): the request's
 	// Observation.Load. It is filled in every pool.
 	Load predict.Load
+	// prefilling is the request's id in its upstream's requests without a
+	// first token (Commit; Upstream.Prefilled), 0 when it is not there.
+	prefilling uint64
 }
 
 // Choose chooses the upstream for req (a valid Request of this Snapshot) as
@@ -209,13 +212,17 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 		computed = max(tokens-c.Expected.Cached, 0)
 	}
 	mark := c.Upstream.computed.Add(uint64(computed))
+	now := p.g.now()
 	var work time.Duration
+	due := time.Duration(now) // without a prediction: overdue at once, predicted to take as long again as it has
 	if c.Predicted {
 		work = c.Prediction.Work()
-		c.Upstream.addBacklog(p.g.now(), work)
+		c.Upstream.addBacklog(now, work)
+		due += c.Prediction.Total
 	}
+	c.prefilling = c.Upstream.prefilling.Add(time.Duration(now), due)
 	if c.PastSLO { // counted as missed until it is seen to meet it (Observe)
-		c.Upstream.sloProbed.Store(p.g.now())
+		c.Upstream.sloProbed.Store(now)
 		c.Upstream.sloReprobe.Store(false)
 		if c.Upstream.sloBackoff.Add(1) > maxSLOBackoff {
 			c.Upstream.sloBackoff.Store(maxSLOBackoff)
@@ -225,6 +232,19 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
 	}
 	p.g.publish(c, pr, uint64(computed), work)
+}
+
+// Prefilled notes that the request routed as c (and committed) has its
+// first token, or ended without one: it is no longer ahead of the requests
+// routed to c's upstream after it in their prefill (predict.Load.Ahead).
+// Call it once the first token comes and again at the request's end (and
+// before a retry's choice); only the first call counts. It does nothing for
+// a choice outside a least_ttft pool.
+func (c *Choice) Prefilled() {
+	if c.prefilling != 0 {
+		c.Upstream.prefilling.Remove(c.prefilling)
+		c.prefilling = 0
+	}
 }
 
 // addBacklog adds work, engine time predicted for a request routed at now,
@@ -414,11 +434,14 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 // or a thrashing engine's would stay short, and its prefixes predicted
 // cached.
 //
+// The request is no longer ahead of others in its prefill (c.Prefilled).
+//
 // With share_routing, the observation is published to the other replicas
 // (gateway/share), whose models of u learn it too.
 //
 // It takes the model's mutex and allocates nothing.
 func (u *Upstream) Observe(c *Choice, o predict.Observation) {
+	c.Prefilled()
 	u.model.Observe(o)
 	if o.FirstToken && u.leastTTFT.Load() {
 		u.g.publishObserved(u, &o)

@@ -153,6 +153,7 @@ func choose(t testing.TB, s *Snapshot, req *Request) Choice {
 		t.Fatal(rej)
 	}
 	s.Commit(req, &c)
+	c.Prefilled() // nothing of it stays in flight (as outstanding does not: it is not admitted)
 	return c
 }
 
@@ -522,6 +523,8 @@ func TestLeastTTFTSLOProbeBackoff(t *testing.T) {
 			last = clk.Now()
 			if len(gaps)%2 == 0 { // as slow as predicted; the others end without a first token
 				u.Observe(&c, slow.observation(clk.Now()))
+			} else {
+				c.Prefilled()
 			}
 		}
 		return gaps
@@ -1200,5 +1203,46 @@ func TestLeastTTFTOpeningIsNoHome(t *testing.T) {
 	req.Release()
 	if c.Upstream == ups[1] {
 		t.Fatalf("kept on %s, which holds only its opening (%d tokens expected cached)", c.Upstream.Name, c.Expected.Cached)
+	}
+}
+
+// TestLeastTTFTAhead: a request committed to an upstream, without its
+// first token yet, holds the requests routed there after it: their load's
+// Ahead is what is left of its predicted TTFT, their queue is predicted at
+// least that, and once it is past its prediction, as long again as it has
+// taken; once it has its first token (Prefilled), or ended (Observe),
+// nothing.
+func TestLeastTTFTAhead(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	engine{perToken: 100 * time.Microsecond}.teach(u, clk.Now())
+	ask := func() Choice {
+		t.Helper()
+		c, rej := s.Choose(ttftRequest(r, 1000), nil)
+		if rej != nil || !c.Predicted {
+			t.Fatalf("%+v, %v: want a prediction", c, rej)
+		}
+		return c
+	}
+	first := ask()
+	s.Commit(ttftRequest(r, 1000), &first)
+	total := first.Prediction.Total
+	clk.Advance(total / 4)
+	if c := ask(); c.Load.Ahead != total-total/4 || c.Prediction.Parts[predict.Queue] < c.Load.Ahead {
+		t.Fatalf("a quarter of the first's %v later: ahead %v, queue %v; want %v, the queue at least that", total, c.Load.Ahead, c.Prediction.Parts[predict.Queue], total-total/4)
+	}
+	clk.Advance(total) // past its prediction: 1.25 of it taken
+	if c := ask(); c.Load.Ahead != total+total/4 {
+		t.Fatalf("past its prediction: ahead %v; want %v, as long again as it has taken", c.Load.Ahead, total+total/4)
+	}
+	first.Prefilled()
+	if c := ask(); c.Load.Ahead != 0 {
+		t.Fatalf("after its first token: ahead %v; want 0", c.Load.Ahead)
+	}
+	second := ask()
+	s.Commit(ttftRequest(r, 1000), &second)
+	u.Observe(&second, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), 1000, 0, 0))
+	if c := ask(); c.Load.Ahead != 0 {
+		t.Fatalf("after a request ended: ahead %v; want 0", c.Load.Ahead)
 	}
 }

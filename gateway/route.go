@@ -149,6 +149,10 @@ type Upstream struct {
 	remoteMu       sync.Mutex
 	remote         map[uint64]remoteLoad
 	remoteInFlight atomic.Int64
+	// prefilling is this replica's requests on u with no first token yet
+	// (predict.Load.Ahead): last, its requests' array away from the fields
+	// a choice reads.
+	prefilling predict.Prefilling
 }
 
 // newUpstream makes the Upstream of u. g.mu is held.

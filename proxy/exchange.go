@@ -101,6 +101,7 @@ func (x *exchange) firstTokenParsed(now time.Duration) {
 		x.fin.rec.Timeline.MarkAt(stages.FirstTokenArrived, at)
 	}
 	x.fl.firstToken()
+	x.lease.choice.Prefilled() // no longer ahead of the requests routed after it
 	x.firstTokenSeen(now)
 }
 
@@ -269,6 +270,7 @@ func (x *exchange) forward(ctx *fasthttp.RequestCtx, snap *gateway.Snapshot, req
 	if connectFailed(err) && x.ctl.aborted() == nil {
 		failed := x.lease.up
 		x.p.gw.Done(failed, false)
+		x.lease.choice.Prefilled()
 		x.lease.up = nil
 		x.lease.releaseSlot()
 		if up, ok = x.admit(ctx, snap, req, failed); ok {

@@ -42,6 +42,7 @@ func (l *lease) settle(gw *gateway.Gateway, f *endreason.Facts, rec *record.Reco
 	if l.up != nil {
 		gw.Done(l.up, !upstreamFault(f, l.closing))
 	}
+	l.choice.Prefilled() // ended without a first token, if it has none
 	l.releaseSlot()
 	if !l.hasRes {
 		return

@@ -263,3 +263,48 @@ func TestTTFTSLO(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefilledAtFirstToken: a least_ttft request stops holding the
+// requests routed after it to its upstream (predict.Load.Ahead) once its
+// first token is parsed, before its end; one that ends without a first
+// token (a 500), at its end.
+func TestPrefilledAtFirstToken(t *testing.T) {
+	const yaml = `
+routes:
+  - model: m
+    pool: p
+pools:
+  - name: p
+    upstreams: [UP_A]
+    policy: least_ttft
+`
+	release := make(chan struct{})
+	streams := startUpstream(t, func(c *upConn) {
+		c.sse()
+		c.holdStream(release, "first", "rest")
+	})
+	addr, sink, p := startGateway(t, yaml, map[string]string{"UP_A": streams.url})
+	u := p.Gateway().Snapshot().Pools()[0].Upstreams[0]
+	_, br := rawClient(t, addr, chatBody)
+	readUntil(t, br, `"first"`) // parsed by the proxy before it was written
+	a := u.PredictLoad().Ahead
+	close(release)
+	if a != 0 {
+		t.Fatalf("after its first token reached the client, the stream still held its upstream's next requests %v", a)
+	}
+	if r := sink.next(t); !r.bd.OK {
+		t.Fatalf("the stream: %s/%s", r.Reason, r.Detail)
+	}
+
+	failing := startUpstream(t, func(c *upConn) {
+		c.whole(500, "application/json", `{"error":{"message":"boom"}}`)
+	})
+	addr, sink, p = startGateway(t, yaml, map[string]string{"UP_A": failing.url})
+	u = p.Gateway().Snapshot().Pools()[0].Upstreams[0]
+	if resp, _, r := routeOne(t, addr, sink, chatBody); resp.StatusCode != 500 || r.bd.OK {
+		t.Fatalf("status %d, first token %v: want a 500 without one", resp.StatusCode, r.bd.OK)
+	}
+	if a := u.PredictLoad().Ahead; a != 0 {
+		t.Fatalf("after a request ended without a first token, it still holds its upstream's next requests %v", a)
+	}
+}

@@ -29,7 +29,7 @@ func recordChoice(rec *record.Record, c *gateway.Choice, req *gateway.Request) {
 	if policy == gateway.PolicyLeastTTFT {
 		l, x := &c.Load, &c.Expected
 		rec.Inputs = record.PredictionInputs{Set: true, PromptTokens: req.PromptTokens,
-			InFlight: l.InFlight, Waiting: l.Waiting, WaitingKnown: l.EngineKnown, Backlog: l.Backlog,
+			InFlight: l.InFlight, Waiting: l.Waiting, WaitingKnown: l.EngineKnown, Backlog: l.Backlog, Ahead: l.Ahead,
 			PrefixTokens: x.Cached, PrefixDistance: x.Distance}
 	}
 }

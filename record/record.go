@@ -224,12 +224,13 @@ type PredictionInputs struct {
 	Set bool
 	// PromptTokens is the gateway's estimate of the prompt's tokens.
 	PromptTokens int
-	// InFlight, Waiting (when WaitingKnown) and Backlog are the upstream's
-	// load (predict.Load).
+	// InFlight, Waiting (when WaitingKnown), Backlog and Ahead are the
+	// upstream's load (predict.Load).
 	InFlight     int64
 	Waiting      int64
 	WaitingKnown bool
 	Backlog      time.Duration
+	Ahead        time.Duration
 	// PrefixTokens and PrefixDistance are what the prefix index expected
 	// cached on the upstream and at what distance (predict.Expected), as
 	// the index saw it: before the model judged it evicted (CachedExpected

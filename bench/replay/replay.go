@@ -33,11 +33,13 @@ import (
 type Options struct {
 	// Model is the models' configuration (HalfLife 0: predict's default).
 	Model predict.Config
-	// RecordedBacklog takes each request's backlog as recorded. Otherwise
-	// it is replayed: the engine time the replay's own predictions routed
-	// to the upstream and not yet done, as the gateway counts it
-	// (gateway.Snapshot.Commit), so that a model that predicts engine time
-	// otherwise is asked about the backlog it would have counted.
+	// RecordedBacklog takes each request's backlog, and its wait for the
+	// requests ahead in their prefill, as recorded. Otherwise both are
+	// replayed: the engine time the replay's own predictions routed to the
+	// upstream and not yet done, and the requests routed there without
+	// their first token yet (due at the replay's own predictions), as the
+	// gateway counts them (gateway.Snapshot.Commit), so that a model that
+	// predicts otherwise is asked about the load it would have counted.
 	RecordedBacklog bool
 }
 
@@ -102,12 +104,13 @@ type Asked struct {
 	OK         bool
 }
 
-// event is a request's routing or its end, at a time since the first
-// record's receipt.
+// event is a request's routing, its first token (or its end, without
+// one) or its end, at a time since the first record's receipt.
 type event struct {
-	at  time.Duration
-	i   int // the record's index
-	end bool
+	at    time.Duration
+	i     int // the record's index
+	first bool
+	end   bool
 }
 
 // Run replays recs, in any order. Give it one replica's records, or,
@@ -132,19 +135,26 @@ func Run(recs []bench.Record, o Options) Result {
 		start := r.Time.Sub(t0)
 		// Routed at the end of the route stage; a record without a first
 		// token has no stages, and is taken as routed on receipt.
+		first := start + r.E2E
+		if r.HasTTFT {
+			first = start + r.TTFT
+		}
 		evs = append(evs, event{at: start + r.Stages[stages.Gateway] + r.Stages[stages.Route], i: i},
-			event{at: start + r.E2E, i: i, end: true})
+			event{at: first, i: i, first: true}, event{at: start + r.E2E, i: i, end: true})
 	}
-	// In time; a routing before an end at the same instant.
+	// In time; at the same instant a routing first, then a first token,
+	// then an end.
 	slices.SortStableFunc(evs, func(a, b event) int {
 		if a.at != b.at {
 			return int(a.at - b.at)
 		}
-		return boolInt(a.end) - boolInt(b.end)
+		return kind(a) - kind(b)
 	})
 
 	models := map[string]*predict.Model{}
-	busy := map[string]time.Duration{} // the replayed backlog's end, by upstream
+	busy := map[string]time.Duration{}             // the replayed backlog's end, by upstream
+	prefilling := map[string]*predict.Prefilling{} // the replayed requests without a first token, by upstream
+	prefillID := make([]uint64, len(recs))         // by record
 	byUp := map[string][]float64{}
 	res.Asked = make([]Asked, len(recs))
 	asked := res.Asked
@@ -161,19 +171,31 @@ func Run(recs []bench.Record, o Options) Result {
 		}
 		in := &r.Inputs
 		x := predict.Expected{Cached: in.PrefixTokens, Distance: in.PrefixDistance}
+		pf := prefilling[r.Upstream]
+		if pf == nil {
+			pf = new(predict.Prefilling)
+			prefilling[r.Upstream] = pf
+		}
+		if ev.first {
+			pf.Remove(prefillID[ev.i])
+			continue
+		}
 		if !ev.end {
 			if !in.Set {
 				continue
 			}
 			res.Routed++
-			load := predict.Load{InFlight: in.InFlight, Waiting: in.Waiting, EngineKnown: in.WaitingKnown, Backlog: in.Backlog}
+			load := predict.Load{InFlight: in.InFlight, Waiting: in.Waiting, EngineKnown: in.WaitingKnown, Backlog: in.Backlog, Ahead: in.Ahead}
 			if !o.RecordedBacklog {
-				load.Backlog = max(busy[r.Upstream]-ev.at, 0)
+				load.Backlog, load.Ahead = max(busy[r.Upstream]-ev.at, 0), pf.Wait(ev.at)
 			}
 			pred, ok := m.Predict(ev.at, in.PromptTokens, x, load)
+			due := ev.at
 			if ok {
 				busy[r.Upstream] = max(busy[r.Upstream], ev.at) + pred.Work()
+				due += pred.Total
 			}
+			prefillID[ev.i] = pf.Add(ev.at, due)
 			asked[ev.i] = Asked{Load: load, Prediction: pred, OK: ok}
 			continue
 		}
@@ -250,6 +272,17 @@ func predictedPastRoute(r *bench.Record) time.Duration {
 		d += p
 	}
 	return d
+}
+
+// kind orders events at one instant: a routing, a first token, an end.
+func kind(e event) int {
+	switch {
+	case e.end:
+		return 2
+	case e.first:
+		return 1
+	}
+	return 0
 }
 
 func boolInt(b bool) int {

@@ -90,24 +90,38 @@ func TestReplayAgreesWithRecordedPredictions(t *testing.T) {
 	}
 }
 
-// TestReplayBacklog: the backlog a request is asked with is, by default,
-// the engine time the replay's own predictions routed there and not yet
-// done; with RecordedBacklog, the record's.
-func TestReplayBacklog(t *testing.T) {
-	recs := []bench.Record{req(1000, 100, true), req(2000, 100, true), req(2001, 100, true)}
-	recs[2].Inputs.Backlog = time.Hour
+// TestReplayLoad: the backlog and the wait for the requests ahead in
+// their prefill a request is asked with are, by default, replayed: the
+// engine time the replay's own predictions routed to the upstream and not
+// yet done, and what is left of the predicted TTFT of the requests it
+// routed there whose first token had not come; with RecordedBacklog, the
+// record's. The queue is predicted at least as long as the wait.
+func TestReplayLoad(t *testing.T) {
+	recs := []bench.Record{req(1000, 100, true), req(2000, 100, true), req(2001, 100, true), req(2500, 100, true)}
+	recs[2].Inputs.Backlog, recs[2].Inputs.Ahead = time.Hour, time.Hour
+	between := func(lo, hi time.Duration) func(time.Duration) bool {
+		return func(d time.Duration) bool { return d > lo && d < hi }
+	}
+	hour := func(d time.Duration) bool { return d == time.Hour }
 	for _, tt := range []struct {
-		recorded bool
-		want     func(time.Duration) bool
+		recorded             bool
+		wantBacklog, wantAhd func(time.Duration) bool
 	}{
-		// The second was predicted 100 ms of prefill at 2000 ms (routed
-		// at 2000.1): at 2001.1 ms, 99 ms of it are left.
-		{false, func(b time.Duration) bool { return b > 98*time.Millisecond && b < 100*time.Millisecond }},
-		{true, func(b time.Duration) bool { return b == time.Hour }},
+		// The second was predicted 100 ms of prefill and about 106 ms in
+		// all at 2000 ms (routed at 2000.1): at 2001.1 ms, 99 ms of the
+		// prefill and about 105 ms of the TTFT are left.
+		{false, between(98*time.Millisecond, 100*time.Millisecond), between(100*time.Millisecond, 106*time.Millisecond)},
+		{true, hour, hour},
 	} {
 		res := Run(recs, Options{RecordedBacklog: tt.recorded})
-		if got := res.Asked[2].Load.Backlog; res.Predicted != 2 || !tt.want(got) {
-			t.Fatalf("recorded %v: predicted %d, the third asked with a backlog of %v", tt.recorded, res.Predicted, got)
+		a := res.Asked[2]
+		if !a.OK || !tt.wantBacklog(a.Load.Backlog) || !tt.wantAhd(a.Load.Ahead) || a.Prediction.Parts[predict.Queue] < a.Load.Ahead {
+			t.Fatalf("recorded %v: the third asked with a backlog of %v, %v ahead, predicted a queue of %v",
+				tt.recorded, a.Load.Backlog, a.Load.Ahead, a.Prediction.Parts[predict.Queue])
+		}
+		// The fourth comes after both had their first token.
+		if got := res.Asked[3].Load.Ahead; !tt.recorded && got != 0 {
+			t.Fatalf("the fourth asked with %v ahead: want 0", got)
 		}
 	}
 }

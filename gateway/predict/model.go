@@ -402,6 +402,7 @@ func (m *Model) Predict(now time.Duration, promptTokens int, x Expected, load Lo
 	default:
 		p.Parts[Queue] = line(fitQueueFlight, float64(max(load.InFlight, 0)))
 	}
+	p.Parts[Queue] = max(p.Parts[Queue], load.Ahead)
 	// The tokens to compute, in the engine's: the prompt past what is
 	// predicted cached, scaled by the prompts' ratio; where the index
 	// expects a prefix cached and the engine's hits have shown how their
