@@ -1246,3 +1246,35 @@ func TestLeastTTFTAhead(t *testing.T) {
 		t.Fatalf("after a request ended: ahead %v; want 0", c.Load.Ahead)
 	}
 }
+
+// TestLeastTTFTAheadRanks: the wait for the requests ahead in their
+// prefill ranks the upstreams only for a request with an SLO; without
+// one, the upstream predicted soonest without it is chosen, and its
+// prediction carries the wait.
+func TestLeastTTFTAheadRanks(t *testing.T) {
+	_, s, r, clk := ttftPool(t, 2, 0)
+	ups := r.Pool.Upstreams
+	engine{perToken: 100 * time.Microsecond}.teachBut(ups, clk.Now(), 1, 150*time.Microsecond) // A the sooner
+	a := ups[0]
+	held, rej := s.Choose(ttftRequest(r, 1000), nil)
+	if rej != nil || held.Upstream != a {
+		t.Fatalf("%+v, %v: want %s, the sooner", held, rej, a.Name)
+	}
+	s.Commit(ttftRequest(r, 1000), &held) // in its prefill on A from now on
+	for _, tc := range []struct {
+		name string
+		slo  time.Duration
+		want *Upstream
+	}{
+		{"no SLO", 0, a},
+		{"an SLO", time.Hour, ups[1]},
+	} {
+		req := ttftRequest(r, 1000)
+		req.SLO = tc.slo
+		c, rej := s.Choose(req, nil)
+		if rej != nil || c.Upstream != tc.want || c.Upstream == a && (c.Load.Ahead == 0 || c.Prediction.Parts[predict.Queue] < c.Load.Ahead) {
+			t.Errorf("%s: %s, ahead %v, queue %v (%v); want %s, with the wait predicted where there is one",
+				tc.name, c.Upstream.Name, c.Load.Ahead, c.Prediction.Parts[predict.Queue], rej, tc.want.Name)
+		}
+	}
+}
