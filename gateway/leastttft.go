@@ -132,7 +132,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		if !eligible(u, except, now, bound) {
 			continue
 		}
-		load, x := u.choiceLoad(now, slo), expectedOn(&m, u)
+		load, x := u.loadAt(now), expectedOn(&m, u)
 		pred, ok := u.model.Predict(time.Duration(now), tokens, x, load)
 		if !ok {
 			// Unpredicted: the request is its one way to learn. A model
@@ -160,7 +160,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		}
 	}
 	if c.Upstream == nil {
-		c = p.affinity(start, except, now, pr, &m, bound, tokens, slo)
+		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	soonest := c.Prediction.Total
 	within := placeWithin * soonest // what staying home or placing may cost
@@ -171,7 +171,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		c = home // stays home (docs/routing.md, "Staying home")
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, within, slo)
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, within)
 	}
 	if probe.Upstream == nil && fresh && stale.Upstream != nil && stale.Prediction.Total > soonest {
 		probe = stale // (the soonest needs no probe: it is chosen on its prediction, or passed over to stay home)
@@ -190,31 +190,7 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		}
 		c.Load = c.Upstream.loadAt(now)
 	}
-	if full := c.Upstream.loadAt(now); c.Predicted && full.Ahead > c.Load.Ahead {
-		// Chosen without the wait for the requests ahead in their prefill
-		// (choiceLoad): predicted with it.
-		c.Load = full
-		c.Prediction, _ = c.Upstream.model.Predict(time.Duration(now), tokens, c.Expected, full)
-	}
 	return c, nil
-}
-
-// choiceLoad is u's load at now as least_ttft chooses by it: for a request
-// with an SLO (slo > 0) all of it; for one without, without the wait for
-// the requests ahead in their prefill (Load.Ahead), which is added to the
-// chosen upstream's prediction only. Ranked by it, the upstreams holding a
-// prompt lost their requests of it while a prefill ran there, to misses
-// elsewhere that made the prompt a second home and evicted what those
-// caches held: in paired runs of the routing benchmark (seed 3), the hit
-// share fell from 83.0 to 92.3 % to 74.8 to 78.9 %, and the TTFT p99 rose
-// from 1.6 to 3.1 s to 3.5 to 5.3 s. A request with an SLO needs the wait
-// counted to be sent where it can meet it.
-func (u *Upstream) choiceLoad(now int64, slo time.Duration) predict.Load {
-	l := u.loadAt(now)
-	if slo <= 0 {
-		l.Ahead = 0
-	}
-	return l
 }
 
 // Commit notes that req, routed as c by Choose, is being sent. In a
@@ -359,7 +335,7 @@ const placeWithin = 2
 // an engine of a slower prefill but room in its cache held nothing: one
 // request placed a little later saves the prompt's prefill on every one
 // after it. It marks c as affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, limit, slo time.Duration) {
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
 	var best Choice
 	var bestW uint64
 	for _, u := range p.Upstreams {
@@ -367,7 +343,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 			continue
 		}
 		if w := prefix.Weight(key, u.hash); best.Upstream == nil || w > bestW {
-			load, x := u.choiceLoad(now, slo), expectedOn(m, u)
+			load, x := u.loadAt(now), expectedOn(m, u)
 			if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit {
 				best, bestW = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}, w
 			}
@@ -399,7 +375,7 @@ func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
 // rendezvous hashing prefers for the key of pr's first message among those
 // under bound, else (no prompt known) the fewest outstanding requests.
 // Its prediction is in the Choice when its model has one.
-func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m *prefix.Match, bound int64, tokens int, slo time.Duration) Choice {
+func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m *prefix.Match, bound int64, tokens int) Choice {
 	var best *Upstream
 	if m.Blocks > 0 {
 		for _, u := range p.Upstreams {
@@ -424,7 +400,7 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 			return Choice{}
 		}
 	}
-	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.choiceLoad(now, slo)}
+	c := Choice{Upstream: best, Affinity: affine, Expected: expectedOn(m, best), Load: best.loadAt(now)}
 	c.Prediction, c.Predicted = best.model.Predict(time.Duration(now), tokens, c.Expected, c.Load)
 	return c
 }

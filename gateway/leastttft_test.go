@@ -1248,9 +1248,9 @@ func TestLeastTTFTAhead(t *testing.T) {
 }
 
 // TestLeastTTFTAheadRanks: the wait for the requests ahead in their
-// prefill ranks the upstreams only for a request with an SLO; without
-// one, the upstream predicted soonest without it is chosen, and its
-// prediction carries the wait.
+// prefill ranks the upstreams, for a request with an SLO or without: the
+// sooner upstream, held by a request in its prefill, is passed over for
+// the other, and a prediction there carries the wait.
 func TestLeastTTFTAheadRanks(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 2, 0)
 	ups := r.Pool.Upstreams
@@ -1261,20 +1261,16 @@ func TestLeastTTFTAheadRanks(t *testing.T) {
 		t.Fatalf("%+v, %v: want %s, the sooner", held, rej, a.Name)
 	}
 	s.Commit(ttftRequest(r, 1000), &held) // in its prefill on A from now on
-	for _, tc := range []struct {
-		name string
-		slo  time.Duration
-		want *Upstream
-	}{
-		{"no SLO", 0, a},
-		{"an SLO", time.Hour, ups[1]},
-	} {
+	for _, slo := range []time.Duration{0, time.Hour} {
 		req := ttftRequest(r, 1000)
-		req.SLO = tc.slo
+		req.SLO = slo
 		c, rej := s.Choose(req, nil)
-		if rej != nil || c.Upstream != tc.want || c.Upstream == a && (c.Load.Ahead == 0 || c.Prediction.Parts[predict.Queue] < c.Load.Ahead) {
-			t.Errorf("%s: %s, ahead %v, queue %v (%v); want %s, with the wait predicted where there is one",
-				tc.name, c.Upstream.Name, c.Load.Ahead, c.Prediction.Parts[predict.Queue], rej, tc.want.Name)
+		if rej != nil || c.Upstream != ups[1] {
+			t.Errorf("SLO %v: %s (%v); want %s, A held by a prefill", slo, c.Upstream.Name, rej, ups[1].Name)
 		}
+	}
+	held.Prefilled()
+	if c, _ := s.Choose(ttftRequest(r, 1000), nil); c.Upstream != a {
+		t.Errorf("after its first token: %s; want %s again", c.Upstream.Name, a.Name)
 	}
 }
