@@ -70,10 +70,12 @@ type Record struct {
 
 	// What a replay of a least_ttft pool's routing reads (bench/replay).
 	// Time is when the proxy received the request; Upstream the one that
-	// served it, chosen by Policy.
+	// served it, chosen by Policy; Stream says the client asked for an
+	// event stream.
 	Time     time.Time
 	Upstream string
 	Policy   string
+	Stream   bool
 	// TokensIn is the engine's count of the prompt's tokens (0: not
 	// reported); CachedTokens those it served from its prefix cache, when
 	// CachedReported.
@@ -191,6 +193,7 @@ func (j *recordJSON) decode(b []byte) error {
 		{record.FieldE2E, &j.e2e},
 		{record.FieldStages, &j.stages},
 		{record.FieldUpstreamUnsplit, &r.Unsplit},
+		{record.FieldStream, &r.Stream},
 		{record.FieldEngineReportInconsistent, &r.Inconsistent},
 		{record.FieldEngine, &j.engine},
 		{record.FieldEngineReport, &r.EngineReport},

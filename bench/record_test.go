@@ -88,6 +88,7 @@ func TestParseRecordReadsTheLogLines(t *testing.T) {
 				{record.FieldPredictedStages, r.Predicted, raw[record.FieldPredictedStages] != nil},
 				{record.FieldPredictedStages, r.Prediction[stages.Prefill], msOf(raw[record.FieldPredictedStages], "prefill")},
 				{record.FieldProbe, r.Probe, raw[record.FieldProbe] == true},
+				{record.FieldStream, r.Stream, raw[record.FieldStream] == true},
 				{record.FieldPredictionInputs, r.Inputs.Set, raw[record.FieldPredictionInputs] != nil},
 				{record.FieldPredictionInputs, r.Inputs.PromptTokens, int(number(member(raw[record.FieldPredictionInputs], "prompt_tokens")))},
 				{record.FieldPredictionInputs, r.Inputs.InFlight, int64(number(member(raw[record.FieldPredictionInputs], "in_flight")))},

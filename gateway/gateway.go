@@ -20,11 +20,13 @@
 //	s.Commit(&req, &c)                         // mark routed
 //	release, rej := up.Acquire(clientGone)     // mark admitted
 //	... the upstream exchange; after a failed connect (nothing reached the
-//	    engine), once: g.Done(up, false); release();
+//	    engine), once: g.Done(up, false); release(); c.Prefilled();
 //	    c2, rej := s.Choose(&req, up); s.Commit(&req, &c2); release2, rej := c2.Upstream.Acquire(...)
 //	req.Release()                              // after the last Choose and Commit
+//	c.Prefilled()                              // at the first token parsed (least_ttft)
 //	g.Done(up, ok); release(); res.Settle(actualTokens)
 //	up.Observe(&c, ...)                        // the record's split, for least_ttft
+//	c.Prefilled()                              // at the end too, for one without a first token
 //
 // After Admit succeeded, a later gateway Rejection (Pick, Acquire) should
 // res.Cancel() so the key does not pay for a request it never got.

@@ -202,11 +202,11 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 // is not committed, and leaves no trace.
 func (s *Snapshot) Commit(req *Request, c *Choice) {
 	if p := req.Route.Pool; p.kind == policyLeastTTFT && c.Upstream != nil {
-		p.commit(req.prompt, req.PromptTokens, c)
+		p.commit(req.prompt, req.PromptTokens, req.Stream, c)
 	}
 }
 
-func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
+func (p *Pool) commit(pr *prompt, tokens int, stream bool, c *Choice) {
 	computed := tokens
 	if c.Expected.Cached > 0 && !c.Prediction.Evicted {
 		computed = max(tokens-c.Expected.Cached, 0)
@@ -220,7 +220,9 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 		c.Upstream.addBacklog(now, work)
 		due += c.Prediction.Total
 	}
-	c.prefilling = c.Upstream.prefilling.Add(time.Duration(now), due)
+	if stream { // a whole response's first token is seen only at its end, after its whole decode
+		c.prefilling = c.Upstream.prefilling.Add(time.Duration(now), due)
+	}
 	if c.PastSLO { // counted as missed until it is seen to meet it (Observe)
 		c.Upstream.sloProbed.Store(now)
 		c.Upstream.sloReprobe.Store(false)
@@ -237,6 +239,8 @@ func (p *Pool) commit(pr *prompt, tokens int, c *Choice) {
 // Prefilled notes that the request routed as c (and committed) has its
 // first token, or ended without one: it is no longer ahead of the requests
 // routed to c's upstream after it in their prefill (predict.Load.Ahead).
+// Only a streamed request is tracked: a whole response's first token is
+// seen at its end, after its whole decode.
 // Call it once the first token comes and again at the request's end (and
 // before a retry's choice); only the first call counts. It does nothing for
 // a choice outside a least_ttft pool.

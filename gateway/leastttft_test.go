@@ -126,6 +126,12 @@ func hashHome(req *Request, ups []*Upstream) *Upstream {
 // ttftRequest is a valid request on r of tokens, with no prompt known.
 func ttftRequest(r *Route, tokens int) *Request { return &Request{Route: r, PromptTokens: tokens} }
 
+// streamRequest is ttftRequest streamed: Commit tracks it until its first
+// token (Choice.Prefilled).
+func streamRequest(r *Route, tokens int) *Request {
+	return &Request{Route: r, PromptTokens: tokens, Stream: true}
+}
+
 // chatRequest checks a chat body of a system prompt and a question, for
 // model "m".
 func chatRequest(t testing.TB, s *Snapshot, p *fastjson.Parser, system, question string) Request {
@@ -1211,7 +1217,8 @@ func TestLeastTTFTOpeningIsNoHome(t *testing.T) {
 // Ahead is what is left of its predicted TTFT, their queue is predicted at
 // least that, and once it is past its prediction, as long again as it has
 // taken; once it has its first token (Prefilled), or ended (Observe),
-// nothing.
+// nothing. A request not streamed is not tracked: its first token is seen
+// only at its end.
 func TestLeastTTFTAhead(t *testing.T) {
 	_, s, r, clk := ttftPool(t, 1, 0)
 	u := r.Pool.Upstreams[0]
@@ -1224,8 +1231,13 @@ func TestLeastTTFTAhead(t *testing.T) {
 		}
 		return c
 	}
+	whole := ask() // not streamed: its first token is seen only at its end, so it is not tracked
+	s.Commit(ttftRequest(r, 1000), &whole)
+	if c := ask(); c.Load.Ahead != 0 {
+		t.Fatalf("behind a request not streamed: ahead %v; want 0", c.Load.Ahead)
+	}
 	first := ask()
-	s.Commit(ttftRequest(r, 1000), &first)
+	s.Commit(streamRequest(r, 1000), &first)
 	total := first.Prediction.Total
 	clk.Advance(total / 4)
 	if c := ask(); c.Load.Ahead != total-total/4 || c.Prediction.Parts[predict.Queue] < c.Load.Ahead {
@@ -1240,7 +1252,7 @@ func TestLeastTTFTAhead(t *testing.T) {
 		t.Fatalf("after its first token: ahead %v; want 0", c.Load.Ahead)
 	}
 	second := ask()
-	s.Commit(ttftRequest(r, 1000), &second)
+	s.Commit(streamRequest(r, 1000), &second)
 	u.Observe(&second, engine{perToken: 100 * time.Microsecond}.observation(clk.Now(), 1000, 0, 0))
 	if c := ask(); c.Load.Ahead != 0 {
 		t.Fatalf("after a request ended: ahead %v; want 0", c.Load.Ahead)
@@ -1260,7 +1272,7 @@ func TestLeastTTFTAheadRanks(t *testing.T) {
 	if rej != nil || held.Upstream != a {
 		t.Fatalf("%+v, %v: want %s, the sooner", held, rej, a.Name)
 	}
-	s.Commit(ttftRequest(r, 1000), &held) // in its prefill on A from now on
+	s.Commit(streamRequest(r, 1000), &held) // in its prefill on A from now on
 	for _, slo := range []time.Duration{0, time.Hour} {
 		req := ttftRequest(r, 1000)
 		req.SLO = slo

@@ -578,6 +578,7 @@ func (x *exchange) finish() {
 		if v := recover(); v != nil {
 			f.panicked(v)
 			f.rec.Reason, f.rec.Detail = endreason.WorkerFailure, endreason.DetailProxyPanic
+			x.lease.choice.Prefilled() // settle may not have run: the request holds no one behind it
 		}
 	}()
 	rec, tl := &f.rec, &f.rec.Timeline

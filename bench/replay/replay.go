@@ -195,7 +195,9 @@ func Run(recs []bench.Record, o Options) Result {
 				busy[r.Upstream] = max(busy[r.Upstream], ev.at) + pred.Work()
 				due += pred.Total
 			}
-			prefillID[ev.i] = pf.Add(ev.at, due)
+			if r.Stream { // as the gateway tracks only streamed requests (Commit)
+				prefillID[ev.i] = pf.Add(ev.at, due)
+			}
 			asked[ev.i] = Asked{Load: load, Prediction: pred, OK: ok}
 			continue
 		}

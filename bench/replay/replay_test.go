@@ -18,7 +18,7 @@ var t0 = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 // of prompt tokens took 1 ms each, 5 ms of queue and 1 ms of the rest.
 func req(atMs, prompt int, inputs bool) bench.Record {
 	r := bench.Record{RequestID: "r", EndReason: "stop", Time: t0.Add(time.Duration(atMs) * time.Millisecond),
-		Upstream: "a", Policy: "least_ttft", HasTTFT: true, TokensIn: prompt, CachedReported: true}
+		Upstream: "a", Policy: "least_ttft", Stream: true, HasTTFT: true, TokensIn: prompt, CachedReported: true}
 	r.Stages[stages.Gateway] = 100 * time.Microsecond
 	r.Stages[stages.Queue] = 5 * time.Millisecond
 	r.Stages[stages.Prefill] = time.Duration(prompt) * time.Millisecond

@@ -67,8 +67,8 @@ type Load struct {
 	// hit does.
 	Backlog time.Duration
 	// Ahead is how long the requests ahead in their prefill are predicted
-	// to hold a request routed now: this replica's requests on the
-	// upstream that have no first token yet, until the latest of their
+	// to hold a request routed now: this replica's streamed requests on
+	// the upstream that have no first token yet, until the latest of their
 	// predicted first tokens, or, once the oldest of them is past its
 	// prediction, as long again as it has taken so far (Prefilling.Wait).
 	// The queue is predicted at least this long.
