@@ -107,6 +107,13 @@ const (
 	numFits
 )
 
+// Each hits' line over tokens is followed by its line over pairs
+// (Observe's and Predict's f+1).
+var (
+	_ = [1]struct{}{}[fitPrefillPairs-fitPrefillHit-1]
+	_ = [1]struct{}{}[fitPrefillPairsBusy-fitPrefillHitBusy-1]
+)
+
 // pairsMargin is how much better than the hits' line over tokens the one
 // over pairs must fit their recent observations to be taken: where the
 // cached context barely varies the two fit alike, and the pairs' line,
