@@ -314,7 +314,7 @@ func TestLeastTTFTProbe(t *testing.T) {
 	for _, u := range ups {
 		e.teach(u, clk.Now())
 	}
-	for range 6 { // most requests with nothing in flight from here queued 5 s
+	for range 3 { // a queue of 5 s with nothing in flight from here
 		o := e.observation(clk.Now(), 1000, 0, 0)
 		o.Parts[predict.Queue] = 5 * time.Second
 		ups[2].Observe(&Choice{}, o)

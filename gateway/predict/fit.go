@@ -14,8 +14,7 @@ const (
 
 // fit is a least-squares line y ≈ a + b·x over weighted observations,
 // every weight decaying together (decay), so that the line follows the
-// recent ones. It is used with x = 0 throughout for a decaying mean, or,
-// typical, a decaying median.
+// recent ones. It is used with x = 0 throughout for a decaying mean.
 //
 // Outliers: an observation far from the line (far) is taken as at most
 // the bound when it is the first far one in its direction; the next far
@@ -38,10 +37,6 @@ type fit struct {
 	// proportion to x too (the line through the origin), not as none (the
 	// mean).
 	costed, proportional bool
-	// typical, set for a fit used with x = 0, holds its newest
-	// observations: the line is their median (a), not their mean, and
-	// the sums, the residual and the outlier rule are not kept.
-	typical *window
 }
 
 // residual is the mean absolute residual of the observations taken (0
@@ -64,19 +59,10 @@ func (f *fit) decay(d float64) {
 	f.sxx *= d
 	f.sxy *= d
 	f.sr *= d
-	if f.typical != nil {
-		f.typical.decay(d)
-	}
 }
 
 // add takes the observation (x, y) with weight w and solves the line again.
 func (f *fit) add(w, x, y float64) {
-	if f.typical != nil { // a median needs no outlier rule
-		f.typical.add(w, y)
-		f.n++
-		f.a = f.typical.median()
-		return
-	}
 	if f.n > 0 {
 		p := f.at(x)
 		r := y - p

@@ -39,8 +39,8 @@ const (
 	fitQueueEngine  = iota // queue against the engine's waiting requests (Load.Waiting)
 	fitQueueFlight         // queue against this replica's in flight, when the engine's load is unknown
 	fitQueueBacklog        // queue against the backlog (Load.Backlog, in milliseconds), where it fits best
-	fitQueueIdle           // a median: the queue of a request routed with nothing ahead (Load.Idle)
-	fitPreparation         // a median
+	fitQueueIdle           // a mean: the queue of a request routed with nothing ahead (Load.Idle)
+	fitPreparation         // a mean
 	// The prefill against uncached prompt tokens, twice: over the hits
 	// (the engine reported at least half the prompt cached), and over the
 	// rest. A hit computes a few tokens, each attending to a long cached
@@ -71,10 +71,10 @@ const (
 	// predicted on its kind's lines, else the other kind's.
 	fitPrefillHitBusy
 	fitPrefillPairsBusy
-	fitFirstDecode  // a median
-	fitUnattributed // a median: the network, for an engine that splits its time
+	fitFirstDecode  // a mean
+	fitUnattributed // a mean: the network, for an engine that splits its time
 	fitWhole        // Unattributed of an engine that reports no split, against uncached prompt tokens
-	fitTransport    // a median
+	fitTransport    // a mean
 	// The share of what the prefix index expected cached that the engine
 	// reported cached (at most 1; the expectation taken in the engine's
 	// count by the request's ratio of its two counts, so that an engine
@@ -184,14 +184,6 @@ func New(c Config) *Model {
 	// the longer prompt the faster, predicted every hit past an SLO, and
 	// the route refused every request after them). A hit's cost is mostly
 	// its fixed part, and its lines keep the mean.
-	// A part predicted as one time, whatever the request, is its recent
-	// median: its tail (a step or a write that waited for a core) would
-	// pull a mean over what most requests take. Replayed over twenty runs'
-	// records of the routing benchmark, the median of the runs' error p50
-	// went from 28.5 to 28.4 %, the mean from 30.4 to 29.5 %.
-	for _, f := range [...]int{fitQueueIdle, fitPreparation, fitFirstDecode, fitUnattributed, fitTransport} {
-		m.fits[f].typical = new(window)
-	}
 	m.fits[fitPrefill].proportional = true
 	m.fits[fitWhole].proportional = true
 	return m

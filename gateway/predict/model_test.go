@@ -215,16 +215,15 @@ func TestCachedTokens(t *testing.T) {
 
 // TestForgetting: an observation one half-life older than the newest
 // counts half as much, whether it came before or after it; a long quiet
-// spell still keeps half of what was learned (minKeep). Read from the
-// misses' prefill at one prompt size: a weighted mean.
+// spell still keeps half of what was learned (minKeep).
 func TestForgetting(t *testing.T) {
-	obs := func(end, prefill time.Duration) Observation {
-		return Observation{End: end, FirstToken: true, PromptTokens: 1000, Parts: Parts{Prefill: prefill}}
+	obs := func(end, queue time.Duration) Observation {
+		return Observation{End: end, FirstToken: true, Parts: Parts{Queue: queue}}
 	}
 	for _, tc := range []struct {
 		name string
 		seen []Observation
-		want time.Duration // the prefill predicted: a weighted mean
+		want time.Duration // the queue predicted: a weighted mean
 	}{
 		{"in order", []Observation{obs(0, 10*time.Millisecond), obs(2*time.Second, 40*time.Millisecond)}, 30 * time.Millisecond},
 		{"out of order", []Observation{obs(2*time.Second, 40*time.Millisecond), obs(0, 10*time.Millisecond)}, 30 * time.Millisecond},
@@ -236,41 +235,10 @@ func TestForgetting(t *testing.T) {
 			for _, o := range tc.seen {
 				m.Observe(o)
 			}
-			if p, _ := m.Predict(time.Minute, 1000, Expected{}, Load{}); !within(p.Parts[Prefill], tc.want, 0.001) {
-				t.Fatalf("prefill %v, want %v", p.Parts[Prefill], tc.want)
+			if p, _ := m.Predict(time.Minute, 0, Expected{}, Load{}); !within(p.Parts[Queue], tc.want, 0.001) {
+				t.Fatalf("queue %v, want %v", p.Parts[Queue], tc.want)
 			}
 		})
-	}
-}
-
-// TestTypicalParts: a part predicted as one time is what most recent
-// requests took, not pulled up by a tail (one request in four whose first
-// decode waited 20 ms, its mean 5.75 ms), and follows a change of regime
-// once most of the recent weight is the new one's.
-func TestTypicalParts(t *testing.T) {
-	m := New(Config{HalfLife: 2 * time.Second})
-	at := time.Duration(0)
-	observe := func(firstDecode, transport time.Duration) {
-		at += 100 * time.Millisecond
-		m.Observe(Observation{End: at, FirstToken: true, PromptTokens: 1000,
-			Parts: Parts{Prefill: 50 * time.Millisecond, FirstDecode: firstDecode, Transport: transport}})
-	}
-	for i := range 40 {
-		if i%4 == 3 {
-			observe(20*time.Millisecond, 9*time.Millisecond)
-		} else {
-			observe(time.Millisecond, 300*time.Microsecond)
-		}
-	}
-	p, _ := m.Predict(at, 1000, Expected{}, Load{})
-	if p.Parts[FirstDecode] != time.Millisecond || p.Parts[Transport] != 300*time.Microsecond {
-		t.Fatalf("first decode %v, transport %v; want 1ms and 300µs, what three requests in four took", p.Parts[FirstDecode], p.Parts[Transport])
-	}
-	for range 9 {
-		observe(4*time.Millisecond, 300*time.Microsecond)
-	}
-	if p, _ = m.Predict(at, 1000, Expected{}, Load{}); p.Parts[FirstDecode] != 4*time.Millisecond {
-		t.Fatalf("after nine of 4 ms, first decode %v; want 4ms", p.Parts[FirstDecode])
 	}
 }
 
