@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -17,18 +18,19 @@ import (
 )
 
 // leastTTFTYAML is a least_ttft pool of three reference engines, and a
-// least_request pool of a fourth (the SLO's fallback, FALLBACK).
+// pool of a fourth (spare, of policy SPARE_POLICY: the SLO's fallback).
 const leastTTFTYAML = `
 routes:
   - model: ttftlens-ref
     pool: p
-    ttft_slo_fallback: FALLBACK
+    ttft_slo_fallback: spare
 pools:
   - name: p
     upstreams: [UP_A, UP_B, UP_C]
     policy: least_ttft
   - name: spare
     upstreams: [UP_D]
+    policy: SPARE_POLICY
 `
 
 // smallModel is a reference model a sixtieth of the default's work per
@@ -39,8 +41,9 @@ var smallModel = model.Config{Dim: 64, HiddenDim: 128, Layers: 2, Heads: 2, KVHe
 
 // ttftEngines starts four reference engines with the server-wide faults
 // given (A to D) and the proxy in front of them (leastTTFTYAML, the
-// fallback pool fallback, "" for none); it returns the engines, the
-// proxy's address, its records and the pool's upstreams A, B, C.
+// fallback pool's policy fallback, "" for no fallback); it returns the
+// engines, the proxy's address, its records and the pool's upstreams A,
+// B, C.
 func ttftEngines(t *testing.T, fallback string, faults ...string) ([]*refengine.Server, string, *captureSink, []*gateway.Upstream) {
 	t.Helper()
 	urls := map[string]string{}
@@ -50,9 +53,9 @@ func ttftEngines(t *testing.T, fallback string, faults ...string) ([]*refengine.
 		engs = append(engs, eng)
 		urls["UP_"+string(rune('A'+i))] = url
 	}
-	yaml := strings.ReplaceAll(leastTTFTYAML, "FALLBACK", fallback)
+	yaml := strings.ReplaceAll(leastTTFTYAML, "SPARE_POLICY", cmp.Or(fallback, gateway.PolicyLeastRequest))
 	if fallback == "" {
-		yaml = strings.ReplaceAll(yaml, "    ttft_slo_fallback: \n", "")
+		yaml = strings.ReplaceAll(yaml, "    ttft_slo_fallback: spare\n", "")
 	}
 	// The reference engine's kind: it is asked for its usage chunk, which
 	// carries its cached prompt tokens.
@@ -220,9 +223,11 @@ func TestLeastTTFTFollowsSlowdown(t *testing.T) {
 // is refused at once (429, Retry-After, the OpenAI error shape, its own
 // end detail, no upstream) while one that can be met is served and
 // records its SLO and prediction; with a fallback pool configured, the
-// refused request goes there instead. A cold pool refuses nothing.
+// refused request goes there instead, with no SLO: a least_ttft fallback
+// serves it even once it predicts a first token past the SLO. A cold pool
+// refuses nothing.
 func TestTTFTSLO(t *testing.T) {
-	for _, fallback := range []string{"", "spare"} {
+	for _, fallback := range []string{"", gateway.PolicyLeastRequest, gateway.PolicyLeastTTFT} {
 		t.Run("fallback="+fallback, func(t *testing.T) {
 			_, addr, sink, ups := ttftEngines(t, fallback, "", "", "", "")
 			slo := []string{gateway.HeaderTTFTSLO, "1"}
@@ -239,12 +244,27 @@ func TestTTFTSLO(t *testing.T) {
 
 			resp, body, r = routeOne(t, addr, sink, uniquePrompt(2), slo...)
 			if fallback != "" {
-				if resp.StatusCode != 200 || !r.SLOFallback || r.Policy != gateway.PolicyLeastRequest || r.Predicted || r.Inputs.Set {
-					t.Fatalf("to the fallback: status %d, fallback %v, policy %q, predicted %v, inputs %+v: %s", resp.StatusCode, r.SLOFallback, r.Policy, r.Predicted, r.Inputs, body)
+				// least_ttft's second: its one upstream observed, and
+				// predicted past the SLO.
+				rounds := 1
+				if fallback == gateway.PolicyLeastTTFT {
+					rounds = 2
 				}
-				for _, u := range ups {
-					if r.Upstream == u.Name {
-						t.Fatalf("the fallback request went to %s, in the SLO's pool", u.Name)
+				for i := range rounds {
+					if i > 0 {
+						resp, body, r = routeOne(t, addr, sink, uniquePrompt(4), slo...)
+					}
+					predicted := fallback == gateway.PolicyLeastTTFT && i > 0
+					if resp.StatusCode != 200 || !r.SLOFallback || r.Policy != fallback || r.Predicted != predicted || r.Inputs.Set != (fallback == gateway.PolicyLeastTTFT) {
+						t.Fatalf("to the fallback (%d): status %d, fallback %v, policy %q, predicted %v, inputs %+v: %s", i, resp.StatusCode, r.SLOFallback, r.Policy, r.Predicted, r.Inputs, body)
+					}
+					if predicted && r.PredictedTTFT() <= time.Millisecond {
+						t.Fatalf("the fallback predicted %v: within the SLO, which proves nothing", r.PredictedTTFT())
+					}
+					for _, u := range ups {
+						if r.Upstream == u.Name {
+							t.Fatalf("the fallback request went to %s, in the SLO's pool", u.Name)
+						}
 					}
 				}
 				return
