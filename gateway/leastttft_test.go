@@ -496,6 +496,38 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 	}
 }
 
+// TestLeastTTFTAfterSLOProbe: while a probe past its SLO computes on an
+// upstream, a request routed after it is predicted to wait for its first
+// token there (predict.Load.Ahead): one whose SLO its own prediction would
+// meet is refused while the probe is ahead, not admitted behind it to miss
+// its SLO, and admitted again once the probe's first token has come.
+func TestLeastTTFTAfterSLOProbe(t *testing.T) {
+	slow := hitEngine{perToken: 100 * time.Millisecond} // a hit: ~1 s
+	s, _, clk, ask := sloPool(t, slow)
+	clk.Advance(probeAge)
+	const slo = 1500 * time.Millisecond // a hit's ~1 s meets it; behind another, it does not
+	follow := func(when string, wantRefused bool) {
+		t.Helper()
+		req, c, refused := ask(slo, 0, nil)
+		defer req.Release()
+		if refused != wantRefused || c.Probe || !c.Predicted {
+			t.Fatalf("%s: refused %v (want %v), probe %v, predicted %v: queue %v of %v", when, refused, wantRefused, c.Probe, c.Predicted, c.Prediction.Parts[predict.Queue], c.Prediction.Total)
+		}
+	}
+	follow("no probe yet", false)
+
+	req, probe, _ := ask(500*time.Millisecond, 0, nil)
+	if !probe.PastSLO {
+		t.Fatalf("a request of 500 ms against ~1 s predicted, the model stale: %+v; want a probe past its SLO", probe)
+	}
+	req.Stream = true // tracked until its first token (Commit)
+	s.Commit(req, &probe)
+	req.Release()
+	follow("the probe ahead", true)
+	probe.Prefilled()
+	follow("the probe's first token come", false)
+}
+
 // TestLeastTTFTSLOProbeBackoff: on a route whose SLO no upstream can
 // meet, each probe past the SLO that misses it, as predicted, or ends
 // without a first token, doubles the wait before the next
