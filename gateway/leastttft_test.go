@@ -506,12 +506,13 @@ func TestLeastTTFTAfterSLOProbe(t *testing.T) {
 	s, _, clk, ask := sloPool(t, slow)
 	clk.Advance(probeAge)
 	const slo = 1500 * time.Millisecond // a hit's ~1 s meets it; behind another, it does not
-	follow := func(when string, wantRefused bool) {
+	follow := func(when string, behind bool) {
 		t.Helper()
 		req, c, refused := ask(slo, 0, nil)
 		defer req.Release()
-		if refused != wantRefused || c.Probe || !c.Predicted {
-			t.Fatalf("%s: refused %v (want %v), probe %v, predicted %v: queue %v of %v", when, refused, wantRefused, c.Probe, c.Predicted, c.Prediction.Parts[predict.Queue], c.Prediction.Total)
+		if refused != behind || (c.Load.Ahead > 0) != behind || c.Probe || !c.Predicted {
+			t.Fatalf("%s: refused %v, waiting %v ahead (want refused and a wait: %v), probe %v, predicted %v: queue %v of %v",
+				when, refused, c.Load.Ahead, behind, c.Probe, c.Predicted, c.Prediction.Parts[predict.Queue], c.Prediction.Total)
 		}
 	}
 	follow("no probe yet", false)

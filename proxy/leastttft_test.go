@@ -223,7 +223,7 @@ func TestLeastTTFTFollowsSlowdown(t *testing.T) {
 // is refused at once (429, Retry-After, the OpenAI error shape, its own
 // end detail, no upstream) while one that can be met is served and
 // records its SLO and prediction; with a fallback pool configured, the
-// refused request goes there instead, with no SLO: a least_ttft fallback
+// refused request goes there instead and is served: a least_ttft fallback
 // serves it even once it predicts a first token past the SLO. A cold pool
 // refuses nothing.
 func TestTTFTSLO(t *testing.T) {
@@ -244,8 +244,9 @@ func TestTTFTSLO(t *testing.T) {
 
 			resp, body, r = routeOne(t, addr, sink, uniquePrompt(2), slo...)
 			if fallback != "" {
-				// least_ttft's second: its one upstream observed, and
-				// predicted past the SLO.
+				// A least_ttft fallback: its first request is unpredicted
+				// (its upstream's model is cold), its second predicted
+				// past the SLO, and both are served.
 				rounds := 1
 				if fallback == gateway.PolicyLeastTTFT {
 					rounds = 2
