@@ -14,7 +14,8 @@ const BlockSize = 16
 // published to a prefix cache keyed by a hash chain of their tokens, so a
 // later prompt with the same prefix shares them instead of recomputing it;
 // published blocks nobody references stay cached and are evicted, least
-// recently released first, only when Reserve needs room.
+// recently released first (of one chain, the tail before the head: Release),
+// only when Reserve needs room.
 //
 // The bookkeeping methods are safe for concurrent use. The block contents are
 // written and read only by Model.Step, which must not run concurrently with
@@ -236,11 +237,21 @@ func (p *BlockPool) Publish(s *Seq, tokens []int) {
 // Release drops s's references to its blocks: private blocks return to the
 // free list, published ones become evictable cache entries. s is empty
 // afterwards and may be reused. Release is idempotent.
+//
+// The blocks are released last first, so that of a chain the cache evicts
+// the tail before the head: an eviction shortens the prefix a later prompt
+// finds instead of cutting it at its first block (AttachPrefix matches from
+// the start, and a chain without its head is found by no prompt). vLLM
+// frees a request's blocks in the same order (SingleTypeKVCacheManager.free,
+// vllm/v1/core/single_type_kv_cache_manager.py: "Free blocks in reverse
+// order so that the tail blocks are freed first"); SGLang's radix cache
+// evicts leaves first, to the same end.
 func (p *BlockPool) Release(s *Seq) {
 	p.checkSeq(s)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, b := range s.blocks {
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		b := s.blocks[i]
 		mb := &p.meta[b]
 		mb.ref--
 		switch {

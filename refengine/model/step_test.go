@@ -352,3 +352,35 @@ func TestDefaultModelIsFinite(t *testing.T) {
 	}
 	t.Logf("params %d, logits in [%.2f, %.2f], next %q", cfg.Params(), mn, mx, tk.Decode(prompt[len(prompt)-1], Sample(lg, 0, 0, nil)))
 }
+
+// TestEvictionTakesTheTailFirst: a released chain is evicted from its last
+// block back, as vLLM's and SGLang's caches evict, so an eviction of a few
+// blocks leaves the rest of the prefix to be found.
+func TestEvictionTakesTheTailFirst(t *testing.T) {
+	cfg := smallConfig()
+	m := newTestModel(t, cfg, 1)
+	pool := m.NewBlockPool(5)
+	toks := testTokens(3*BlockSize+1, cfg.Vocab, 7)
+	a := pool.NewSeq()
+	if !pool.Reserve(a, len(toks)) {
+		t.Fatal("Reserve failed")
+	}
+	m.Step([]StepEntry{{Seq: a, Tokens: toks}})
+	pool.Publish(a, toks) // 3 full blocks cached
+	pool.Release(a)
+	if pool.Free() != 5 || pool.Cached() != 3 {
+		t.Fatalf("after Release: Free %d Cached %d", pool.Free(), pool.Cached())
+	}
+
+	// Two blocks are free; a third must be taken from the cache.
+	e := pool.NewSeq()
+	if !pool.Reserve(e, 3*BlockSize) || pool.Cached() != 2 {
+		t.Fatalf("Reserve(3 blocks): Cached %d, want 2", pool.Cached())
+	}
+	f := pool.NewSeq()
+	if got := pool.AttachPrefix(f, toks); got != 2*BlockSize {
+		t.Fatalf("after one eviction the prefix matched %d tokens, want %d (the head kept, the tail evicted)", got, 2*BlockSize)
+	}
+	pool.Release(f)
+	pool.Release(e)
+}
