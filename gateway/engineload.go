@@ -15,6 +15,9 @@ type EngineLoad struct {
 	// KVCacheUsage is the fraction of its KV cache in use, 0 to 1, or
 	// negative when the engine does not report it.
 	KVCacheUsage float64
+	// CacheTokens is the size of its KV cache in tokens, 0 when the
+	// engine does not report it.
+	CacheTokens int64
 }
 
 // engineReport is the last scrape of an upstream: the engine's load and
@@ -30,9 +33,18 @@ type engineReport struct {
 func (u *Upstream) ScrapeMark() int64 { return int64(u.InFlight()) }
 
 // SetEngineLoad records a scrape of u's engine begun at mark (ScrapeMark).
+// A cache size it reports is kept until another is (cacheTokens).
 func (u *Upstream) SetEngineLoad(l EngineLoad, mark int64) {
 	u.engine.Store(&engineReport{EngineLoad: l, inFlight: mark})
+	if l.CacheTokens > 0 {
+		u.cache.Store(l.CacheTokens)
+	}
 }
+
+// cacheTokens is the size of u's engine's KV cache in tokens as it last
+// reported it (a failed scrape forgets the load, not the size), 0 if it
+// never did.
+func (u *Upstream) cacheTokens() int64 { return u.cache.Load() }
 
 // ClearEngineLoad forgets u's engine load: the scrape failed, or the
 // engine reports no load gauge. Until the next SetEngineLoad it is unknown.

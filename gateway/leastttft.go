@@ -81,8 +81,11 @@ func (s *Snapshot) Choose(req *Request, except *Upstream) (Choice, *Rejection) {
 // of them while it is predicted within placeWithin times the soonest of
 // all, and within what is left of its SLO (slo less spent, the time spent
 // before routing): a miss elsewhere would make the prompt a second home
-// there, evicting what that cache held. A prompt no upstream is predicted
-// to hold is placed instead (place), within the same. An upstream with no
+// there, evicting what that cache held; past that bound it goes to the
+// soonest, or, when the soonest's cache has no room for the prompt, to the
+// soonest with room within the bound (leave). A prompt no upstream is
+// predicted to hold is placed instead (place), within the same, where a
+// cache has room for it. An upstream with no
 // prediction for the request (no model yet; a model that has seen only
 // hits, for a prompt it would compute) takes it as a probe when it has
 // nothing in flight; a request that states an SLO probes only one with no
@@ -167,11 +170,19 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	if slo > 0 {
 		within = min(within, slo-spent)
 	}
-	if home.Upstream != nil && home.Upstream != c.Upstream && home.Prediction.Total <= within {
-		c = home // stays home (docs/routing.md, "Staying home")
+	if home.Upstream != nil && home.Upstream != c.Upstream {
+		if home.Prediction.Total <= within {
+			c = home // stays home (docs/routing.md, "Staying home")
+		} else if pr != nil && pr.lead > 0 {
+			p.leave(&c, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, within)
+		}
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, within)
+		var left time.Duration // what is left of the SLO (0: none stated)
+		if slo > 0 {
+			left = max(slo-spent, time.Nanosecond)
+		}
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, pr.lead*blockTokens, within, left)
 	}
 	if probe.Upstream == nil && fresh && stale.Upstream != nil && stale.Prediction.Total > soonest {
 		probe = stale // (the soonest needs no probe: it is chosen on its prediction, or passed over to stay home)
@@ -198,7 +209,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 // of tokens computed (all of them, or those past what was expected
 // cached) and its predicted engine time into its backlog, and is recorded
 // in the prefix index as the latest to serve req's chain, with that count
-// as its mark. Elsewhere it does nothing. A request refused after Choose
+// as its mark, and in its homes (room) as the latest sent the prompt of
+// req's first message. Elsewhere it does nothing. A request refused after Choose
 // is not committed, and leaves no trace.
 func (s *Snapshot) Commit(req *Request, c *Choice) {
 	if p := req.Route.Pool; p.kind == policyLeastTTFT && c.Upstream != nil {
@@ -232,6 +244,9 @@ func (p *Pool) commit(pr *prompt, tokens int, stream bool, c *Choice) {
 	}
 	if pr != nil && len(pr.chain) > 0 {
 		p.index.Record(pr.chain, c.Upstream.id, mark)
+		if pr.lead > 0 {
+			c.Upstream.homes.note(pr.chain[pr.lead-1], pr.lead*blockTokens, mark)
+		}
 	}
 	p.g.publish(c, pr, uint64(computed), work)
 }
@@ -331,29 +346,98 @@ const placeWithin = 2
 // followed by others, as a system prompt is by a question, or the index
 // has seen some of it before: a lone new message is left to the soonest,
 // as nothing would find it where it was placed), c the soonest prediction:
-// where rendezvous hashing on key (its first message) prefers, among the
-// upstreams under bound predicted within limit (placeWithin times c's
-// total, and what is left of the SLO). Every request of the prompt that follows
-// finds it there. Left to the soonest prediction, every new prompt went
-// to the engines of the fastest prefill until their caches thrashed, and
-// an engine of a slower prefill but room in its cache held nothing: one
-// request placed a little later saves the prompt's prefill on every one
-// after it. It marks c as affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
-	var best Choice
-	var bestW uint64
+// where rendezvous hashing on key (its first message, of lead tokens)
+// prefers, among the upstreams under bound predicted within limit
+// (placeWithin times c's total, and what is left of the SLO) whose cache
+// has room for it (fits); failing one, the soonest with room of those
+// whose engine reports its cache's size, within slo (what is left of the
+// SLO; 0: none stated); failing that, where the hashing prefers within
+// limit. Every request of the prompt that follows finds it there. Left to
+// the soonest prediction, every new prompt went to the engines of the
+// fastest prefill until their caches thrashed, and an engine of a slower
+// prefill but room in its cache held nothing: one request placed a little
+// later saves the prompt's prefill on every one after it. It marks c as
+// affinity's choice when it moves it.
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit, slo time.Duration) {
+	var within, fit Choice // the hashing's choice within limit, and among those with room
+	var withinW, fitW uint64
+	sized := false // some eligible upstream's engine reports its cache's size
 	for _, u := range p.Upstreams {
 		if !eligible(u, except, now, bound) {
 			continue
 		}
-		if w := prefix.Weight(key, u.hash); best.Upstream == nil || w > bestW {
-			load, x := u.loadAt(now), expectedOn(m, u)
-			if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit {
-				best, bestW = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}, w
+		sized = sized || u.cacheTokens() > 0
+		w := prefix.Weight(key, u.hash)
+		if within.Upstream != nil && w <= withinW && (fit.Upstream != nil && w <= fitW) {
+			continue // it would win nothing: no prediction needed
+		}
+		room := u.fits(key, lead)
+		if within.Upstream != nil && w <= withinW && !room {
+			continue
+		}
+		load, x := u.loadAt(now), expectedOn(m, u)
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit {
+			ch := Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
+			if within.Upstream == nil || w > withinW {
+				within, withinW = ch, w
+			}
+			if room && (fit.Upstream == nil || w > fitW) {
+				fit, fitW = ch, w
 			}
 		}
 	}
+	best := fit
+	if best.Upstream == nil && sized {
+		best = p.placeFar(except, now, key, m, bound, tokens, lead, slo)
+	}
+	if best.Upstream == nil {
+		best = within
+	}
 	if best.Upstream != nil && best.Upstream != c.Upstream {
+		*c = best
+	}
+}
+
+// placeFar is place's choice when no upstream within its limit has room for
+// the prompt: the soonest of those under bound whose engine reports its
+// cache's size and whose cache has room, predicted within slo (what is
+// left of the SLO; 0: none stated); none if none is.
+func (p *Pool) placeFar(except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, slo time.Duration) Choice {
+	var far Choice
+	for _, u := range p.Upstreams {
+		if !eligible(u, except, now, bound) || u.cacheTokens() <= 0 || !u.fits(key, lead) {
+			continue
+		}
+		load, x := u.loadAt(now), expectedOn(m, u)
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && (slo <= 0 || pred.Total <= slo) && (far.Upstream == nil || pred.Total < far.Prediction.Total) {
+			far = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
+		}
+	}
+	return far
+}
+
+// leave is least_ttft's choice for a request leaving the upstream that
+// holds its prompt (its home, predicted past limit), c the soonest
+// prediction: when c's cache has no room for the prompt (its first
+// message's key and lead tokens: fits), the soonest under bound within
+// limit whose cache has. A copy of the prompt where there is room evicts
+// nothing the engine still serves; where there is none it evicts another
+// prompt, whose next request misses and evicts in turn.
+func (p *Pool) leave(c *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
+	if c.Upstream == nil || c.Upstream.fits(key, lead) {
+		return
+	}
+	var best Choice
+	for _, u := range p.Upstreams {
+		if !eligible(u, except, now, bound) || !u.fits(key, lead) {
+			continue
+		}
+		load, x := u.loadAt(now), expectedOn(m, u)
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit && (best.Upstream == nil || pred.Total < best.Prediction.Total) {
+			best = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
+		}
+	}
+	if best.Upstream != nil {
 		*c = best
 	}
 }
@@ -377,7 +461,8 @@ func expectedOn(m *prefix.Match, u *Upstream) predict.Expected {
 // affinity is least_ttft's choice while no model predicts: the upstream the
 // index matched (m) when it is available and under bound, else the one
 // rendezvous hashing prefers for the key of pr's first message among those
-// under bound, else (no prompt known) the fewest outstanding requests.
+// under bound whose cache has room for it (fits), or among all under bound
+// if none has, else (no prompt known) the fewest outstanding requests.
 // Its prediction is in the Choice when its model has one.
 func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m *prefix.Match, bound int64, tokens int) Choice {
 	var best *Upstream
@@ -391,11 +476,22 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 	}
 	if best == nil && pr != nil && pr.lead > 0 {
 		key := pr.chain[pr.lead-1]
-		var bestW uint64
+		var fit *Upstream // the hashing's choice among those with room
+		var bestW, fitW uint64
 		for _, u := range p.Upstreams {
-			if w := prefix.Weight(key, u.hash); eligible(u, except, now, bound) && (best == nil || w > bestW) {
+			if !eligible(u, except, now, bound) {
+				continue
+			}
+			w := prefix.Weight(key, u.hash)
+			if best == nil || w > bestW {
 				best, bestW = u, w
 			}
+			if (fit == nil || w > fitW) && u.fits(key, pr.lead*blockTokens) {
+				fit, fitW = u, w
+			}
+		}
+		if fit != nil {
+			best = fit
 		}
 	}
 	affine := best != nil

@@ -119,6 +119,7 @@ type Upstream struct {
 	hlog         healthLog // what was last logged of its availability
 
 	engine atomic.Pointer[engineReport] // the engine's load as last scraped; nil: unknown
+	cache  atomic.Int64                 // the engine's KV cache in tokens, as last reported (cacheTokens)
 
 	// For least_ttft: id names u in the prefix index (from a counter, never
 	// reused), hash in rendezvous hashing (of URL: the same in every
@@ -141,6 +142,8 @@ type Upstream struct {
 	sloProbed  atomic.Int64
 	sloBackoff atomic.Int32
 	sloReprobe atomic.Bool
+	// homes is the prompts last sent to u, for room (fits).
+	homes homes
 	// With share_routing: leastTTFT says u is in a least_ttft pool (its
 	// requests' ends are published); remote is the other replicas'
 	// requests on u as they last published them (by replica, under

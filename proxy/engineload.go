@@ -160,7 +160,7 @@ func (p *Proxy) scrapeLoad(c *upstream, baseURL string) {
 		switch {
 		case problem == "" && em.Load:
 			misses = 0
-			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage}, mark)
+			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage, CacheTokens: em.CacheTokens}, mark)
 		default:
 			if misses++; misses >= scrapeMisses {
 				u.ClearEngineLoad()

@@ -28,7 +28,7 @@ import (
 func TestEngineLoadOnRecords(t *testing.T) {
 	// Every step a few ms long: the long request cannot end on its own
 	// before its client leaves, however slow the machine.
-	_, url := startEngine(t, refengine.Config{MaxRunning: 1, Faults: "straggler=0:2ms"})
+	e, url := startEngine(t, refengine.Config{MaxRunning: 1, Faults: "straggler=0:2ms"})
 	addr, sink, p := startProxy(t, url, func(c *Config) { c.ScrapeEngineMetrics = 20 * time.Millisecond })
 	short := `{"model":"ttftlens-ref","stream":true,"max_tokens":5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
 	post(t, addr, short) // first use starts the scraper
@@ -42,6 +42,10 @@ func TestEngineLoadOnRecords(t *testing.T) {
 	// ...and a scrape has seen it.
 	up := p.Gateway().Snapshot().Pools()[0].Upstreams[0]
 	waitFor(t, func() bool { l, _ := up.EngineLoad(); return l.Running >= 1 })
+	// The same scrape read the size of its cache (vllm:cache_config_info).
+	if l, _ := up.EngineLoad(); l.CacheTokens != int64(16*kvTotal(e)) {
+		t.Errorf("the engine's cache: %d tokens, want %d", l.CacheTokens, 16*kvTotal(e))
+	}
 
 	// The next request is routed now and waits in the engine's queue until
 	// the long one's client leaves.
@@ -225,4 +229,10 @@ func TestScrapePlan(t *testing.T) {
 			t.Errorf("%s: an upstream of no pool scraped every %v", tc.policy, every)
 		}
 	}
+}
+
+// kvTotal is the blocks of e's KV cache.
+func kvTotal(e *refengine.Server) int {
+	_, total := e.KVBlocks()
+	return total
 }

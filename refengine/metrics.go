@@ -2,10 +2,13 @@ package refengine
 
 import (
 	"net/http"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // The engine's Prometheus series, named, typed and bucketed as vLLM's
@@ -50,10 +53,11 @@ type metrics struct {
 	tokensAfterGone atomic.Int64 // tokens produced after their client left
 }
 
-// newMetrics registers the series for model on a new registry; kvUsage is
-// read at scrape time for vllm:kv_cache_usage_perc.
-func newMetrics(model string, kvUsage func() float64) *metrics {
-	lbl := prometheus.Labels{"model_name": model}
+// newMetrics registers the series for the model named name, whose KV cache
+// holds kvBlocks blocks, on a new registry; kvUsage is read at scrape time
+// for vllm:kv_cache_usage_perc.
+func newMetrics(name string, kvBlocks int, kvUsage func() float64) *metrics {
+	lbl := prometheus.Labels{"model_name": name}
 	m := &metrics{reg: prometheus.NewRegistry()}
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: lbl})
@@ -76,6 +80,16 @@ func newMetrics(model string, kvUsage func() float64) *metrics {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "vllm:kv_cache_usage_perc", Help: "KV-cache usage. 1 means 100 percent usage.", ConstLabels: lbl,
 	}, kvUsage))
+	// vLLM's cache config as it exports it: a gauge at 1 whose labels are
+	// the config (log_metrics_info), no model_name; these are the labels a
+	// router reads for the cache's size.
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
+		ConstLabels: prometheus.Labels{"block_size": strconv.Itoa(model.BlockSize), "enable_prefix_caching": "True",
+			"engine": "0", "num_gpu_blocks": strconv.Itoa(kvBlocks)},
+	})
+	info.Set(1)
+	m.reg.MustRegister(info)
 	m.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions.")
 	m.promptTokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
 	m.generationTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")

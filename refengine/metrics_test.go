@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,6 +153,7 @@ func TestMetricsExposition(t *testing.T) {
 		"vllm:request_decode_time_seconds":               {dto.MetricType_HISTOGRAM, vllmRequestLatencyBuckets},
 		"ttftlens_engine_aborted_requests_total":         {typ: dto.MetricType_COUNTER},
 		"ttftlens_engine_tokens_after_client_left_total": {typ: dto.MetricType_COUNTER},
+		"vllm:cache_config_info":                         {typ: dto.MetricType_GAUGE},
 	}
 	for name := range x {
 		if _, ok := want[name]; !ok {
@@ -171,8 +173,11 @@ func TestMetricsExposition(t *testing.T) {
 			t.Errorf("%s has no HELP", name)
 		}
 		wantLabels := []string{"model_name"}
-		if name == "vllm:request_success_total" {
+		switch name {
+		case "vllm:request_success_total":
 			wantLabels = []string{"finished_reason", "model_name"}
+		case "vllm:cache_config_info": // as vLLM's: the config, no model
+			wantLabels = []string{"block_size", "enable_prefix_caching", "engine", "num_gpu_blocks"}
 		}
 		for _, m := range f.GetMetric() {
 			var got []string
@@ -243,6 +248,18 @@ func TestMetricsExposition(t *testing.T) {
 	} {
 		if got := x.value(t, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// The cache's size, where a router reads vLLM's: block_size and
+	// num_gpu_blocks.
+	_, total := e.KVBlocks()
+	for _, m := range x["vllm:cache_config_info"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["block_size"] != "16" || labels["num_gpu_blocks"] != strconv.Itoa(total) {
+			t.Errorf("vllm:cache_config_info %v = %v, want block_size 16, num_gpu_blocks %d, at 1", labels, m.GetGauge().GetValue(), total)
 		}
 	}
 	if tr.PromptTokens == 0 {
@@ -332,7 +349,7 @@ func TestMetricsRegistryPerEngine(t *testing.T) {
 // TestMetricsRecordingAllocatesNothing: what the scheduler records per token
 // and per request is an atomic update, with no allocation.
 func TestMetricsRecordingAllocatesNothing(t *testing.T) {
-	m := newMetrics("m", func() float64 { return 0 })
+	m := newMetrics("m", 16, func() float64 { return 0 })
 	if n := testing.AllocsPerRun(1000, func() {
 		m.generationTokens.Inc()
 		m.itl.Observe(0.02)

@@ -99,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.faults.Store(&faults)
-	s.met = newMetrics(cfg.ModelName, s.kvUsage)
+	s.met = newMetrics(cfg.ModelName, s.pool.Total(), s.kvUsage)
 	if s.sched, err = newScheduler(m, s.pool, &cfg, tok.EOS(), faults, s.met); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("start the scheduler: %w", err)

@@ -509,3 +509,25 @@ func cachedExpected(flags uint32, lines *[numFits][2]float64, promptTokens, expe
 	}
 	return 0
 }
+
+// TokenRatio is the engine's count of a prompt's tokens per token of the
+// gateway's estimate, as m has learned it (1 before it has).
+func (m *Model) TokenRatio() float64 {
+	for {
+		s := m.seq.Load()
+		if s == 0 {
+			return 1
+		}
+		if s&1 != 0 {
+			runtime.Gosched()
+			continue
+		}
+		r, f := math.Float64frombits(m.lines[fitTokens][0].Load()), m.flags.Load()
+		if m.seq.Load() == s {
+			if f&observed(fitTokens) == 0 || r <= 0 {
+				return 1
+			}
+			return r
+		}
+	}
+}

@@ -460,10 +460,16 @@ func TestEstimatedTokens(t *testing.T) {
 			t.Errorf("an estimate of %d tokens, %d expected cached: prefill %v, want %v", tc.est, tc.cached, p.Parts[Prefill], tc.want)
 		}
 	}
+	if r := m.TokenRatio(); math.Abs(r-1.25) > 0.01 {
+		t.Errorf("TokenRatio %v, want 1.25", r)
+	}
 	unreported := New(Config{})
 	unreported.Observe(Observation{FirstToken: true, PromptTokens: 1000, Parts: Parts{Prefill: 1000 * perToken}})
 	if p, _ := unreported.Predict(0, 1000, Expected{}, Load{}); !within(p.Parts[Prefill], 1000*perToken, 0.02) {
 		t.Errorf("no count reported: prefill %v, want the estimate's", p.Parts[Prefill])
+	}
+	if r, r0 := unreported.TokenRatio(), New(Config{}).TokenRatio(); r != 1 || r0 != 1 {
+		t.Errorf("TokenRatio %v with no count reported, %v with no observation; want 1", r, r0)
 	}
 }
 

@@ -2,6 +2,7 @@ package engines
 
 import (
 	"io"
+	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -18,6 +19,9 @@ type EngineMetrics struct {
 	// KVCacheUsage is the fraction of its KV cache in use, 0 to 1; -1
 	// when it does not report it.
 	KVCacheUsage float64
+	// CacheTokens is the size of its KV cache in tokens (the smallest of
+	// its engine cores'); 0 when it does not report it.
+	CacheTokens int64
 	// TokensAfterClientLeft counts the tokens it generated for requests
 	// whose client had left, AbortedRequests the requests it aborted (a
 	// client that left, mostly): cumulative counts, -1 when it does not
@@ -56,6 +60,17 @@ var kvUsageSeries = []string{
 	"sglang:token_usage",
 	"llamacpp:kv_cache_usage_ratio",
 }
+
+// The series in which engines report their KV cache's size: vLLM's
+// vllm:cache_config_info, a gauge set to 1 whose labels are its
+// CacheConfig (vllm/v1/metrics/loggers.py, log_metrics_info), among them
+// block_size and num_gpu_blocks, one label set an engine core; SGLang's
+// sglang:max_total_num_tokens, its KV pool's tokens
+// (python/sglang/srt/metrics/collector.py). TGI and llama.cpp export none.
+const (
+	vllmCacheConfig  = "vllm:cache_config_info"
+	sglangCacheTotal = "sglang:max_total_num_tokens"
+)
 
 // counterSeries is a counter an engine exports, restricted to the samples
 // with label (when set) equal to value.
@@ -107,6 +122,7 @@ func ParseMetrics(r io.Reader) EngineMetrics {
 		}
 	}
 	em.KVCacheUsage = kvUsage(families)
+	em.CacheTokens = cacheTokens(families)
 	em.TokensAfterClientLeft = firstCounter(families, tokensAfterLeftSeries)
 	em.AbortedRequests = firstCounter(families, abortedSeries)
 	return em
@@ -132,6 +148,38 @@ func kvUsage(families map[string]*dto.MetricFamily) float64 {
 		}
 	}
 	return -1
+}
+
+// cacheTokens is the KV cache's size in tokens, the smallest over the
+// engine cores that report it (a prompt is cached in one core's), from
+// vLLM's cache config (block_size × num_gpu_blocks; "None" before the
+// engine has sized its cache) or SGLang's pool size; 0 when neither says.
+func cacheTokens(families map[string]*dto.MetricFamily) int64 {
+	var size int64
+	take := func(v int64) {
+		if v > 0 && (size == 0 || v < size) {
+			size = v
+		}
+	}
+	if mf := families[vllmCacheConfig]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			block, err1 := strconv.ParseInt(labelValue(m, "block_size"), 10, 64)
+			blocks, err2 := strconv.ParseInt(labelValue(m, "num_gpu_blocks"), 10, 64)
+			if err1 == nil && err2 == nil && block > 0 && blocks > 0 && blocks <= 1e12/block {
+				take(block * blocks)
+			}
+		}
+	}
+	if size == 0 {
+		if mf := families[sglangCacheTotal]; mf != nil {
+			for _, m := range mf.GetMetric() {
+				if v, usable := countValue(m, false); usable {
+					take(int64(v))
+				}
+			}
+		}
+	}
+	return size
 }
 
 // firstCounter is the sum of the first of series present with a usable

@@ -83,6 +83,31 @@ func TestParseKVCacheUsage(t *testing.T) {
 	}
 }
 
+// TestParseCacheTokens reads the KV cache's size: vLLM's cache config
+// labels (the smallest engine core's), else SGLang's pool.
+func TestParseCacheTokens(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want int64
+	}{
+		{"vLLM", "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"0\",num_gpu_blocks=\"27198\"} 1.0\n", 16 * 27198},
+		{"vLLM, per engine core: the smallest", "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"400\"} 1\nvllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"300\"} 1\n", 16 * 300},
+		{"vLLM before its cache is sized", "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n", 0},
+		{"vLLM, a nonsense size", "vllm:cache_config_info{block_size=\"-16\",num_gpu_blocks=\"100\"} 1\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"99999999999999\"} 1\n", 0},
+		{"SGLang", "# TYPE sglang:max_total_num_tokens gauge\nsglang:max_total_num_tokens{model_name=\"m\"} 161721.0\n", 161721},
+		{"vLLM's before SGLang's", "sglang:max_total_num_tokens 5\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"2\"} 1\n", 32},
+		{"TGI and llama.cpp have none", "tgi_queue_size 1\nllamacpp:requests_processing 1\n", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ParseMetrics(strings.NewReader(tt.text)).CacheTokens; got != tt.want {
+				t.Errorf("cache tokens %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestParseWaste reads the engines' counts of their work for clients that
 // had left, each from the engine's own series.
 func TestParseWaste(t *testing.T) {
