@@ -106,6 +106,12 @@ func newTTFTBench(b testing.TB) *gatewayBench {
 	}
 	for i, u := range g.Snapshot().Pools()[0].Upstreams {
 		engine{perToken: time.Duration(80+i%40) * time.Microsecond, perAhead: 50 * time.Millisecond}.teach(u, clock.Real.Now())
+		// Each engine reports its cache's size, and its homes are full
+		// (room: every candidate's homes scanned).
+		u.SetEngineLoad(EngineLoad{KVCacheUsage: -1, CacheTokens: 200_000}, 0)
+		for j := range uint64(maxHomes) {
+			u.homes.note(1<<40+j, 1500, 0)
+		}
 	}
 	var chain [100]uint64
 	for i := range 2 * g.index.Capacity() / len(chain) { // twice the capacity: full
