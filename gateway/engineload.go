@@ -32,19 +32,26 @@ type engineReport struct {
 // may count them). Read it just before the scrape's request is sent.
 func (u *Upstream) ScrapeMark() int64 { return int64(u.InFlight()) }
 
-// SetEngineLoad records a scrape of u's engine begun at mark (ScrapeMark).
-// A cache size it reports is kept until another is (cacheTokens).
+// SetEngineLoad records a scrape of u's engine begun at mark (ScrapeMark),
+// and the cache size it reports (SetCacheTokens).
 func (u *Upstream) SetEngineLoad(l EngineLoad, mark int64) {
 	u.engine.Store(&engineReport{EngineLoad: l, inFlight: mark})
-	if l.CacheTokens > 0 {
-		u.cache.Store(l.CacheTokens)
+	u.SetCacheTokens(l.CacheTokens)
+}
+
+// SetCacheTokens records the size of u's engine's KV cache in tokens, as a
+// scrape reported it (with or without a load gauge): kept until another
+// size is reported; 0 or less reports none and changes nothing.
+func (u *Upstream) SetCacheTokens(n int64) {
+	if n > 0 {
+		u.cache.Store(n)
 	}
 }
 
-// cacheTokens is the size of u's engine's KV cache in tokens as it last
+// CacheTokens is the size of u's engine's KV cache in tokens as it last
 // reported it (a failed scrape forgets the load, not the size), 0 if it
 // never did.
-func (u *Upstream) cacheTokens() int64 { return u.cache.Load() }
+func (u *Upstream) CacheTokens() int64 { return u.cache.Load() }
 
 // ClearEngineLoad forgets u's engine load: the scrape failed, or the
 // engine reports no load gauge. Until the next SetEngineLoad it is unknown.

@@ -350,9 +350,9 @@ const placeWithin = 2
 // prefers, among the upstreams under bound predicted within limit
 // (placeWithin times c's total, and what is left of the SLO) whose cache
 // has room for it (fits); failing one, the soonest with room of those
-// whose engine reports its cache's size, within slo (what is left of the
-// SLO; 0: none stated); failing that, where the hashing prefers within
-// limit. Every request of the prompt that follows finds it there. Left to
+// whose engine reports its cache's size, within placeFarWithin times c's
+// total and slo (what is left of the SLO; 0: none stated); failing that,
+// where the hashing prefers within limit. Every request of the prompt that follows finds it there. Left to
 // the soonest prediction, every new prompt went to the engines of the
 // fastest prefill until their caches thrashed, and an engine of a slower
 // prefill but room in its cache held nothing: one request placed a little
@@ -366,7 +366,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 		if !eligible(u, except, now, bound) {
 			continue
 		}
-		sized = sized || u.cacheTokens() > 0
+		sized = sized || u.CacheTokens() > 0
 		w := prefix.Weight(key, u.hash)
 		if within.Upstream != nil && w <= withinW && (fit.Upstream != nil && w <= fitW) {
 			continue // it would win nothing: no prediction needed
@@ -388,7 +388,11 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	}
 	best := fit
 	if best.Upstream == nil && sized {
-		best = p.placeFar(except, now, key, m, bound, tokens, lead, slo)
+		far := placeFarWithin * c.Prediction.Total
+		if slo > 0 {
+			far = min(far, slo)
+		}
+		best = p.placeFar(except, now, key, m, bound, tokens, lead, far)
 	}
 	if best.Upstream == nil {
 		best = within
@@ -398,18 +402,26 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	}
 }
 
+// placeFarWithin bounds what placing a prompt where its cache has room may
+// cost when no cache within placeWithin has: four times the soonest
+// prediction (an engine of a prefill twice as slow, behind a request or
+// two), so that a sick engine, whose cache always has room, is not sent
+// every prompt the others cannot hold.
+const placeFarWithin = 4
+
 // placeFar is place's choice when no upstream within its limit has room for
 // the prompt: the soonest of those under bound whose engine reports its
-// cache's size and whose cache has room, predicted within slo (what is
-// left of the SLO; 0: none stated); none if none is.
-func (p *Pool) placeFar(except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, slo time.Duration) Choice {
+// cache's size and whose cache has room, predicted within limit
+// (placeFarWithin times the soonest, and what is left of the SLO); none if
+// none is.
+func (p *Pool) placeFar(except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit time.Duration) Choice {
 	var far Choice
 	for _, u := range p.Upstreams {
-		if !eligible(u, except, now, bound) || u.cacheTokens() <= 0 || !u.fits(key, lead) {
+		if !eligible(u, except, now, bound) || u.CacheTokens() <= 0 || !u.fits(key, lead) {
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(m, u)
-		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && (slo <= 0 || pred.Total <= slo) && (far.Upstream == nil || pred.Total < far.Prediction.Total) {
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit && (far.Upstream == nil || pred.Total < far.Prediction.Total) {
 			far = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 		}
 	}

@@ -59,14 +59,14 @@ func (h *homes) note(key uint64, tokens int, mark uint64) {
 }
 
 // held is the tokens of the prompts other than key still held at count
-// (the upstream's computed tokens now): those sent less than capacity
-// tokens ago.
+// (the upstream's computed tokens, read before the call): those sent less
+// than capacity tokens ago, or since count was read (a mark past it).
 func (h *homes) held(key, count, capacity uint64) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var t int
 	for _, e := range h.e[:h.n] {
-		if e.key != key && count-e.mark < capacity {
+		if e.key != key && (e.mark >= count || count-e.mark < capacity) {
 			t += e.tokens
 		}
 	}
@@ -79,7 +79,7 @@ func (h *homes) held(key, count, capacity uint64) int {
 // the engine's tokens: taken in the estimate's by the ratio u's model has
 // learned). Without a reported size every prompt fits.
 func (u *Upstream) fits(key uint64, tokens int) bool {
-	size := u.cacheTokens()
+	size := u.CacheTokens()
 	if size <= 0 {
 		return true
 	}

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
 	"github.com/valyala/fastjson"
 
+	"github.com/ttftlens/ttftlens/gateway/predict"
 	"github.com/ttftlens/ttftlens/gateway/prefix"
 )
 
@@ -33,6 +35,11 @@ func TestHomes(t *testing.T) {
 		if got := h.held(tc.key, tc.count, tc.capacity); got != tc.want {
 			t.Errorf("%s: held %d, want %d", tc.name, got, tc.want)
 		}
+	}
+	// Noted after the count was read (a Commit between): held.
+	h.note(3, 700, 450)
+	if got := h.held(9, 400, 1000); got != 2400 {
+		t.Errorf("a prompt sent since the count was read: held %d, want 2,400", got)
 	}
 	for i := range uint64(maxHomes) {
 		h.note(100+i, 10, 1000+i)
@@ -165,22 +172,25 @@ func TestLeastTTFTRoomLeave(t *testing.T) {
 
 // TestLeastTTFTRoomPlaceFar: when no cache within twice the soonest has
 // room for a new prompt, it is placed on the soonest that has, past that
-// bound (an engine of a slower prefill with room), within what is left of
-// its SLO.
+// bound (an engine of a slower prefill with room), within four times the
+// soonest and what is left of its SLO.
 func TestLeastTTFTRoomPlaceFar(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		slo  time.Duration
-		slow bool // placed on the slow engine
+		name     string
+		slo      time.Duration
+		perToken time.Duration // the slow engine's prefill a token (0: 400 µs, 3.5 times the others')
+		slow     bool          // placed on the slow engine
 	}{
 		{name: "no SLO", slow: true},
 		{name: "within the SLO", slo: time.Second, slow: true},
 		{name: "past the SLO", slo: 300 * time.Millisecond},
+		{name: "past four times the soonest", perToken: 900 * time.Microsecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, s, r, clk := ttftPool(t, 3, 0)
 			ups := r.Pool.Upstreams
-			alike.teachBut(ups, clk.Now(), 2, 400*time.Microsecond) // ups[2]'s miss: 3.5 times the others'
+			perToken := cmp.Or(tc.perToken, 400*time.Microsecond)
+			alike.teachBut(ups, clk.Now(), 2, perToken)
 			for _, u := range ups {
 				u.SetEngineLoad(EngineLoad{KVCacheUsage: -1, CacheTokens: 4000}, 0)
 			}
@@ -195,5 +205,29 @@ func TestLeastTTFTRoomPlaceFar(t *testing.T) {
 				t.Fatalf("%s (predicted %v, %v); want the slow engine %v", c.Upstream.Name, c.Predicted, c.Prediction.Total, tc.slow)
 			}
 		})
+	}
+}
+
+// TestRoomTokenRatio: the engine's size is taken in the estimate's tokens
+// by the ratio its model learned (here the engine counts a quarter more):
+// a cache of 5,000 engine tokens holds 4,000 of the estimate's, 3,500 of
+// them for prompts.
+func TestRoomTokenRatio(t *testing.T) {
+	_, _, r, clk := ttftPool(t, 1, 0)
+	u := r.Pool.Upstreams[0]
+	for i := range 20 {
+		est := 800 + 50*i
+		u.Observe(&Choice{}, predict.Observation{End: clk.Now(), FirstToken: true, PromptTokens: est * 5 / 4, EstimatedTokens: est,
+			CachedReported: true, Parts: predict.Parts{predict.Prefill: time.Duration(est) * time.Microsecond}})
+	}
+	u.SetEngineLoad(EngineLoad{KVCacheUsage: -1, CacheTokens: 5000}, 0)
+	fill(u) // 3,000 held
+	for _, tc := range []struct {
+		tokens int
+		fits   bool
+	}{{400, true}, {500, true}, {600, false}, {1200, false}} {
+		if got := u.fits(99, tc.tokens); got != tc.fits {
+			t.Errorf("a prompt of %d tokens beside 3,000 in 3,500: fits %v, want %v", tc.tokens, got, tc.fits)
+		}
 	}
 }

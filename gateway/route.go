@@ -119,7 +119,7 @@ type Upstream struct {
 	hlog         healthLog // what was last logged of its availability
 
 	engine atomic.Pointer[engineReport] // the engine's load as last scraped; nil: unknown
-	cache  atomic.Int64                 // the engine's KV cache in tokens, as last reported (cacheTokens)
+	cache  atomic.Int64                 // the engine's KV cache in tokens, as last reported (CacheTokens)
 
 	// For least_ttft: id names u in the prefix index (from a counter, never
 	// reused), hash in rendezvous hashing (of URL: the same in every

@@ -162,6 +162,9 @@ func (p *Proxy) scrapeLoad(c *upstream, baseURL string) {
 			misses = 0
 			u.SetEngineLoad(gateway.EngineLoad{Waiting: em.Waiting, Running: em.Running, KVCacheUsage: em.KVCacheUsage, CacheTokens: em.CacheTokens}, mark)
 		default:
+			if problem == "" {
+				u.SetCacheTokens(em.CacheTokens) // an engine with no load gauge may still say its cache's size
+			}
 			if misses++; misses >= scrapeMisses {
 				u.ClearEngineLoad()
 			}

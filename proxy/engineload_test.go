@@ -163,7 +163,7 @@ func TestScrapeProblemLoggedOnce(t *testing.T) {
 		{"still none", nil, false, ""},
 		{"an HTML page", status(http.StatusOK, "<!doctype html><html><body>hi</body></html>"), false, msg + "/metrics is not Prometheus text"},
 		{"again", nil, false, ""},
-		{"metrics", status(http.StatusOK, "ttftlens_engine_aborted_requests_total 3\n"), false, "engine metrics scraped"},
+		{"metrics", status(http.StatusOK, "ttftlens_engine_aborted_requests_total 3\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"10\"} 1\n"), false, "engine metrics scraped"},
 		{"metrics again", nil, false, ""},
 		{"unreachable", nil, true, msg + "upstream unreachable"},
 		{"still unreachable", nil, false, ""},
@@ -191,6 +191,10 @@ func TestScrapeProblemLoggedOnce(t *testing.T) {
 	}
 	if c, ok := waste.get("engine"); !ok || c != [2]int64{-1, 3} {
 		t.Errorf("engine waste %v (%v), want the scraped counts", c, ok)
+	}
+	// No load gauge, but the cache's size: kept.
+	if n := p.Gateway().Snapshot().Pools()[0].Upstreams[0].CacheTokens(); n != 160 {
+		t.Errorf("the engine's cache: %d tokens, want 160", n)
 	}
 }
 
