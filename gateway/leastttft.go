@@ -350,8 +350,9 @@ const placeWithin = 2
 // prefers, among the upstreams under bound predicted within limit
 // (placeWithin times c's total, and what is left of the SLO) whose cache
 // has room for it (fits); failing one, the soonest with room of those
-// whose engine reports its cache's size, within placeFarWithin times c's
-// total and slo (what is left of the SLO; 0: none stated); failing that,
+// whose engine reports its cache's size (soonestWithRoom), within
+// placeFarWithin times c's total and slo (what is left of the SLO; 0:
+// none stated); failing that,
 // where the hashing prefers within limit. Every request of the prompt that follows finds it there. Left to
 // the soonest prediction, every new prompt went to the engines of the
 // fastest prefill until their caches thrashed, and an engine of a slower
@@ -368,11 +369,12 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 		}
 		sized = sized || u.CacheTokens() > 0
 		w := prefix.Weight(key, u.hash)
-		if within.Upstream != nil && w <= withinW && (fit.Upstream != nil && w <= fitW) {
+		beatsWithin := within.Upstream == nil || w > withinW
+		if !beatsWithin && fit.Upstream != nil && w <= fitW {
 			continue // it would win nothing: no prediction needed
 		}
 		room := u.fits(key, lead)
-		if within.Upstream != nil && w <= withinW && !room {
+		if !beatsWithin && !room {
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(m, u)
@@ -392,7 +394,9 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 		if slo > 0 {
 			far = min(far, slo)
 		}
-		best = p.placeFar(except, now, key, m, bound, tokens, lead, far)
+		if best = p.soonestWithRoom(except, now, key, lead, m, bound, tokens, far); best.Upstream != nil {
+			best.Affinity = true
+		}
 	}
 	if best.Upstream == nil {
 		best = within
@@ -409,39 +413,16 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 // every prompt the others cannot hold.
 const placeFarWithin = 4
 
-// placeFar is place's choice when no upstream within its limit has room for
-// the prompt: the soonest of those under bound whose engine reports its
-// cache's size and whose cache has room, predicted within limit
-// (placeFarWithin times the soonest, and what is left of the SLO); none if
-// none is.
-func (p *Pool) placeFar(except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit time.Duration) Choice {
-	var far Choice
-	for _, u := range p.Upstreams {
-		if !eligible(u, except, now, bound) || u.CacheTokens() <= 0 || !u.fits(key, lead) {
-			continue
-		}
-		load, x := u.loadAt(now), expectedOn(m, u)
-		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit && (far.Upstream == nil || pred.Total < far.Prediction.Total) {
-			far = Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
-		}
-	}
-	return far
-}
-
-// leave is least_ttft's choice for a request leaving the upstream that
-// holds its prompt (its home, predicted past limit), c the soonest
-// prediction: when c's cache has no room for the prompt (its first
-// message's key and lead tokens: fits), the soonest under bound within
-// limit whose cache has. A copy of the prompt where there is room evicts
-// nothing the engine still serves; where there is none it evicts another
-// prompt, whose next request misses and evicts in turn.
-func (p *Pool) leave(c *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
-	if c.Upstream == nil || c.Upstream.fits(key, lead) {
-		return
-	}
+// soonestWithRoom is the soonest of the upstreams under bound whose engine
+// reports its cache's size and whose cache has room for the prompt (its
+// first message's key and lead tokens: fits), predicted within limit; none
+// if none is. It is place's choice when no upstream within placeWithin has
+// room (limit: placeFarWithin times the soonest, and what is left of the
+// SLO), and leave's.
+func (p *Pool) soonestWithRoom(except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) Choice {
 	var best Choice
 	for _, u := range p.Upstreams {
-		if !eligible(u, except, now, bound) || !u.fits(key, lead) {
+		if !eligible(u, except, now, bound) || u.CacheTokens() <= 0 || !u.fits(key, lead) {
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(m, u)
@@ -449,7 +430,21 @@ func (p *Pool) leave(c *Choice, except *Upstream, now int64, key uint64, lead in
 			best = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
-	if best.Upstream != nil {
+	return best
+}
+
+// leave is least_ttft's choice for a request leaving the upstream that
+// holds its prompt (its home, predicted past limit), c the soonest
+// prediction: when c's cache has no room for the prompt, the soonest
+// within limit whose cache has (soonestWithRoom). A copy of the prompt
+// where there is room evicts nothing the engine still serves; where there
+// is none it evicts another prompt, whose next request misses and evicts
+// in turn.
+func (p *Pool) leave(c *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
+	if c.Upstream == nil || c.Upstream.fits(key, lead) {
+		return
+	}
+	if best := p.soonestWithRoom(except, now, key, lead, m, bound, tokens, limit); best.Upstream != nil {
 		*c = best
 	}
 }
