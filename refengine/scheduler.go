@@ -52,7 +52,7 @@ type request struct {
 	logits      []float32
 	started     bool
 	prefilled   bool
-	publish     bool // publish the computed prefix to the prefix cache after this prefill
+	publish     bool // publish the computed prefix to the prefix cache after each step of this prefill
 	admitted    bool
 	generated   int
 	syncAcc     time.Duration
@@ -520,8 +520,17 @@ func (s *scheduler) admit(r *request, kv *model.Seq, cached int) {
 
 // recordStep records that the step from t0 to t1 (sync: its barrier waits)
 // computed n more of r's tokens, and reports whether they are all computed
-// now, so the next token is to sample. A finished prefill is published to
-// the prefix cache.
+// now, so the next token is to sample. Each step of a prefill publishes the
+// full blocks computed so far to the prefix cache, so a request of the same
+// prompt admitted while a long prompt is still in its chunks finds what is
+// done instead of computing it all again. SGLang caches a chunked prefill
+// after each chunk (Scheduler.get_next_batch_to_run calls
+// tree_cache.cache_unfinished_req(chunked_req, chunked=True),
+// python/sglang/srt/managers/scheduler.py); vLLM even earlier, when it
+// allocates a step's blocks (KVCacheManager.allocate_slots calls
+// cache_blocks, vllm/v1/core/kv_cache_manager.py), so a request admitted in
+// the same step as a prefill's last chunk finds all of it there, and here
+// all but that chunk.
 func (s *scheduler) recordStep(r *request, n int, sync time.Duration, t0, t1 time.Time) bool {
 	r.computed += n
 	if !r.started {
@@ -531,16 +540,16 @@ func (s *scheduler) recordStep(r *request, n int, sync time.Duration, t0, t1 tim
 	if !r.prefilled {
 		r.syncAcc += sync
 	}
+	if r.publish {
+		s.pool.Publish(r.kv, r.tokens[:r.computed])
+		r.publish = r.computed < len(r.tokens)
+	}
 	if r.computed < len(r.tokens) {
 		return false // mid-prefill chunk
 	}
 	if !r.prefilled {
 		r.prefilled = true
 		r.prefillDone = t1
-	}
-	if r.publish {
-		r.publish = false
-		s.pool.Publish(r.kv, r.tokens[:r.computed])
 	}
 	return true
 }

@@ -227,6 +227,43 @@ func TestChunkedPrefillSharesSteps(t *testing.T) {
 	t.Logf("%d decode events during a %v prefill of %d tokens (%d chunks)", during, tr.Prefill, u.PromptTokens, steps)
 }
 
+// A request admitted while another of its prompt is still in its chunks
+// finds the chunks computed so far in the prefix cache, not nothing: with
+// 64 tokens a step, the second request is admitted in the step that
+// computes the first's last chunk (the budget the chunk leaves), after all
+// its other chunks were published.
+func TestChunkedPrefillIsFoundMidway(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxBatchTokens = 64
+	e := startEngine(t, cfg)
+	prompt := strings.Repeat("A prompt found before its prefill ends. ", 20)
+	pb, _ := json.Marshal(prompt)
+	resp := e.post(t, context.Background(), "/v1/completions",
+		`{"prompt":`+string(pb)+`,"max_tokens":1,"stream":true,"ignore_eos":true}`,
+		"X-Request-Id", "first", FaultHeader, "slow_prefill=20")
+	defer resp.Body.Close()
+	body := &signalOn{r: resp.Body, s: ": ttftlens-phase prefill", seen: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, body); done <- err }()
+	<-body.seen // the first request's prefill began
+	_, u := complete(t, e, prompt, 1, "second")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	last := u.PromptTokens % cfg.MaxBatchTokens
+	if last <= model.BlockSize {
+		t.Fatalf("prompt of %d tokens: its last chunk (%d) must be longer than a block", u.PromptTokens, last)
+	}
+	// Published before the last chunk: every full block of the chunks
+	// before it. Without publishing mid-prefill the second finds nothing;
+	// admitted after the first's prefill, it finds all but the last block.
+	want := (u.PromptTokens - last) / model.BlockSize * model.BlockSize
+	if got := u.PromptTokensDetails.CachedTokens; got != want {
+		t.Errorf("second request cached %d of %d prompt tokens, want %d (the first's chunks before its last)", got, u.PromptTokens, want)
+	}
+	t.Logf("prompt %d tokens, last chunk %d, cached %d", u.PromptTokens, last, u.PromptTokensDetails.CachedTokens)
+}
+
 // Close ends in-flight streams and leaves no goroutine behind (goleak in
 // TestMain checks the latter).
 func TestServeAndCloseWithStreamInFlight(t *testing.T) {
