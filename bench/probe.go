@@ -89,7 +89,10 @@ type Config struct {
 // Result is one request as the client saw it, and its joined record.
 // Times are on the run's monotonic clock.
 type Result struct {
-	ID     string
+	ID string
+	// Seq is the request's number in the run: its prompt is
+	// Prompts[Seq mod len(Prompts)].
+	Seq    int
 	Warmup bool
 	// Start is when the request was due, from the run's start (for an
 	// open loop its schedule; for a closed loop when it was sent). Lag is
@@ -499,7 +502,7 @@ func words(n, seq int) string {
 // do sends request seq, due at the run-clock time due (negative: now, for
 // the closed loop), and records it.
 func (p *probe) do(ctx context.Context, seq int, due time.Duration) {
-	r := &Result{ID: fmt.Sprintf("%s-%06d", p.prefix, seq), Warmup: seq < p.cfg.Warmup}
+	r := &Result{ID: fmt.Sprintf("%s-%06d", p.prefix, seq), Seq: seq, Warmup: seq < p.cfg.Warmup}
 	body := p.body(seq)
 	if p.cfg.Timeout > 0 {
 		var cancel context.CancelFunc

@@ -104,8 +104,10 @@ type policyResult struct {
 	// The client-measured TTFT of the complete ones.
 	ttftP50, ttftP99 time.Duration
 	// promptTokens and cachedTokens are the engines' own counts for the
-	// measured requests: the prompt, and the part their prefix cache served.
-	promptTokens, cachedTokens int
+	// measured requests: the prompt, and the part their prefix cache served;
+	// ceilingTokens the most any routing could have had served
+	// (cacheCeiling).
+	promptTokens, cachedTokens, ceilingTokens int
 	// split is how many records had the split; stageMedian is each stage's
 	// median over them.
 	split       int
@@ -144,11 +146,18 @@ type policyResult struct {
 }
 
 // hitShare is the cached share of the prompt tokens (0 when none).
-func (r *policyResult) hitShare() float64 {
-	if r.promptTokens == 0 {
+func (r *policyResult) hitShare() float64 { return share(r.cachedTokens, r.promptTokens) }
+
+// hitCeiling is the most of the prompt tokens any routing could have had
+// cached (0 when none): cacheCeiling over them.
+func (r *policyResult) hitCeiling() float64 { return share(r.ceilingTokens, r.promptTokens) }
+
+// share is n over of (0 when of is).
+func share(n, of int) float64 {
+	if of == 0 {
 		return 0
 	}
-	return float64(r.cachedTokens) / float64(r.promptTokens)
+	return float64(n) / float64(of)
 }
 
 // calibrateRate measures the engines' capacity: a closed loop with a
@@ -178,9 +187,10 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 	return c, clients, err
 }
 
-// runPolicy runs the workload at rate through fresh engines and a proxy
-// under the policy, its route held to slo (0: none).
-func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt) (policyResult, error) {
+// runPolicy runs the workload (the prompts ps, of the system prompts
+// systems) at rate through fresh engines and a proxy under the policy, its
+// route held to slo (0: none).
+func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt, systems []int) (policyResult, error) {
 	logs := make([]io.Writer, max(o.replicas, 1))
 	if o.records != "" {
 		for i := range logs {
@@ -207,7 +217,43 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 	if err := st.shutdownProxy(); err != nil {
 		return policyResult{}, fmt.Errorf("%s: proxy shutdown: %w", policy, err)
 	}
-	return summarize(policy, slo, run, st), nil
+	res := summarize(policy, slo, run, st)
+	res.ceilingTokens = cacheCeiling(run, st.truth, systems)
+	return res, nil
+}
+
+// cacheCeiling is the most of the measured requests' prompt tokens (those
+// promptTokens counts) that any routing could have had served from the
+// engines' prefix caches: every request but the first of its system prompt
+// in the run (systems[Seq mod len]) served as much as the most any request
+// of that system prompt was served in the run, its system prompt's full
+// blocks (each question is its user's own). It is an upper bound: it
+// counts no eviction, and as cached a request sent while the first of its
+// prompt was still computing it. truth is the engines' account of a request
+// (stack.truth).
+func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok bool), systems []int) int {
+	if len(systems) == 0 {
+		return 0
+	}
+	most, first := make(map[int]int), make(map[int]int)
+	for i := range run.Results {
+		r := &run.Results[i]
+		s := systems[r.Seq%len(systems)]
+		if f, ok := first[s]; !ok || r.Seq < f {
+			first[s] = r.Seq
+		}
+		if _, c, ok := truth(r.ID); ok {
+			most[s] = max(most[s], c)
+		}
+	}
+	n := 0
+	for i := range run.Results {
+		r := &run.Results[i]
+		if _, _, ok := truth(r.ID); ok && !r.Warmup && r.Seq != first[systems[r.Seq%len(systems)]] {
+			n += most[systems[r.Seq%len(systems)]]
+		}
+	}
+	return n
 }
 
 // summarize reads a run's measured requests with their records and the

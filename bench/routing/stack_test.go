@@ -91,3 +91,32 @@ func TestSummarizeHeld(t *testing.T) {
 		t.Fatalf("%d predicted, error p90 %v; want the two routed on a prediction, 1/3 (the probe's 24 left out)", res.predicted, res.errP90)
 	}
 }
+
+// TestCacheCeiling: every measured request with the engines' account but
+// the first of its system prompt counts the most any request of that
+// prompt was served from cache, whatever it was served itself; the first
+// is known by its number, not by when it ended.
+func TestCacheCeiling(t *testing.T) {
+	systems := []int{0, 1, 0, 1} // prompt seq mod 4's system prompt
+	cached := map[string]int{"w0": 0, "a1": 0, "a2": 960, "a3": 0, "a5": 1100, "a6": 900, "a7": 1000}
+	run := &bench.Run{Results: []bench.Result{
+		{ID: "a2", Seq: 2},               // system 0: 960, the most of system 0
+		{ID: "w0", Seq: 0, Warmup: true}, // system 0's first, not measured
+		{ID: "a3", Seq: 3},               // system 1: evicted, counts 1100
+		{ID: "a1", Seq: 1},               // system 1's first: counts nothing
+		{ID: "a4", Seq: 4},               // system 0, no account (never sent): not counted
+		{ID: "a6", Seq: 6},               // system 0: 900, counts 960
+		{ID: "a5", Seq: 5},               // system 1: 1100
+		{ID: "a7", Seq: 7},               // system 1: 1000, counts 1100
+	}}
+	truth := func(id string) (int, int, bool) {
+		c, ok := cached[id]
+		return 1200, c, ok
+	}
+	if got, want := cacheCeiling(run, truth, systems), 960+1100+960+1100+1100; got != want {
+		t.Errorf("cacheCeiling = %d, want %d", got, want)
+	}
+	if got := cacheCeiling(run, truth, nil); got != 0 {
+		t.Errorf("cacheCeiling without systems = %d, want 0", got)
+	}
+}

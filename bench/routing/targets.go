@@ -26,6 +26,9 @@ type seedTargets struct {
 	complete         bool
 	loadP99, ttftP99 time.Duration
 	loadHit, ttftHit float64
+	// ceiling is the most of least_ttft's prompt tokens any routing could
+	// have had cached (policyResult.hitCeiling).
+	ceiling float64
 	// predicted is how many least_ttft requests had a prediction, and
 	// errP50 and errP90 their error's percentiles.
 	predicted      int
@@ -57,7 +60,7 @@ func targetsOf(r *report) seedTargets {
 		return seedTargets{seed: r.seed}
 	}
 	t := seedTargets{seed: r.seed, complete: true, loadP99: load.ttftP99, ttftP99: ttft.ttftP99, loadHit: load.hitShare(), ttftHit: ttft.hitShare(),
-		predicted: ttft.predicted, errP50: ttft.errP50, errP90: ttft.errP90}
+		ceiling: ttft.hitCeiling(), predicted: ttft.predicted, errP50: ttft.errP50, errP90: ttft.errP90}
 	if h := r.held; h != nil {
 		slow := len(h.perEngine) - 1
 		t.held, t.heldP90, t.heldRequests, t.refused = true, h.errP90, h.requests, h.refused
@@ -85,6 +88,13 @@ func (t *seedTargets) hitRatio() float64 {
 // does not meet its target either.
 func (t *seedTargets) p99Met() bool { return t.complete && -t.p99Change() >= targetP99Cut }
 func (t *seedTargets) hitMet() bool { return t.complete && t.hitRatio() >= targetHitRatio }
+
+// hitOutOfReach says the hit share target asked more than any routing
+// could have had cached: least_load's share times the ratio past the
+// ceiling.
+func (t *seedTargets) hitOutOfReach() bool {
+	return t.complete && t.ceiling > 0 && targetHitRatio*t.loadHit > t.ceiling
+}
 func (t *seedTargets) errMet() bool {
 	return t.complete && t.predicted > 0 && t.errP50 <= targetErrP50
 }
@@ -103,8 +113,9 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	if len(ts) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nThe targets (BENCHMARKS.md), `least_ttft` against `least_load`, seed by seed, each seed at the rate calibrated once on the first one's workload:\n\n"+
-		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
+	fmt.Fprint(w, "\nThe targets (BENCHMARKS.md), `least_ttft` against `least_load`, seed by seed, each seed at the rate calibrated once on the first one's workload. "+
+		"The most any routing could have had cached: every measured request but the first of its system prompt served as much as the most any request of that prompt was in the run (no eviction; none sent while its prompt was still being computed).\n\n"+
+		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share (against `least_load`'s; the most any routing could) | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
 		"| --- | --- | --- | --- | --- | --- | --- |\n")
 	for i := range ts {
 		t := &ts[i]
@@ -116,8 +127,8 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		if t.predicted > 0 {
 			errs = fmt.Sprintf("%.0f %% / %.0f %%", 100*t.errP50, 100*t.errP90)
 		}
-		fmt.Fprintf(w, "| %d | %s | %s (%s) | %.1f %% | %.1f %% (%.2f×) | %s | %s |\n", t.seed,
-			ms(t.loadP99), ms(t.ttftP99), signedPct(t.p99Change()), 100*t.loadHit, 100*t.ttftHit, t.hitRatio(), errs, t.heldText())
+		fmt.Fprintf(w, "| %d | %s | %s (%s) | %.1f %% | %.1f %% (%.2f×; %s) | %s | %s |\n", t.seed,
+			ms(t.loadP99), ms(t.ttftP99), signedPct(t.p99Change()), 100*t.loadHit, 100*t.ttftHit, t.hitRatio(), t.ceilingText(), errs, t.heldText())
 	}
 	// med is the median of f over the seeds that keep says count.
 	med := func(f func(t *seedTargets) float64, keep func(t *seedTargets) bool) float64 {
@@ -149,8 +160,8 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	fmt.Fprint(w, "\n| target | seeds that met it | the median over the seeds |\n| --- | --- | --- |\n")
 	fmt.Fprintf(w, "| TTFT p99 at least %.0f %% below `least_load`'s | %d of %d | %s |\n",
 		100*targetP99Cut, count((*seedTargets).p99Met), len(ts), signedPct(med((*seedTargets).p99Change, complete)))
-	fmt.Fprintf(w, "| prefix-cache hit share at least %g× `least_load`'s | %d of %d | %.2f× |\n",
-		targetHitRatio, count((*seedTargets).hitMet), len(ts), med((*seedTargets).hitRatio, complete))
+	fmt.Fprintf(w, "| prefix-cache hit share at least %g× `least_load`'s | %d of %d%s | %.2f× |\n",
+		targetHitRatio, count((*seedTargets).hitMet), len(ts), outOfReachText(count((*seedTargets).hitOutOfReach)), med((*seedTargets).hitRatio, complete))
 	errP50 := "—"
 	if v := med(func(t *seedTargets) float64 { return t.errP50 }, func(t *seedTargets) bool { return t.complete && t.predicted > 0 }); !math.IsNaN(v) {
 		errP50 = fmt.Sprintf("%.1f %%", 100*v)
@@ -161,6 +172,24 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		fmt.Fprintf(w, "| held to an SLO below the slow engine's TTFT, none it served past the SLO by more than the prediction error p90 (an SLO run that refused every request does not meet it) | %d of %d%s | — |\n",
 			count((*seedTargets).sloMet), held, refusedAllText(count((*seedTargets).refusedAll)))
 	}
+}
+
+// outOfReachText says in how many seeds the hit share target was out of
+// reach, if in any.
+func outOfReachText(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (out of reach in %d: %g× `least_load`'s share was more than any routing could have cached)", n, targetHitRatio)
+}
+
+// ceilingText is the most any routing could have had cached: — when not
+// known.
+func (t *seedTargets) ceilingText() string {
+	if t.ceiling <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("at most %.1f %%", 100*t.ceiling)
 }
 
 // refusedAllText says how many SLO runs refused every request, if any did.

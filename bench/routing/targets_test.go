@@ -14,6 +14,7 @@ func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCac
 	r.seed = seed
 	ttft := result("least_ttft", 60*time.Millisecond, ttftP99, ttftCached, 0, 50*time.Millisecond, 200, 150, 48)
 	ttft.predicted, ttft.errP50, ttft.errP90 = 390, errP50, 0.9
+	ttft.ceilingTokens = 400 * 1420
 	r.results = []policyResult{
 		result("round_robin", 900*time.Millisecond, 9*time.Second, 400*300, time.Second, time.Second, 134, 133, 131),
 		result("least_load", 700*time.Millisecond, loadP99, loadCached, time.Second, time.Second, 150, 148, 100),
@@ -35,7 +36,7 @@ func seedReport(seed uint64, loadP99, ttftP99 time.Duration, loadCached, ttftCac
 func TestTargetsOf(t *testing.T) {
 	r := seedReport(4, 10*time.Second, 2500*time.Millisecond, 400*500, 400*1200, 0.27, 0.5)
 	want := seedTargets{seed: 4, complete: true, loadP99: 10 * time.Second, ttftP99: 2500 * time.Millisecond, loadHit: 500.0 / 1480, ttftHit: 1200.0 / 1480,
-		predicted: 390, errP50: 0.27, errP90: 0.9, held: true, heldRequests: 400, refused: 325, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
+		ceiling: 1420.0 / 1480, predicted: 390, errP50: 0.27, errP90: 0.9, held: true, heldRequests: 400, refused: 325, slowServed: 20, slowMissed: 2, slowWorst: 0.5, heldP90: 0.34}
 	if got := targetsOf(&r); got != want {
 		t.Errorf("targetsOf = %+v, want %+v", got, want)
 	}
@@ -61,16 +62,20 @@ func TestVerdicts(t *testing.T) {
 		name                  string
 		edit                  func(t *seedTargets)
 		p99, hit, errP50, slo bool
+		outOfReach            bool
 	}{
-		{"each at its bound", func(*seedTargets) {}, true, true, true, true},
-		{"p99 cut 29 %", func(t *seedTargets) { t.ttftP99 = 7100 * time.Millisecond }, false, true, true, true},
-		{"hit share 1.95x", func(t *seedTargets) { t.ttftHit = 0.78 }, true, false, true, true},
-		{"error p50 21 %", func(t *seedTargets) { t.errP50 = 0.21 }, true, true, false, true},
-		{"no prediction", func(t *seedTargets) { t.predicted, t.errP50 = 0, 0 }, true, true, false, true},
-		{"the latest past the SLO by more than the p90", func(t *seedTargets) { t.slowWorst = 0.5 }, true, true, true, false},
-		{"none past the SLO", func(t *seedTargets) { t.slowMissed, t.slowWorst = 0, 0 }, true, true, true, true},
-		{"every request refused", func(t *seedTargets) { t.refused = t.heldRequests }, true, true, true, false},
-		{"no SLO run", func(t *seedTargets) { t.held = false }, true, true, true, false},
+		{"each at its bound", func(*seedTargets) {}, true, true, true, true, false},
+		{"p99 cut 29 %", func(t *seedTargets) { t.ttftP99 = 7100 * time.Millisecond }, false, true, true, true, false},
+		{"hit share 1.95x", func(t *seedTargets) { t.ttftHit = 0.78 }, true, false, true, true, false},
+		{"error p50 21 %", func(t *seedTargets) { t.errP50 = 0.21 }, true, true, false, true, false},
+		{"no prediction", func(t *seedTargets) { t.predicted, t.errP50 = 0, 0 }, true, true, false, true, false},
+		{"the latest past the SLO by more than the p90", func(t *seedTargets) { t.slowWorst = 0.5 }, true, true, true, false, false},
+		{"none past the SLO", func(t *seedTargets) { t.slowMissed, t.slowWorst = 0, 0 }, true, true, true, true, false},
+		{"every request refused", func(t *seedTargets) { t.refused = t.heldRequests }, true, true, true, false, false},
+		{"no SLO run", func(t *seedTargets) { t.held = false }, true, true, true, false, false},
+		{"within the ceiling", func(t *seedTargets) { t.ceiling = 0.8 }, true, true, true, true, false},
+		{"twice least_load's past the ceiling", func(t *seedTargets) { t.ttftHit, t.ceiling = 0.79, 0.79 }, true, false, true, true, true},
+		{"no ceiling known", func(t *seedTargets) { t.ttftHit, t.ceiling = 0.79, 0 }, true, false, true, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,6 +83,9 @@ func TestVerdicts(t *testing.T) {
 			tc.edit(&s)
 			if got := [4]bool{s.p99Met(), s.hitMet(), s.errMet(), s.sloMet()}; got != [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo} {
 				t.Errorf("met (p99, hit share, error, SLO) = %v, want %v", got, [4]bool{tc.p99, tc.hit, tc.errP50, tc.slo})
+			}
+			if got := s.hitOutOfReach(); got != tc.outOfReach {
+				t.Errorf("hit share target out of reach = %v, want %v", got, tc.outOfReach)
 			}
 		})
 	}
@@ -94,6 +102,7 @@ func TestWriteTargets(t *testing.T) {
 	} {
 		ts = append(ts, targetsOf(&r))
 	}
+	ts[1].ceiling = 1.9 * ts[1].loadHit                            // twice least_load's was out of reach
 	ts[4].predicted = 0                                            // its error p50 is left out of the median
 	ts[3].held, ts[3].heldRequests, ts[3].refused = true, 400, 400 // refused all: not met
 	ts = append(ts, seedTargets{seed: 6})                          // least_ttft completed nothing: a miss everywhere
