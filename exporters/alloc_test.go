@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -64,13 +65,21 @@ func TestAllocs(t *testing.T) {
 	// A record exemplarEvery later each time: TTFT's and e2e's buckets take
 	// its trace id, a bounded number of allocations (client_golang's seven
 	// per exemplar and its native exemplars' list, the trace id's string),
-	// never per gap.
+	// never per gap. Each run's end-to-end time is a second longer, so the
+	// native e2e histogram's buckets those times fall in are made first
+	// (without a trace id: no exemplar taken); made in the loop, a new
+	// bucket's allocations vary with the map's random hash seed, and the
+	// count passed the budget about one run in sixty.
 	done, _ := r.Timeline.At(stages.Done)
+	for i := range 51 { // AllocsPerRun's warm-up run and its 50
+		noTrace.Timeline.MarkAt(stages.Done, done+time.Duration(i+1)*exemplarEvery)
+		m.Emit(noTrace)
+	}
 	if n := testing.AllocsPerRun(50, func() {
 		done += exemplarEvery
 		r.Timeline.MarkAt(stages.Done, done)
 		m.Emit(r)
-	}); n > 17 {
-		t.Errorf("Metrics.Emit with exemplars: %v allocs, want <= 17", n)
+	}); n > 16 {
+		t.Errorf("Metrics.Emit with exemplars: %v allocs, want <= 16", n)
 	}
 }
