@@ -225,11 +225,13 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 // cacheCeiling is the most of the measured requests' prompt tokens (those
 // promptTokens counts) that any routing could have had served from the
 // engines' prefix caches: every request but the first of its system prompt
-// in the run (systems[Seq mod len]) served as much as the most any request
-// of that system prompt was served in the run, its system prompt's full
-// blocks (each question is its user's own). It is an upper bound: it
-// counts no eviction, and as cached a request sent while the first of its
-// prompt was still computing it. truth is the engines' account of a request
+// in the run (systems[Seq mod len]; systems has one entry per prompt the
+// probe cycles through) credited the most any request of that system
+// prompt was served in the run. That is its system prompt's full blocks,
+// or a block more where a user asked again (each question starts with its
+// user), so it errs high by up to a block a request; it counts no
+// eviction, and as cached a request sent while the first of its prompt was
+// still computing it. truth is the engines' account of a request
 // (stack.truth).
 func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok bool), systems []int) int {
 	if len(systems) == 0 {

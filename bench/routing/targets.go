@@ -88,18 +88,19 @@ func (t *seedTargets) hitRatio() float64 {
 // does not meet its target either.
 func (t *seedTargets) p99Met() bool { return t.complete && -t.p99Change() >= targetP99Cut }
 func (t *seedTargets) hitMet() bool { return t.complete && t.hitRatio() >= targetHitRatio }
-
-// hitOutOfReach says the hit share target asked more than any routing
-// could have had cached: least_load's share times the ratio past the
-// ceiling.
-func (t *seedTargets) hitOutOfReach() bool {
-	return t.complete && t.ceiling > 0 && targetHitRatio*t.loadHit > t.ceiling
-}
 func (t *seedTargets) errMet() bool {
 	return t.complete && t.predicted > 0 && t.errP50 <= targetErrP50
 }
 func (t *seedTargets) sloMet() bool {
 	return t.complete && t.held && !t.refusedAll() && (t.slowMissed == 0 || t.slowWorst <= t.heldP90)
+}
+
+// hitOutOfReach says the hit share target, not met, asked more than any
+// routing could have had cached: least_load's share times the ratio past
+// the ceiling. (The ceiling is taken from what the run's requests were
+// served, so a seed that met the target is never called out of reach.)
+func (t *seedTargets) hitOutOfReach() bool {
+	return t.complete && !t.hitMet() && t.ceiling > 0 && targetHitRatio*t.loadHit > t.ceiling
 }
 
 // refusedAll says the SLO run refused every request it measured.

@@ -76,6 +76,7 @@ func TestVerdicts(t *testing.T) {
 		{"within the ceiling", func(t *seedTargets) { t.ceiling = 0.8 }, true, true, true, true, false},
 		{"twice least_load's past the ceiling", func(t *seedTargets) { t.ttftHit, t.ceiling = 0.79, 0.79 }, true, false, true, true, true},
 		{"no ceiling known", func(t *seedTargets) { t.ttftHit, t.ceiling = 0.79, 0 }, true, false, true, true, false},
+		{"met, with the ceiling below twice least_load's", func(t *seedTargets) { t.ceiling = 0.79 }, true, true, true, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
