@@ -99,7 +99,8 @@ func TestDurationHistNegative(t *testing.T) {
 // every child is collected.
 func TestDurationVecChildren(t *testing.T) {
 	v := newDurationVec(histOpts("h_seconds", "help", TokenBuckets, false), []string{"model", "upstream"})
-	if v.with("a", "b") != v.with("a", "b") || v.with("a", "b") == v.with("a", "c") {
+	first, again := v.with("a", "b"), v.with("a", "b")
+	if first != again || first == v.with("a", "c") {
 		t.Error("with: one child per label values")
 	}
 	ch := make(chan prometheus.Metric, 4)
