@@ -2,7 +2,9 @@ package refengine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -146,4 +148,27 @@ func imageTokens(img []byte, n, vocab int) []int {
 		ids[i] = int(h % uint64(vocab))
 	}
 	return ids
+}
+
+// ChatPromptTokens returns the prompt s computes for a chat request whose
+// "messages" are msgs (their JSON, text parts only): BOS, then the chat
+// template's rendering, tokenized. A client counting the prefix-cache
+// blocks two prompts share counts them on these.
+func (s *Server) ChatPromptTokens(msgs []byte) ([]int, error) {
+	var m []chatMessage
+	if err := json.Unmarshal(msgs, &m); err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	for _, msg := range m {
+		for _, c := range msg.parts {
+			if c.imageURL != "" {
+				return nil, errors.New("messages: an image part needs the media stage")
+			}
+		}
+	}
+	prompt := []int{s.tok.BOS()}
+	for _, p := range renderChat(m) {
+		prompt = append(prompt, s.tok.Encode(p.text)...)
+	}
+	return prompt, nil
 }

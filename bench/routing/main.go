@@ -170,8 +170,7 @@ func run(ctx context.Context, o *options) error {
 		rep.seed = so.seed
 		systems, sizes := systemPrompts(tok, so.seed)
 		rep.systemTokens = sizes
-		reqs := requests(so.seed, workloadRequests)
-		if err := runSeed(ctx, &so, &rep, prompts(systems, reqs), systemsOf(reqs)); err != nil {
+		if err := runSeed(ctx, &so, &rep, prompts(systems, requests(so.seed, workloadRequests))); err != nil {
 			return fmt.Errorf("seed %d: %w", so.seed, err)
 		}
 		rep.write(os.Stdout)
@@ -181,12 +180,12 @@ func run(ctx context.Context, o *options) error {
 }
 
 // runSeed runs each policy of o in turn at rep.rate, then, with
-// least_ttft among them, least_ttft held to an SLO, into rep: the prompts
-// ps, of the system prompts systems.
-func runSeed(ctx context.Context, o *options, rep *report, ps []bench.Prompt, systems []int) error {
+// least_ttft among them, least_ttft held to an SLO, into rep.
+func runSeed(ctx context.Context, o *options, rep *report, ps []bench.Prompt) error {
+	toks := promptTokens{ps: ps}
 	for _, p := range o.policies {
 		fmt.Fprintf(os.Stderr, "seed %d, %s: %s at %.2f requests/s\n", o.seed, p, o.duration, rep.rate)
-		res, err := runPolicy(ctx, o, p, 0, rep.rate, ps, systems)
+		res, err := runPolicy(ctx, o, p, 0, rep.rate, &toks)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -200,7 +199,7 @@ func runSeed(ctx context.Context, o *options, rep *report, ps []bench.Prompt, sy
 		slo = defaultSLO(rep.results)
 	}
 	fmt.Fprintf(os.Stderr, "seed %d, %s held to a %s TTFT SLO: %s at %.2f requests/s\n", o.seed, gateway.PolicyLeastTTFT, slo, o.duration, rep.rate)
-	res, err := runPolicy(ctx, o, gateway.PolicyLeastTTFT, slo, rep.rate, ps, systems)
+	res, err := runPolicy(ctx, o, gateway.PolicyLeastTTFT, slo, rep.rate, &toks)
 	if err != nil {
 		return fmt.Errorf("%s with an SLO: %w", gateway.PolicyLeastTTFT, err)
 	}

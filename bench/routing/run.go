@@ -14,6 +14,7 @@ import (
 	"github.com/ttftlens/ttftlens/bench"
 	"github.com/ttftlens/ttftlens/gateway"
 	"github.com/ttftlens/ttftlens/refengine"
+	"github.com/ttftlens/ttftlens/refengine/model"
 	"github.com/ttftlens/ttftlens/stages"
 )
 
@@ -187,10 +188,10 @@ func calibrateRate(ctx context.Context, o *options, ps []bench.Prompt) (capacity
 	return c, clients, err
 }
 
-// runPolicy runs the workload (the prompts ps, of the system prompts
-// systems) at rate through fresh engines and a proxy under the policy, its
-// route held to slo (0: none).
-func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, ps []bench.Prompt, systems []int) (policyResult, error) {
+// runPolicy runs the workload (the prompts pt.ps) at rate through fresh
+// engines and a proxy under the policy, its route held to slo (0: none).
+func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration, rate float64, pt *promptTokens) (policyResult, error) {
+	ps := pt.ps
 	logs := make([]io.Writer, max(o.replicas, 1))
 	if o.records != "" {
 		for i := range logs {
@@ -218,44 +219,86 @@ func runPolicy(ctx context.Context, o *options, policy string, slo time.Duration
 		return policyResult{}, fmt.Errorf("%s: proxy shutdown: %w", policy, err)
 	}
 	res := summarize(policy, slo, run, st)
-	res.ceilingTokens = cacheCeiling(run, st.truth, systems)
+	if res.ceilingTokens, err = cacheCeiling(run, st.truth, func(seq int) ([]int, error) { return pt.of(st.engines[0], seq) }); err != nil {
+		return policyResult{}, err
+	}
 	return res, nil
+}
+
+// promptTokens are the workload's prompts ps and, once asked for, their
+// tokens as the engines compute them, by index in ps.
+type promptTokens struct {
+	ps   []bench.Prompt
+	toks map[int][]int
+}
+
+// of returns the tokens of request seq's prompt (ps[seq mod len]), as e
+// computes them.
+func (pt *promptTokens) of(e *refengine.Server, seq int) ([]int, error) {
+	i := seq % len(pt.ps)
+	if t, ok := pt.toks[i]; ok {
+		return t, nil
+	}
+	t, err := e.ChatPromptTokens(pt.ps[i].Messages)
+	if err != nil {
+		return nil, fmt.Errorf("prompt %d: %w", i, err)
+	}
+	if pt.toks == nil {
+		pt.toks = make(map[int][]int)
+	}
+	pt.toks[i] = t
+	return t, nil
 }
 
 // cacheCeiling is the most of the measured requests' prompt tokens (those
 // promptTokens counts) that any routing could have had served from the
-// engines' prefix caches: every request but the first of its system prompt
-// in the run (systems[Seq mod len]; systems has one entry per prompt the
-// probe cycles through) credited the most any request of that system
-// prompt was served in the run. That is its system prompt's full blocks,
-// or a block more where a user asked again (each question starts with its
-// user), so it errs high by up to a block a request; it counts no
-// eviction, and as cached a request sent while the first of its prompt was
-// still computing it. truth is the engines' account of a request
-// (stack.truth).
-func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok bool), systems []int) int {
-	if len(systems) == 0 {
-		return 0
-	}
-	most, first := make(map[int]int), make(map[int]int)
+// engines' prefix caches: each the full blocks its prompt shares with the
+// prompt of a request before it in the run (by Seq, of those that reached
+// an engine), what one cache that evicted nothing, and had every earlier
+// prompt computed by then, would serve (the engines match a prefix in
+// full blocks, and leave a prompt's last token to compute). tokens(seq) is
+// request seq's prompt as the engines compute it; truth the engines'
+// account of a request (stack.truth).
+func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok bool), tokens func(seq int) ([]int, error)) (int, error) {
+	order := make([]*bench.Result, 0, len(run.Results))
 	for i := range run.Results {
-		r := &run.Results[i]
-		s := systems[r.Seq%len(systems)]
-		if f, ok := first[s]; !ok || r.Seq < f {
-			first[s] = r.Seq
-		}
-		if _, c, ok := truth(r.ID); ok {
-			most[s] = max(most[s], c)
+		if _, _, ok := truth(run.Results[i].ID); ok {
+			order = append(order, &run.Results[i])
 		}
 	}
+	slices.SortFunc(order, func(a, b *bench.Result) int { return a.Seq - b.Seq })
+	seen := make(map[uint64]bool) // the chain of every full block computed before
 	n := 0
-	for i := range run.Results {
-		r := &run.Results[i]
-		if _, _, ok := truth(r.ID); ok && !r.Warmup && r.Seq != first[systems[r.Seq%len(systems)]] {
-			n += most[systems[r.Seq%len(systems)]]
+	for _, r := range order {
+		toks, err := tokens(r.Seq)
+		if err != nil {
+			return 0, err
+		}
+		var chain uint64
+		shared := true
+		for b := 0; (b+1)*model.BlockSize <= len(toks); b++ {
+			chain = blockChain(chain, toks[b*model.BlockSize:(b+1)*model.BlockSize])
+			shared = shared && (b+1)*model.BlockSize < len(toks) && seen[chain]
+			if shared && !r.Warmup {
+				n += model.BlockSize
+			}
+			seen[chain] = true
 		}
 	}
-	return n
+	return n, nil
+}
+
+// blockChain extends the hash of a prompt's blocks up to one by the next
+// block's tokens (FNV-1a over the token ids, seeded with the chain so far).
+func blockChain(parent uint64, block []int) uint64 {
+	h := parent ^ 14695981039346656037
+	for _, t := range block {
+		for k := 0; k < 4; k++ {
+			h ^= uint64(byte(t >> (8 * k)))
+			h *= 1099511628211
+		}
+	}
+	return h
 }
 
 // summarize reads a run's measured requests with their records and the

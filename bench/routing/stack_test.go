@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +37,8 @@ func TestPoolConfigSLO(t *testing.T) {
 }
 
 // TestReplicasSpreadTheLoad: with -replicas, the requests go to each
-// replica in turn, and each writes its own records.
+// replica in turn, and each writes its own records; and the prompts'
+// tokens the cache ceiling reads are the engines'.
 func TestReplicasSpreadTheLoad(t *testing.T) {
 	engines := smallEngines()
 	logs := []*bytes.Buffer{{}, {}}
@@ -46,9 +49,11 @@ func TestReplicasSpreadTheLoad(t *testing.T) {
 	defer st.close()
 	tok := model.DefaultTokenizer(model.DefaultConfig())
 	systems, _ := systemPrompts(tok, 1)
+	pt := promptTokens{ps: prompts(systems, requests(1, 10))}
 	cfg := bench.Config{URL: st.url(), Transport: st.transport(), Requests: 10, Concurrency: 1, Timeout: time.Minute,
-		Prompts: prompts(systems, requests(1, 10)), OutputTokens: bench.Dist{Min: 2, Max: 2}, Seed: 1}
-	if _, err := cfg.Run(context.Background()); err != nil {
+		Prompts: pt.ps, OutputTokens: bench.Dist{Min: 2, Max: 2}, Seed: 1}
+	run, err := cfg.Run(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.shutdownProxy(); err != nil {
@@ -58,6 +63,20 @@ func TestReplicasSpreadTheLoad(t *testing.T) {
 		if recs, _, err := bench.ReadLog(l); err != nil || len(recs) != 5 {
 			t.Errorf("replica %d: %d records (%v), want 5 of the 10", i, len(recs), err)
 		}
+	}
+	// The prompts' tokens the ceiling reads are the engines': as many, and
+	// the ceiling no less than what the engines served.
+	cached := 0
+	for _, r := range run.Results {
+		p, c, ok := st.truth(r.ID)
+		toks, err := pt.of(st.engines[0], r.Seq)
+		if !ok || err != nil || len(toks) != p {
+			t.Fatalf("request %d: %d tokens (%v), the engine computed %d (%v)", r.Seq, len(toks), err, p, ok)
+		}
+		cached += c
+	}
+	if n, err := cacheCeiling(run, st.truth, func(seq int) ([]int, error) { return pt.of(st.engines[0], seq) }); n < cached || err != nil {
+		t.Errorf("cacheCeiling = %d (%v), below the %d tokens the engines served from cache", n, err, cached)
 	}
 }
 
@@ -92,31 +111,40 @@ func TestSummarizeHeld(t *testing.T) {
 	}
 }
 
-// TestCacheCeiling: every measured request with the engines' account but
-// the first of its system prompt counts the most any request of that
-// prompt was served from cache, whatever it was served itself; the first
-// is known by its number, not by when it ended.
+// TestCacheCeiling: a measured request counts the full blocks its prompt
+// shares with the prompt of a request before it (by Seq, whatever order
+// the results ended in) that reached an engine, less a block that would
+// hold its last token; the warm-up's prompts count as computed.
 func TestCacheCeiling(t *testing.T) {
-	systems := []int{0, 1, 0, 1} // prompt seq mod 4's system prompt
-	cached := map[string]int{"w0": 0, "a1": 0, "a2": 960, "a3": 0, "a5": 1100, "a6": 900, "a7": 1000}
-	run := &bench.Run{Results: []bench.Result{
-		{ID: "a2", Seq: 2},               // system 0: 960, the most of system 0
-		{ID: "w0", Seq: 0, Warmup: true}, // system 0's first, not measured
-		{ID: "a3", Seq: 3},               // system 1: evicted, counts 1100
-		{ID: "a1", Seq: 1},               // system 1's first: counts nothing
-		{ID: "a4", Seq: 4},               // system 0, no account (never sent): not counted
-		{ID: "a6", Seq: 6},               // system 0: 900, counts 960
-		{ID: "a5", Seq: 5},               // system 1: 1100
-		{ID: "a7", Seq: 7},               // system 1: 1000, counts 1100
-	}}
-	truth := func(id string) (int, int, bool) {
-		c, ok := cached[id]
-		return 1200, c, ok
+	seqOf := func(base, n int) []int { // n tokens counting up from base
+		s := make([]int, n)
+		for i := range s {
+			s[i] = base + i
+		}
+		return s
 	}
-	if got, want := cacheCeiling(run, truth, systems), 960+1100+960+1100+1100; got != want {
-		t.Errorf("cacheCeiling = %d, want %d", got, want)
+	a := seqOf(0, 40)                            // two full blocks and 8 tokens
+	b := append(seqOf(0, 32), seqOf(1000, 8)...) // a's two blocks, another tail
+	prompts := map[int][]int{
+		0: a,               // the warm-up's: counts nothing, computed
+		1: b,               // shares a's two blocks: 32
+		2: a,               // 32
+		3: seqOf(5000, 40), // nothing shared: 0
+		4: seqOf(0, 32),    // a's two blocks, but its last token in the second: 16
+		5: seqOf(9000, 40), // never reached an engine: not counted, not computed
+		6: seqOf(9000, 40), // shares only with 5: 0
 	}
-	if got := cacheCeiling(run, truth, nil); got != 0 {
-		t.Errorf("cacheCeiling without systems = %d, want 0", got)
+	run := &bench.Run{}
+	for _, seq := range []int{2, 0, 4, 1, 6, 3, 5} {
+		run.Results = append(run.Results, bench.Result{ID: strconv.Itoa(seq), Seq: seq, Warmup: seq == 0})
+	}
+	truth := func(id string) (int, int, bool) { return 0, 0, id != "5" }
+	tokens := func(seq int) ([]int, error) { return prompts[seq], nil }
+	if got, err := cacheCeiling(run, truth, tokens); got != 32+32+16 || err != nil {
+		t.Errorf("cacheCeiling = %d, %v; want %d", got, err, 32+32+16)
+	}
+	boom := errors.New("boom")
+	if _, err := cacheCeiling(run, truth, func(int) ([]int, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("a prompt that could not be tokenized: %v", err)
 	}
 }

@@ -97,8 +97,7 @@ func (t *seedTargets) sloMet() bool {
 
 // hitOutOfReach says the hit share target, not met, asked more than any
 // routing could have had cached: least_load's share times the ratio past
-// the ceiling. (The ceiling is taken from what the run's requests were
-// served, so a seed that met the target is never called out of reach.)
+// the ceiling.
 func (t *seedTargets) hitOutOfReach() bool {
 	return t.complete && !t.hitMet() && t.ceiling > 0 && targetHitRatio*t.loadHit > t.ceiling
 }
@@ -115,7 +114,7 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		return
 	}
 	fmt.Fprint(w, "\nThe targets (BENCHMARKS.md), `least_ttft` against `least_load`, seed by seed, each seed at the rate calibrated once on the first one's workload. "+
-		"The most any routing could have had cached: every measured request but the first of its system prompt served as much as the most any request of that prompt was in the run (no eviction; none sent while its prompt was still being computed).\n\n"+
+		"The most any routing could have had cached: each measured request served the full blocks its prompt shares with a prompt sent before it (one cache that evicts nothing, every earlier prompt computed by then).\n\n"+
 		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share (against `least_load`'s; the most any routing could) | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
 		"| --- | --- | --- | --- | --- | --- | --- |\n")
 	for i := range ts {

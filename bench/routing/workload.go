@@ -118,14 +118,3 @@ func prompts(systems []string, reqs []request) []bench.Prompt {
 	}
 	return out
 }
-
-// systemsOf is the system prompt of each request, in the order of the
-// prompts rendered from them: the probe sends prompt seq mod their count
-// as request seq.
-func systemsOf(reqs []request) []int {
-	out := make([]int, len(reqs))
-	for i, r := range reqs {
-		out[i] = r.system
-	}
-	return out
-}
