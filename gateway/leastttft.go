@@ -174,7 +174,11 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		if home.Prediction.Total <= within {
 			c = home // stays home (docs/routing.md, "Staying home")
 		} else if pr != nil && pr.lead > 0 {
-			p.leave(&c, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, within)
+			far := placeFarWithin * soonest
+			if slo > 0 {
+				far = min(far, slo-spent)
+			}
+			p.leave(&c, &home, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, within, far)
 		}
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
@@ -410,7 +414,9 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 // cost when no cache within placeWithin has: four times the soonest
 // prediction (an engine of a prefill twice as slow, behind a request or
 // two), so that a sick engine, whose cache always has room, is not sent
-// every prompt the others cannot hold.
+// every prompt the others cannot hold. It bounds as well how long a
+// request may wait at its prompt's home rather than evict a prompt from a
+// full cache (leave).
 const placeFarWithin = 4
 
 // soonestWithRoom is the soonest of the upstreams under bound whose engine
@@ -436,16 +442,20 @@ func (p *Pool) soonestWithRoom(except *Upstream, now int64, key uint64, lead int
 // leave is least_ttft's choice for a request leaving the upstream that
 // holds its prompt (its home, predicted past limit), c the soonest
 // prediction: when c's cache has no room for the prompt, the soonest
-// within limit whose cache has (soonestWithRoom). A copy of the prompt
-// where there is room evicts nothing the engine still serves; where there
-// is none it evicts another prompt, whose next request misses and evicts
-// in turn.
-func (p *Pool) leave(c *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) {
+// within limit whose cache has (soonestWithRoom); failing that, home, while
+// it is predicted within far (placeFarWithin times the soonest, and what
+// is left of the SLO). A copy of the prompt where there is room evicts
+// nothing the engine still serves; where there is none it evicts another
+// prompt, whose next request misses and evicts in turn, and waiting at
+// home costs less.
+func (p *Pool) leave(c, home *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit, far time.Duration) {
 	if c.Upstream == nil || c.Upstream.fits(key, lead) {
 		return
 	}
 	if best := p.soonestWithRoom(except, now, key, lead, m, bound, tokens, limit); best.Upstream != nil {
 		*c = best
+	} else if home.Prediction.Total <= far {
+		*c = *home
 	}
 }
 

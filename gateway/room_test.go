@@ -136,23 +136,26 @@ func TestLeastTTFTRoomPlace(t *testing.T) {
 
 // TestLeastTTFTRoomLeave: a request whose home is predicted past twice the
 // soonest goes to the soonest if its cache has room for the prompt, else
-// to the soonest with room within twice the soonest, else to the soonest.
+// to the soonest with room within twice the soonest, else it stays home
+// while home is within four times the soonest, else to the soonest.
 func TestLeastTTFTRoomLeave(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		full []int
-		want int
+		name  string
+		full  []int
+		ahead int // requests in flight at the home, ups[1]
+		want  int
 	}{
-		{name: "room at the soonest", want: 0},
-		{name: "the soonest full", full: []int{0}, want: 2},
-		{name: "every other full", full: []int{0, 2}, want: 0},
+		{name: "room at the soonest", ahead: 5, want: 0},
+		{name: "the soonest full", full: []int{0}, ahead: 5, want: 2},
+		{name: "every other full: home within four times the soonest", full: []int{0, 2}, ahead: 5, want: 1},
+		{name: "every other full: home past four times the soonest", full: []int{0, 2}, ahead: 12, want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, s, ups := roomPool(t, 4000, true)
 			var p fastjson.Parser
 			system := systemPrompt(3, 1500)
 			served(t, g, s, &p, system, ups[1])
-			for range 5 { // ups[1], its home, past twice the soonest
+			for range tc.ahead { // ups[1], its home, past twice the soonest
 				if _, rej := ups[1].Acquire(nil); rej != nil {
 					t.Fatal(rej)
 				}
@@ -163,7 +166,7 @@ func TestLeastTTFTRoomLeave(t *testing.T) {
 			req := chatRequest(t, s, &p, system, "Second?")
 			c := choose(t, s, &req)
 			req.Release()
-			if c.Upstream != ups[tc.want] || c.Affinity || !c.Predicted {
+			if c.Upstream != ups[tc.want] || c.Affinity != (tc.want == 1) || !c.Predicted {
 				t.Fatalf("%s (affinity %v, predicted %v, %v); want %s", c.Upstream.Name, c.Affinity, c.Predicted, c.Prediction.Total, ups[tc.want].Name)
 			}
 		})
