@@ -167,26 +167,19 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	}
 	soonest := c.Prediction.Total
 	within := placeWithin * soonest // what staying home or placing may cost
+	far := placeFarWithin * soonest // the same, where no cache within has room for the prompt
 	if slo > 0 {
-		within = min(within, slo-spent)
+		within, far = min(within, slo-spent), min(far, slo-spent)
 	}
 	if home.Upstream != nil && home.Upstream != c.Upstream {
 		if home.Prediction.Total <= within {
 			c = home // stays home (docs/routing.md, "Staying home")
 		} else if pr != nil && pr.lead > 0 {
-			far := placeFarWithin * soonest
-			if slo > 0 {
-				far = min(far, slo-spent)
-			}
 			p.leave(&c, &home, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, within, far)
 		}
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
-		var left time.Duration // what is left of the SLO (0: none stated)
-		if slo > 0 {
-			left = max(slo-spent, time.Nanosecond)
-		}
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, pr.lead*blockTokens, within, left)
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, pr.lead*blockTokens, within, far)
 	}
 	if probe.Upstream == nil && fresh && stale.Upstream != nil && stale.Prediction.Total > soonest {
 		probe = stale // (the soonest needs no probe: it is chosen on its prediction, or passed over to stay home)
@@ -354,16 +347,16 @@ const placeWithin = 2
 // prefers, among the upstreams under bound predicted within limit
 // (placeWithin times c's total, and what is left of the SLO) whose cache
 // has room for it (fits); failing one, the soonest with room of those
-// whose engine reports its cache's size (soonestWithRoom), within
-// placeFarWithin times c's total and slo (what is left of the SLO; 0:
-// none stated); failing that,
-// where the hashing prefers within limit. Every request of the prompt that follows finds it there. Left to
-// the soonest prediction, every new prompt went to the engines of the
+// whose engine reports its cache's size (soonestWithRoom), within far
+// (placeFarWithin times c's total, and what is left of the SLO); failing
+// that, where the hashing prefers within limit. Every request of the
+// prompt that follows finds it there. Left to the soonest prediction,
+// every new prompt went to the engines of the
 // fastest prefill until their caches thrashed, and an engine of a slower
 // prefill but room in its cache held nothing: one request placed a little
 // later saves the prompt's prefill on every one after it. It marks c as
 // affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit, slo time.Duration) {
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit, far time.Duration) {
 	var within, fit Choice // the hashing's choice within limit, and among those with room
 	var withinW, fitW uint64
 	sized := false // some eligible upstream's engine reports its cache's size
@@ -394,10 +387,6 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	}
 	best := fit
 	if best.Upstream == nil && sized {
-		far := placeFarWithin * c.Prediction.Total
-		if slo > 0 {
-			far = min(far, slo)
-		}
 		if best = p.soonestWithRoom(except, now, key, lead, m, bound, tokens, far); best.Upstream != nil {
 			best.Affinity = true
 		}
