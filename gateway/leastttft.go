@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"math"
 	"time"
 
 	"github.com/ttftlens/ttftlens/gateway/predict"
@@ -22,11 +21,6 @@ type Choice struct {
 	// Predicted (its model had a prediction for the request).
 	Prediction predict.Prediction
 	Predicted  bool
-	// Within is how long the first token is predicted within nine times
-	// in ten, with a Prediction: its Total times the upstream's overrun
-	// factor (predict.Overrun.Bound): what a TTFT SLO is held to
-	// (RefuseSLO).
-	Within time.Duration
 	// Affinity says prefix affinity chose the upstream, not the lowest
 	// prediction: no upstream under the bound had a prediction (where the
 	// request's longest recorded prefix was last served, else rendezvous
@@ -120,14 +114,10 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	n := uint32(len(ups))
 	var avail int
 	var total int64
-	prior := 1.0 // the highest overrun factor Known among them (Overrun.Bound)
 	for _, u := range ups {
 		if u != except && u.available(now) {
 			avail++
 			total += max(u.outstanding.Load(), 0)
-			if slo > 0 && u.overrun.Known() {
-				prior = max(prior, u.overrun.Factor())
-			}
 		}
 	}
 	if avail == 0 {
@@ -137,13 +127,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 	// probe: one with no prediction; stale: one measured long ago, or to
 	// probe again; home: the soonest of those predicted to hold most of
 	// pr; pastSLO: the soonest of those that may take a request past its
-	// SLO (mayProbePastSLO); sure: the soonest predicted to meet the SLO
-	// nine times in ten (Overrun.Bound).
-	var c, probe, stale, home, pastSLO, sure Choice
-	left := time.Duration(math.MaxInt64) // what is left of the SLO
-	if slo > 0 {
-		left = slo - spent
-	}
+	// SLO (mayProbePastSLO).
+	var c, probe, stale, home, pastSLO Choice
 	fresh := false // some upstream has been measured within probeAge
 	for i := range n {
 		u := ups[(start+i)%n]
@@ -173,9 +158,6 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		if c.Upstream == nil || pred.Total < c.Prediction.Total {
 			c = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
-		if slo > 0 && u.overrun.Bound(pred.Total, prior) <= left && (sure.Upstream == nil || pred.Total < sure.Prediction.Total) {
-			sure = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
-		}
 		if slo > spent && except == nil && hitThere && (pastSLO.Upstream == nil || pred.Total < pastSLO.Prediction.Total) && mayProbePastSLO(u, now, &pred, load) {
 			pastSLO = Choice{Upstream: u, Prediction: pred, Predicted: true, Probe: true, PastSLO: true, Passed: slo - spent, Expected: x, Load: load}
 		}
@@ -184,16 +166,20 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		c = p.affinity(start, except, now, pr, &m, bound, tokens)
 	}
 	soonest := c.Prediction.Total
-	lim := limits{near: placeWithin * soonest, far: placeFarWithin * soonest, left: left, prior: prior}
+	within := placeWithin * soonest // what staying home or placing may cost
+	far := placeFarWithin * soonest // the same, where no cache within has room for the prompt
+	if slo > 0 {
+		within, far = min(within, slo-spent), min(far, slo-spent)
+	}
 	if home.Upstream != nil && home.Upstream != c.Upstream {
-		if lim.admits(home.Upstream, &home.Prediction, lim.near) {
+		if home.Prediction.Total <= within {
 			c = home // stays home (docs/routing.md, "Staying home")
 		} else if pr != nil && pr.lead > 0 {
-			p.leave(&c, &home, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, &lim)
+			p.leave(&c, &home, except, now, pr.chain[pr.lead-1], pr.lead*blockTokens, &m, bound, tokens, within, far)
 		}
 	}
 	if c.Predicted && home.Upstream == nil && pr != nil && pr.lead > 0 && (pr.lead < len(pr.chain) || m.Blocks > 0) {
-		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, pr.lead*blockTokens, &lim)
+		p.place(&c, except, now, pr.chain[pr.lead-1], &m, bound, tokens, pr.lead*blockTokens, within, far)
 	}
 	if probe.Upstream == nil && fresh && stale.Upstream != nil && stale.Prediction.Total > soonest {
 		probe = stale // (the soonest needs no probe: it is chosen on its prediction, or passed over to stay home)
@@ -202,12 +188,8 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 		probe.Passed = soonest
 		c = probe
 	}
-	if slo > 0 && c.Predicted && !c.Probe && c.Upstream.overrun.Bound(c.Prediction.Total, prior) > left {
-		if sure.Upstream != nil {
-			c = sure // the soonest the SLO is sure of: RefuseSLO passes it
-		} else if pastSLO.Upstream != nil {
-			c = pastSLO // not refused on stale predictions (docs/routing.md, "TTFT SLOs")
-		}
+	if pastSLO.Upstream != nil && c.Predicted && !c.Probe && spent+c.Prediction.Total > slo {
+		c = pastSLO // not refused on stale predictions (docs/routing.md, "TTFT SLOs")
 	}
 	if c.Upstream == nil { // loads rose past the bound since it was taken
 		c.Upstream = p.leastRequest(start, except, now)
@@ -215,9 +197,6 @@ func (p *Pool) leastTTFT(pr *prompt, tokens int, slo, spent time.Duration, excep
 			return Choice{}, noHealthy(p, except, now)
 		}
 		c.Load = c.Upstream.loadAt(now)
-	}
-	if c.Predicted {
-		c.Within = c.Upstream.overrun.Bound(c.Prediction.Total, prior)
 	}
 	return c, nil
 }
@@ -377,7 +356,7 @@ const placeWithin = 2
 // prefill but room in its cache held nothing: one request placed a little
 // later saves the prompt's prefill on every one after it. It marks c as
 // affinity's choice when it moves it.
-func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, lim *limits) {
+func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *prefix.Match, bound int64, tokens, lead int, limit, far time.Duration) {
 	var within, fit Choice // the hashing's choice within limit, and among those with room
 	var withinW, fitW uint64
 	sized := false // some eligible upstream's engine reports its cache's size
@@ -396,7 +375,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(m, u)
-		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && lim.admits(u, &pred, lim.near) {
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit {
 			ch := Choice{Upstream: u, Prediction: pred, Predicted: true, Affinity: true, Expected: x, Load: load}
 			if within.Upstream == nil || w > withinW {
 				within, withinW = ch, w
@@ -408,7 +387,7 @@ func (p *Pool) place(c *Choice, except *Upstream, now int64, key uint64, m *pref
 	}
 	best := fit
 	if best.Upstream == nil && sized {
-		if best = p.soonestWithRoom(except, now, key, lead, m, bound, tokens, lim, lim.far); best.Upstream != nil {
+		if best = p.soonestWithRoom(except, now, key, lead, m, bound, tokens, far); best.Upstream != nil {
 			best.Affinity = true
 		}
 	}
@@ -435,14 +414,14 @@ const placeFarWithin = 4
 // if none is. It is place's choice when no upstream within placeWithin has
 // room (limit: placeFarWithin times the soonest, and what is left of the
 // SLO), and leave's.
-func (p *Pool) soonestWithRoom(except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, lim *limits, by time.Duration) Choice {
+func (p *Pool) soonestWithRoom(except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit time.Duration) Choice {
 	var best Choice
 	for _, u := range p.Upstreams {
 		if !eligible(u, except, now, bound) || u.CacheTokens() <= 0 || !u.fits(key, lead) {
 			continue
 		}
 		load, x := u.loadAt(now), expectedOn(m, u)
-		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && lim.admits(u, &pred, by) && (best.Upstream == nil || pred.Total < best.Prediction.Total) {
+		if pred, ok := u.model.Predict(time.Duration(now), tokens, x, load); ok && pred.Total <= limit && (best.Upstream == nil || pred.Total < best.Prediction.Total) {
 			best = Choice{Upstream: u, Prediction: pred, Predicted: true, Expected: x, Load: load}
 		}
 	}
@@ -458,32 +437,15 @@ func (p *Pool) soonestWithRoom(except *Upstream, now int64, key uint64, lead int
 // nothing the engine still serves; where there is none it evicts another
 // prompt, whose next request misses and evicts in turn, and waiting at
 // home costs less.
-func (p *Pool) leave(c, home *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, lim *limits) {
+func (p *Pool) leave(c, home *Choice, except *Upstream, now int64, key uint64, lead int, m *prefix.Match, bound int64, tokens int, limit, far time.Duration) {
 	if c.Upstream == nil || c.Upstream.fits(key, lead) {
 		return
 	}
-	if best := p.soonestWithRoom(except, now, key, lead, m, bound, tokens, lim, lim.near); best.Upstream != nil {
+	if best := p.soonestWithRoom(except, now, key, lead, m, bound, tokens, limit); best.Upstream != nil {
 		*c = best
-	} else if lim.admits(home.Upstream, &home.Prediction, lim.far) {
+	} else if home.Prediction.Total <= far {
 		*c = *home
 	}
-}
-
-// limits bound what a choice other than the soonest prediction may be
-// predicted to cost a request: near (placeWithin times the soonest) to
-// stay home or place a prompt, far (placeFarWithin times the soonest)
-// where no cache within near has room for it; and left, what is left of
-// the request's SLO (math.MaxInt64: none), which the upstream's
-// prediction must meet nine times in ten (Overrun.Bound, of prior).
-type limits struct {
-	near, far, left time.Duration
-	prior           float64
-}
-
-// admits says u's prediction pred is within by (lim.near or lim.far), and
-// within what is left of the SLO nine times in ten.
-func (lim *limits) admits(u *Upstream, pred *predict.Prediction, by time.Duration) bool {
-	return pred.Total <= by && u.overrun.Bound(pred.Total, lim.prior) <= lim.left
 }
 
 // eligible says u may be chosen: not excepted, available at now, and
@@ -587,9 +549,6 @@ func (p *Pool) affinity(start uint32, except *Upstream, now int64, pr *prompt, m
 func (u *Upstream) Observe(c *Choice, o predict.Observation) {
 	c.Prefilled()
 	u.model.Observe(o)
-	if o.FirstToken && c.Predicted {
-		u.overrun.Observe(c.Prediction.Total, o.Parts.Sum())
-	}
 	if o.FirstToken && u.leastTTFT.Load() {
 		u.g.publishObserved(u, &o)
 	}

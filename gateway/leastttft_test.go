@@ -496,57 +496,6 @@ func TestLeastTTFTStaleRefusal(t *testing.T) {
 	}
 }
 
-// TestLeastTTFTSLOOverrun: a request that states an SLO is held to each
-// upstream's prediction times its overrun factor (predict.Overrun), the
-// 90th percentile of how far its first tokens came past the predictions
-// they were routed on; an upstream that has too few of those is held to
-// the highest factor of the pool's others. Where the soonest prediction's
-// upstream overruns past the SLO, the request goes to the soonest that
-// meets it nine times in ten; where none does, it is refused, though the
-// soonest prediction alone meets it. A request without an SLO still goes
-// to the soonest.
-func TestLeastTTFTSLOOverrun(t *testing.T) {
-	_, ups, _, ask := sloPool(t, hitEngine{perToken: time.Millisecond}, hitEngine{perToken: 3 * time.Millisecond})
-	predicted := func(except *Upstream) time.Duration {
-		t.Helper()
-		req, c, _ := ask(0, 0, except)
-		req.Release()
-		if !c.Predicted || c.Probe || c.Upstream == except {
-			t.Fatalf("not excepting %v: %+v", except, c)
-		}
-		return c.Prediction.Total
-	}
-	fast, slower := predicted(nil), predicted(ups[0])
-	if fast >= slower {
-		t.Fatalf("predicted %v and %v: want the first sooner", fast, slower)
-	}
-	for range 10 { // ups[0]'s first tokens come at twice slower's prediction
-		ups[0].overrun.Observe(fast, 2*slower)
-	}
-	for _, tt := range []struct {
-		name    string
-		slo     time.Duration
-		onTime  int // requests ups[1] has served on time before (its factor Known from 10)
-		want    *Upstream
-		refused bool
-	}{
-		{"no SLO: the soonest prediction", 0, 0, ups[0], false},
-		{"the next has too few: held to the soonest's overrun", slower * 3 / 2, 9, ups[0], true},
-		{"the soonest overruns it: the next", slower * 3 / 2, 1, ups[1], false},
-		{"met only by the soonest prediction, not by its overrun", (fast + slower) / 2, 0, ups[0], true},
-	} {
-		for range tt.onTime {
-			ups[1].overrun.Observe(slower, slower)
-		}
-		req, c, refused := ask(tt.slo, 0, nil)
-		req.Release()
-		if c.Upstream != tt.want || refused != tt.refused || c.Probe {
-			t.Errorf("%s (predicted %v, %v; the choice within %v nine times in ten): %s, refused %v, probe %v; want %s, refused %v",
-				tt.name, fast, slower, c.Within, c.Upstream.Name, refused, c.Probe, tt.want.Name, tt.refused)
-		}
-	}
-}
-
 // TestLeastTTFTAfterSLOProbe: while a probe past its SLO computes on an
 // upstream, a request routed after it is predicted to wait for its first
 // token there (predict.Load.Ahead): one whose SLO its own prediction would
@@ -1368,48 +1317,5 @@ func TestLeastTTFTAheadRanks(t *testing.T) {
 	held.Prefilled()
 	if c, _ := s.Choose(ttftRequest(r, 1000), nil); c.Upstream != a {
 		t.Errorf("after its first token: %s; want %s again", c.Upstream.Name, a.Name)
-	}
-}
-
-// TestObserveOverrun: Observe teaches an upstream's overrun factor the
-// first token of every request routed there with a prediction, a probe's
-// too (a probe past its SLO that meets it is followed by another: were
-// those not taught, an upstream held to its pool's factor would take them
-// one after another for ever), not requests without a prediction or
-// that ended without a first token.
-func TestObserveOverrun(t *testing.T) {
-	_, _, r, clk := ttftPool(t, 1, 0)
-	u := r.Pool.Upstreams[0]
-	o := alike.observation(clk.Now(), 1000, 0, 0)
-	predicted := predict.Prediction{Total: o.Parts.Sum() * 2 / 3} // it comes at 1.5 times its prediction
-	noFirst := o
-	noFirst.FirstToken = false
-	for _, tt := range []struct {
-		name string
-		c    Choice
-		o    predict.Observation
-	}{
-		{"no prediction", Choice{Upstream: u, Probe: true}, o},
-		{"no first token", Choice{Upstream: u, Predicted: true, Prediction: predicted}, noFirst},
-	} {
-		for range 10 {
-			c := tt.c
-			u.Observe(&c, tt.o)
-		}
-		if f := u.overrun.Factor(); f != 1 {
-			t.Fatalf("after ten of %s: factor %v, want 1", tt.name, f)
-		}
-	}
-	for i := range 9 {
-		c := Choice{Upstream: u, Predicted: true, Probe: i%3 == 1, PastSLO: i%3 == 2, Prediction: predicted}
-		u.Observe(&c, o)
-	}
-	if f := u.overrun.Factor(); f < 1.49 || f > 1.51 || u.overrun.Known() {
-		t.Errorf("after nine with a prediction, 1.5 times late, a third probes and a third probes past their SLO: factor %v, known %v; want 1.5, not known", f, u.overrun.Known())
-	}
-	c := Choice{Upstream: u, Predicted: true, PastSLO: true, Probe: true, Prediction: predicted}
-	u.Observe(&c, o)
-	if !u.overrun.Known() {
-		t.Error("not known after ten")
 	}
 }

@@ -3,8 +3,7 @@ package gateway
 import "github.com/prometheus/client_golang/prometheus"
 
 // Collector exports the gateway's per-upstream state at scrape time:
-// admission queue depth, requests in flight, health and ejection, and in
-// a least_ttft pool the overrun factor TTFT SLOs are held to. Upstreams
+// admission queue depth, requests in flight, health and ejection. Upstreams
 // come from the current configuration, so a reload shows at the next scrape.
 // With the redis quota backend it also counts what Redis could not do,
 // and with share_routing the messages shared.
@@ -24,7 +23,6 @@ var (
 	queueDepthDesc = prometheus.NewDesc("ttftlens_queue_depth", "Requests waiting in the upstream's admission queue.", []string{"upstream"}, nil)
 	upInFlightDesc = prometheus.NewDesc("ttftlens_upstream_in_flight", "Requests holding one of the upstream's admission slots.", []string{"upstream"}, nil)
 	upHealthyDesc  = prometheus.NewDesc("ttftlens_upstream_healthy", "1 when the upstream is healthy and not ejected.", []string{"upstream"}, nil)
-	overrunDesc    = prometheus.NewDesc("ttftlens_ttft_overrun_factor", "For an upstream of a least_ttft pool: the 90th percentile of measured over predicted TTFT past routing, over the latest 32 requests routed there with a prediction (of fewer than 10, the largest; at least 1). A TTFT SLO is held to the prediction times it.", []string{"upstream"}, nil)
 
 	quotaFallbackDesc    = prometheus.NewDesc("ttftlens_quota_fallbacks_total", "Admissions this replica's own quota buckets decided because Redis failed or timed out (on_failure: open).", nil, nil)
 	quotaUnavailableDesc = prometheus.NewDesc("ttftlens_quota_unavailable_total", "Admissions refused with 503 because Redis failed or timed out (on_failure: closed).", nil, nil)
@@ -37,7 +35,6 @@ func (c Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDepthDesc
 	ch <- upInFlightDesc
 	ch <- upHealthyDesc
-	ch <- overrunDesc
 	ch <- quotaFallbackDesc
 	ch <- quotaUnavailableDesc
 	ch <- quotaLostDesc
@@ -55,9 +52,6 @@ func (c Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(u.QueueDepth()), name)
 			ch <- prometheus.MustNewConstMetric(upInFlightDesc, prometheus.GaugeValue, float64(u.InFlight()), name)
 			ch <- prometheus.MustNewConstMetric(upHealthyDesc, prometheus.GaugeValue, healthy, name)
-			if p.kind == policyLeastTTFT {
-				ch <- prometheus.MustNewConstMetric(overrunDesc, prometheus.GaugeValue, u.overrun.Factor(), name)
-			}
 		}
 	}
 	if st := c.gw.quotaRedis(); st != nil {

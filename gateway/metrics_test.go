@@ -54,25 +54,3 @@ ttftlens_upstream_in_flight{upstream="ejected"} 0
 	<-waiter
 	release()
 }
-
-// TestCollectorOverrun: an upstream of a least_ttft pool has its overrun
-// factor (1 until it has seen enough); TestCollector's pool, of another
-// policy, has none.
-func TestCollectorOverrun(t *testing.T) {
-	g, _, r, _ := ttftPool(t, 2, 0)
-	for range 10 {
-		r.Pool.Upstreams[0].overrun.Observe(100*time.Millisecond, 150*time.Millisecond)
-	}
-	label := func(u *Upstream) string {
-		return strings.TrimSuffix(strings.TrimPrefix(u.Name, "10.1.0."), ":8000")
-	}
-	want := `
-# HELP ttftlens_ttft_overrun_factor For an upstream of a least_ttft pool: the 90th percentile of measured over predicted TTFT past routing, over the latest 32 requests routed there with a prediction (of fewer than 10, the largest; at least 1). A TTFT SLO is held to the prediction times it.
-# TYPE ttftlens_ttft_overrun_factor gauge
-ttftlens_ttft_overrun_factor{upstream="1"} 1.5
-ttftlens_ttft_overrun_factor{upstream="2"} 1
-`
-	if err := testutil.CollectAndCompare(NewCollector(g, label), strings.NewReader(want), "ttftlens_ttft_overrun_factor"); err != nil {
-		t.Error(err)
-	}
-}

@@ -132,9 +132,7 @@ type Upstream struct {
 	// probeAge). For the probes past an SLO (sloProbeAge): sloProbed is
 	// when the last was sent (gateway clock; 0: never), sloBackoff counts
 	// those sent since one met its SLO or a request was routed on its
-	// prediction, and sloReprobe says the last met its SLO. overrun is how
-	// far its first tokens came past the predictions they were routed on
-	// (Observe), which a request's SLO is held to nine times in ten.
+	// prediction, and sloReprobe says the last met its SLO.
 	id         uint32
 	hash       uint64
 	model      *predict.Model
@@ -144,7 +142,6 @@ type Upstream struct {
 	sloProbed  atomic.Int64
 	sloBackoff atomic.Int32
 	sloReprobe atomic.Bool
-	overrun    predict.Overrun
 	// homes is the prompts last sent to u, for room (fits).
 	homes homes
 	// With share_routing: leastTTFT says u is in a least_ttft pool (its

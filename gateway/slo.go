@@ -28,21 +28,18 @@ func (r *Route) SLO(h []byte) (time.Duration, *Rejection) {
 // RefuseSLO is the 429 Rejection (deadline/ttft_slo_unmeetable) of a
 // request of TTFT SLO slo that spent elapsed before routing, when c, the
 // choice of its least_ttft pool (the lowest prediction the load bound
-// allowed, or the lowest of those predicted to meet the SLO nine times in
-// ten, unless one that does was chosen to stay home or to place a
-// prompt), is predicted to miss it nine times in ten or more: with its
-// prediction times its upstream's overrun factor (Choice.Within).
-// It is nil when the choice is predicted to meet it so, when there is no
-// SLO, when there is no prediction (a cold model refuses nothing), or
-// when c is a probe past the SLO (Choice.PastSLO: models measured long
-// ago refuse nothing either). Retry-After is the predicted excess, at
-// least a second: roughly how long the queue that makes it needs to
-// drain.
+// allowed, unless one within what is left of the SLO was chosen to stay
+// home or to place a prompt), is predicted to miss it; nil when it is
+// predicted to meet it, when there is no SLO, when there is no
+// prediction (a cold model refuses nothing), or when c is a probe past
+// the SLO (Choice.PastSLO: models measured long ago refuse nothing
+// either). Retry-After is the predicted excess, at least a second:
+// roughly how long the queue that makes it needs to drain.
 func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
 	if slo <= 0 || !c.Predicted || c.PastSLO {
 		return nil
 	}
-	predicted := elapsed + c.Within
+	predicted := elapsed + c.Prediction.Total
 	if predicted <= slo {
 		return nil
 	}
@@ -50,9 +47,8 @@ func RefuseSLO(c *Choice, slo, elapsed time.Duration) *Rejection {
 	return &Rejection{
 		Status: 429, RetryAfter: max(secs, 1), Type: "rate_limit_exceeded", Code: "ttft_slo_unmeetable",
 		Message: "No upstream is predicted to give the first token within the " + strconv.FormatInt(slo.Milliseconds(), 10) +
-			" ms asked (" + HeaderTTFTSLO + " or the route's ttft_slo) nine times in ten: the soonest, " +
-			strconv.FormatInt((elapsed+c.Prediction.Total).Milliseconds(), 10) + " ms predicted, is within " +
-			strconv.FormatInt(predicted.Milliseconds(), 10) + " ms as often; retry later or allow more.",
+			" ms asked (" + HeaderTTFTSLO + " or the route's ttft_slo): the soonest is " +
+			strconv.FormatInt(predicted.Milliseconds(), 10) + " ms; retry later or allow more.",
 		Reason: endreason.Deadline, Detail: endreason.DetailSLOUnmeetable,
 	}
 }

@@ -42,15 +42,15 @@ func TestSLOHeader(t *testing.T) {
 	}
 }
 
-// TestRefuseSLO: a choice is refused only when its prediction, times its
-// upstream's overrun factor, with the time already spent, is over the
-// SLO; the refusal is a 429 with the excess as Retry-After (at least 1 s)
-// and its own end detail.
+// TestRefuseSLO: a choice is refused only when its prediction, with the
+// time already spent, is over the SLO; the refusal is a 429 with the
+// excess as Retry-After (at least 1 s) and its own end detail.
 func TestRefuseSLO(t *testing.T) {
-	overrun := func(total time.Duration, factor float64) *Choice {
-		return &Choice{Predicted: true, Prediction: predict.Prediction{Total: total}, Within: time.Duration(factor * float64(total))}
+	predicted := func(total time.Duration) *Choice {
+		c := &Choice{Predicted: true}
+		c.Prediction.Total = total
+		return c
 	}
-	predicted := func(total time.Duration) *Choice { return overrun(total, 1) }
 	for _, tt := range []struct {
 		name       string
 		c          *Choice
@@ -63,8 +63,6 @@ func TestRefuseSLO(t *testing.T) {
 		{"met exactly", predicted(450 * time.Millisecond), 500 * time.Millisecond, 50 * time.Millisecond, 0},
 		{"missed by the time spent", predicted(480 * time.Millisecond), 500 * time.Millisecond, 30 * time.Millisecond, 1},
 		{"missed by 2.2 s", predicted(2700 * time.Millisecond), 500 * time.Millisecond, 0, 3},
-		{"met, but not by its overrun", overrun(400*time.Millisecond, 1.5), 500 * time.Millisecond, 0, 1},
-		{"missed by 2.2 s at its overrun", overrun(1800*time.Millisecond, 1.5), 500 * time.Millisecond, 0, 3},
 		{"a probe past it", &Choice{Predicted: true, Probe: true, PastSLO: true, Prediction: predict.Prediction{Total: time.Hour}}, 500 * time.Millisecond, 0, 0},
 	} {
 		rej := RefuseSLO(tt.c, tt.slo, tt.spent)

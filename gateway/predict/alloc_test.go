@@ -26,17 +26,3 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Predict: %v allocs, want 0", n)
 	}
 }
-
-// TestOverrunAllocs: an Overrun's Observe, Factor and Bound allocate
-// nothing.
-func TestOverrunAllocs(t *testing.T) {
-	var o Overrun
-	if n := testing.AllocsPerRun(1000, func() {
-		o.Observe(100*time.Millisecond, 130*time.Millisecond)
-		if o.Bound(time.Second, 1.5) < time.Second {
-			t.Fatal("a bound below its prediction")
-		}
-	}); n != 0 {
-		t.Errorf("Overrun: %v allocs, want 0", n)
-	}
-}
