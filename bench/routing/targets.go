@@ -114,7 +114,8 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		return
 	}
 	fmt.Fprint(w, "\nThe targets (BENCHMARKS.md), `least_ttft` against `least_load`, seed by seed, each seed at the rate calibrated once on the first one's workload. "+
-		"The most any routing could have had cached: each measured request served the full blocks its prompt shares with a prompt sent before it (one cache that evicts nothing, every earlier prompt computed by then).\n\n"+
+		"The most any routing could have had cached: each measured request served the full blocks its prompt shares with a prompt sent before it (one cache that evicts nothing, every earlier prompt computed by then). "+
+		"Each figure a target reads is rounded away from the target, so that a seed that missed it never shows the target's figure (a hit share ratio of 1.998 shows as 1.99×).\n\n"+
 		"| seed | `least_load` TTFT p99 | `least_ttft` TTFT p99 | `least_load` hit share | `least_ttft` hit share (against `least_load`'s; the most any routing could) | prediction error p50 / p90 | held to the SLO: refused; the slow engine served, past the SLO, the latest; the error p90 |\n"+
 		"| --- | --- | --- | --- | --- | --- | --- |\n")
 	for i := range ts {
@@ -125,10 +126,10 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 		}
 		errs := "—"
 		if t.predicted > 0 {
-			errs = fmt.Sprintf("%.0f %% / %.0f %%", 100*t.errP50, 100*t.errP90)
+			errs = fmt.Sprintf("%.0f %% / %.0f %%", 100*shown(t.errP50, 2, up), 100*t.errP90)
 		}
 		fmt.Fprintf(w, "| %d | %s | %s (%s) | %.1f %% | %.1f %% (%.2f×; %s) | %s | %s |\n", t.seed,
-			ms(t.loadP99), ms(t.ttftP99), signedPct(t.p99Change()), 100*t.loadHit, 100*t.ttftHit, t.hitRatio(), t.ceilingText(), errs, t.heldText())
+			ms(t.loadP99), ms(t.ttftP99), signedPct(shown(t.p99Change(), 2, towardZero)), 100*t.loadHit, 100*t.ttftHit, shown(t.hitRatio(), 2, down), t.ceilingText(), errs, t.heldText())
 	}
 	// med is the median of f over the seeds that keep says count.
 	med := func(f func(t *seedTargets) float64, keep func(t *seedTargets) bool) float64 {
@@ -159,12 +160,12 @@ func writeTargets(w io.Writer, ts []seedTargets) {
 	}
 	fmt.Fprint(w, "\n| target | seeds that met it | the median over the seeds |\n| --- | --- | --- |\n")
 	fmt.Fprintf(w, "| TTFT p99 at least %.0f %% below `least_load`'s | %d of %d | %s |\n",
-		100*targetP99Cut, count((*seedTargets).p99Met), len(ts), signedPct(med((*seedTargets).p99Change, complete)))
+		100*targetP99Cut, count((*seedTargets).p99Met), len(ts), signedPct(shown(med((*seedTargets).p99Change, complete), 2, towardZero)))
 	fmt.Fprintf(w, "| prefix-cache hit share at least %g× `least_load`'s | %d of %d%s | %.2f× |\n",
-		targetHitRatio, count((*seedTargets).hitMet), len(ts), outOfReachText(count((*seedTargets).hitOutOfReach)), med((*seedTargets).hitRatio, complete))
+		targetHitRatio, count((*seedTargets).hitMet), len(ts), outOfReachText(count((*seedTargets).hitOutOfReach)), shown(med((*seedTargets).hitRatio, complete), 2, down))
 	errP50 := "—"
 	if v := med(func(t *seedTargets) float64 { return t.errP50 }, func(t *seedTargets) bool { return t.complete && t.predicted > 0 }); !math.IsNaN(v) {
-		errP50 = fmt.Sprintf("%.1f %%", 100*v)
+		errP50 = fmt.Sprintf("%.1f %%", 100*shown(v, 3, up))
 	}
 	fmt.Fprintf(w, "| prediction error p50 at most %.0f %% (a seed without predictions misses it) | %d of %d | %s |\n",
 		100*targetErrP50, count((*seedTargets).errMet), len(ts), errP50)
@@ -210,9 +211,37 @@ func (t *seedTargets) heldText() string {
 	}
 	latest := "—"
 	if t.slowMissed > 0 {
-		latest = fmt.Sprintf("+%.0f %%", 100*t.slowWorst)
+		latest = fmt.Sprintf("+%.0f %%", 100*shown(t.slowWorst, 2, up))
 	}
-	return fmt.Sprintf("%d of %d refused; %d, %d, %s; %.0f %%", t.refused, t.heldRequests, t.slowServed, t.slowMissed, latest, 100*t.heldP90)
+	return fmt.Sprintf("%d of %d refused; %d, %d, %s; %.0f %%", t.refused, t.heldRequests, t.slowServed, t.slowMissed, latest, 100*shown(t.heldP90, 2, down))
+}
+
+// The ways shown rounds.
+const (
+	down       = -1
+	towardZero = 0
+	up         = 1
+)
+
+// shown is v, a figure a target reads, rounded to places decimals (of v,
+// not of its percentage) the way dir says, away from the target's side:
+// the hit share's ratio down, a p99's change toward zero (a cut shows
+// smaller), the error p50 and a miss past the SLO up, the error p90 a
+// miss is held to down. A seed that missed a target then never shows its
+// figure (a ratio of 1.998 shows as 1.99×, not 2.00×). A millionth of the
+// last place is allowed for float error (0.2 is 20.000000000000004 %).
+func shown(v float64, places, dir int) float64 {
+	p := math.Pow10(places)
+	x := v * p
+	switch dir {
+	case down:
+		x = math.Floor(x + 1e-6)
+	case up:
+		x = math.Ceil(x - 1e-6)
+	default:
+		x = math.Trunc(x + math.Copysign(1e-6, x))
+	}
+	return x / p
 }
 
 // signedPct renders a change as a signed percentage, a minus sign for a fall.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 )
@@ -100,6 +101,7 @@ func TestWriteTargets(t *testing.T) {
 		seedReport(3, 10*time.Second, 2500*time.Millisecond, 400*550, 400*1260, 0.17, 0.2),
 		seedReport(4, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0.18, -1),
 		seedReport(5, 9*time.Second, 1*time.Second, 400*560, 400*1400, 0, -1),
+		seedReport(7, 10*time.Second, 7001*time.Millisecond, 400*500, 399600, 0.2004, 0.3401), // each a hair short: 1.998×, a 29.99 % cut, 20.04 %, +34.01 % against 34 %
 	} {
 		ts = append(ts, targetsOf(&r))
 	}
@@ -107,6 +109,7 @@ func TestWriteTargets(t *testing.T) {
 	ts[4].predicted = 0                                            // its error p50 is left out of the median
 	ts[3].held, ts[3].heldRequests, ts[3].refused = true, 400, 400 // refused all: not met
 	ts = append(ts, seedTargets{seed: 6})                          // least_ttft completed nothing: a miss everywhere
+	ts[5], ts[6] = ts[6], ts[5]
 	var b bytes.Buffer
 	writeTargets(&b, ts)
 	golden(t, "targets", b.String())
@@ -115,5 +118,30 @@ func TestWriteTargets(t *testing.T) {
 	writeTargets(&b, nil)
 	if b.Len() != 0 {
 		t.Errorf("no seed printed %q", b.String())
+	}
+}
+
+// TestShown: a figure a target reads is rounded away from the target,
+// float error aside: a seed that missed never shows the target's figure.
+func TestShown(t *testing.T) {
+	for _, tt := range []struct {
+		v      float64
+		places int
+		dir    int
+		want   float64
+	}{
+		{1.998, 2, down, 1.99},
+		{2, 2, down, 2},
+		{0.8 / 0.4, 2, down, 2},
+		{0.2004, 2, up, 0.21},
+		{0.2, 2, up, 0.2},
+		{0.2004, 3, up, 0.201},
+		{-0.2999, 2, towardZero, -0.29},
+		{7.0/10 - 1, 2, towardZero, -0.3},
+		{0.354, 2, towardZero, 0.35},
+	} {
+		if got := shown(tt.v, tt.places, tt.dir); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("shown(%v, %d, %d) = %v, want %v", tt.v, tt.places, tt.dir, got, tt.want)
+		}
 	}
 }
