@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/ttftlens/ttftlens/refengine/model"
 )
 
 // TestChatPromptTokens: the tokens ChatPromptTokens gives are the prompt the
@@ -37,7 +39,7 @@ func TestChatPromptTokens(t *testing.T) {
 	for shared < len(toks[0]) && shared < len(toks[1]) && toks[0][shared] == toks[1][shared] {
 		shared++
 	}
-	if want := shared / 16 * 16; us[1].PromptTokensDetails.CachedTokens != want || want == 0 {
+	if want := shared / model.BlockSize * model.BlockSize; us[1].PromptTokensDetails.CachedTokens != want || want == 0 {
 		t.Errorf("second request cached %d tokens; the two prompts share %d tokens, %d in full blocks", us[1].PromptTokensDetails.CachedTokens, shared, want)
 	}
 	if _, err := e.ChatPromptTokens([]byte(`[{"role":"user","content":[{"type":"image_url","image_url":"http://x/y.png"}]}]`)); err == nil {

@@ -267,7 +267,7 @@ func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok 
 		}
 	}
 	slices.SortFunc(order, func(a, b *bench.Result) int { return a.Seq - b.Seq })
-	seen := make(map[uint64]bool) // the chain of every full block computed before
+	seen := make(map[uint64]bool) // the chain of every full block computed before (the engine's cache key)
 	n := 0
 	for _, r := range order {
 		toks, err := tokens(r.Seq)
@@ -277,7 +277,7 @@ func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok 
 		var chain uint64
 		shared := true
 		for b := 0; (b+1)*model.BlockSize <= len(toks); b++ {
-			chain = blockChain(chain, toks[b*model.BlockSize:(b+1)*model.BlockSize])
+			chain = model.ChainHash(chain, toks[b*model.BlockSize:(b+1)*model.BlockSize])
 			shared = shared && (b+1)*model.BlockSize < len(toks) && seen[chain]
 			if shared && !r.Warmup {
 				n += model.BlockSize
@@ -286,19 +286,6 @@ func cacheCeiling(run *bench.Run, truth func(id string) (prompt, cached int, ok 
 		}
 	}
 	return n, nil
-}
-
-// blockChain extends the hash of a prompt's blocks up to one by the next
-// block's tokens (FNV-1a over the token ids, seeded with the chain so far).
-func blockChain(parent uint64, block []int) uint64 {
-	h := parent ^ 14695981039346656037
-	for _, t := range block {
-		for k := 0; k < 4; k++ {
-			h ^= uint64(byte(t >> (8 * k)))
-			h *= 1099511628211
-		}
-	}
-	return h
 }
 
 // summarize reads a run's measured requests with their records and the

@@ -114,8 +114,10 @@ func (p *BlockPool) Cached() int {
 // NewSeq returns an empty sequence backed by p.
 func (p *BlockPool) NewSeq() *Seq { return &Seq{pool: p} }
 
-// chainHash extends the hash chain by one block of tokens.
-func chainHash(parent uint64, toks []int) uint64 {
+// ChainHash extends the hash chain by one block of tokens (0: no parent):
+// the key the prefix cache finds a block by, so that two prompts share
+// the blocks whose chains are equal.
+func ChainHash(parent uint64, toks []int) uint64 {
 	h := parent ^ 0xcbf29ce484222325
 	for _, t := range toks {
 		h ^= uint64(uint32(t))
@@ -143,7 +145,7 @@ func (p *BlockPool) AttachPrefix(s *Seq, tokens []int) int {
 	var parent uint64
 	for i := 0; (i+1)*BlockSize < len(tokens); i++ {
 		blk := tokens[i*BlockSize : (i+1)*BlockSize]
-		h := chainHash(parent, blk)
+		h := ChainHash(parent, blk)
 		b, ok := p.cache[h]
 		if !ok || !p.meta[b].matches(parent, blk) {
 			break
@@ -216,7 +218,7 @@ func (p *BlockPool) Publish(s *Seq, tokens []int) {
 	var parent uint64
 	for i := 0; i < full; i++ {
 		blk := tokens[i*BlockSize : (i+1)*BlockSize]
-		h := chainHash(parent, blk)
+		h := ChainHash(parent, blk)
 		b := s.blocks[i]
 		mb := &p.meta[b]
 		if !mb.cached {
