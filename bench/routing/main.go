@@ -60,7 +60,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "the seed of the workload and the arrivals")
 	flag.IntVar(&o.seeds, "seeds", 3, "how many seeds to run, from -seed on, each the whole set of runs; the targets are read over them")
 	flag.IntVar(&o.maxRunning, "max-running", 4, "each engine's running batch")
-	flag.IntVar(&o.kvBlocks, "kv-blocks", 384, "each engine's KV cache, in blocks of 16 tokens (384: 6,144 tokens, about half the eight system prompts' tokens, the running requests' included; 768: all of them)")
+	flag.IntVar(&o.kvBlocks, "kv-blocks", 384, "each engine's KV cache, in blocks of 16 tokens (384: 6,144 tokens, about half the eight system prompts' tokens, the running requests' blocks among them; 768: all of them)")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "the tokens each answer has")
 	flag.IntVar(&o.warmup, "warmup", 8, "requests sent first in each run and left out of the figures")
 	flag.Float64Var(&o.slowPrefill, "slow-prefill", 2, "how many times slower the third engine's prefill is per token")
