@@ -56,6 +56,25 @@ func TestConfigErrorsGolden(t *testing.T) {
 	}
 }
 
+// TestExampleLeastTTFT holds docs/routing.md's "Try it on one machine"
+// config to what the page says of it.
+func TestExampleLeastTTFT(t *testing.T) {
+	c, err := Load("example-least-ttft.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Auth != AuthNone || len(c.Routes) != 1 || len(c.Pools) != 1 {
+		t.Fatalf("unexpected shape: %+v", c)
+	}
+	p := c.Pools[0]
+	if p.Policy != PolicyLeastTTFT || len(p.Upstreams) != 3 || c.Routes[0].Model != "ttftlens-ref" || c.Routes[0].Pool != p.Name {
+		t.Errorf("pool %+v, route %+v: want ttftlens-ref to a least_ttft pool of three", p, c.Routes[0])
+	}
+	if _, err := New(c, Options{Probe: okProbe}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("TTFTLENS_BATCH_KEY", "batch-secret")
 	c, err := Load("example.yaml")
