@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,9 +67,18 @@ func TestExampleLeastTTFT(t *testing.T) {
 	if c.Auth != AuthNone || len(c.Routes) != 1 || len(c.Pools) != 1 {
 		t.Fatalf("unexpected shape: %+v", c)
 	}
-	p := c.Pools[0]
-	if p.Policy != PolicyLeastTTFT || len(p.Upstreams) != 3 || c.Routes[0].Model != "ttftlens-ref" || c.Routes[0].Pool != p.Name {
-		t.Errorf("pool %+v, route %+v: want ttftlens-ref to a least_ttft pool of three", p, c.Routes[0])
+	p, r := c.Pools[0], c.Routes[0]
+	want := []string{"http://127.0.0.1:8001", "http://127.0.0.1:8002", "http://127.0.0.1:8003"}
+	if p.Policy != PolicyLeastTTFT || !slices.Equal(p.Upstreams, want) || r.Model != "ttftlens-ref" || r.Pool != p.Name {
+		t.Errorf("pool %+v, route %+v: want ttftlens-ref to a least_ttft pool of the engines on %v", p, r, want)
+	}
+	// The page's first requests compute their prompts (a second or two):
+	// an SLO on the route would refuse them.
+	if r.TTFTSLO != 0 {
+		t.Errorf("route ttft_slo %v: the page's walk-through needs none", r.TTFTSLO)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("normalized config does not validate: %v", err)
 	}
 	if _, err := New(c, Options{Probe: okProbe}); err != nil {
 		t.Fatal(err)
